@@ -1,0 +1,3 @@
+from slurmtel.cli import main
+
+raise SystemExit(main())

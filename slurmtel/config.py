@@ -1,0 +1,253 @@
+"""The one configuration object.
+
+Loaded once from TOML (``--config``, ``$SLURMTEL_CONFIG``, else ``/etc/slurmtel/slurmtel.toml``
+when it exists, else built-in defaults) and passed explicitly to everything that needs it.
+Unknown keys are errors that name the key. Secrets (the database URL) may come from a file or
+the environment and are never logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from slurmtel.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path("/etc/slurmtel/slurmtel.toml")
+ENV_CONFIG = "SLURMTEL_CONFIG"
+ENV_DATABASE_URL = "SLURMTEL_DATABASE_URL"
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    # cluster name used when a record does not carry one (sacct -P without a Cluster column)
+    cluster: str = "cluster"
+    # reports cut days and months in this zone; -S/-E without a zone are read in it
+    timezone: str = "UTC"
+    # embedded PostgreSQL, agent spool and other local state; "" = /var/lib/slurmtel when
+    # writable, else $XDG_STATE_HOME/slurmtel (~/.local/state/slurmtel)
+    state_dir: str = ""
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    # SQLAlchemy/psycopg URL; "" = $SLURMTEL_DATABASE_URL, else url_file, else embedded
+    url: str = ""
+    # file holding the URL (keeps the password out of the config file)
+    url_file: str = ""
+    # seconds to wait for a connection before a run counts as "database unavailable"
+    connect_timeout_seconds: int = 10
+
+
+@dataclass(frozen=True)
+class SacctSourceConfig:
+    enabled: bool = True
+    interval_seconds: int = 300
+    # sacct binary
+    command: str = "sacct"
+    # -M: clusters to collect; [] = the local cluster of the sacct client
+    clusters: list[str] = field(default_factory=list)
+    # "json" (preferred) or "parsable" (sacct -P, for Slurm without --json)
+    format: str = "json"
+    # each poll re-reads this many seconds before the cursor: records change after a job ends
+    rescan_seconds: int = 3600
+    # the first poll (no cursor yet) starts this far back
+    initial_lookback_seconds: int = 86400
+    # a sacct call that takes longer is killed and the run counts as "source unavailable"
+    timeout_seconds: int = 600
+
+
+@dataclass(frozen=True)
+class OutcomeConfig:
+    # final job state -> outcome class (DESIGN §4); states not listed are classed "unknown"
+    completed: list[str] = field(default_factory=lambda: ["COMPLETED"])
+    user_failure: list[str] = field(
+        default_factory=lambda: ["FAILED", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE"]
+    )
+    system_failure: list[str] = field(default_factory=lambda: ["NODE_FAIL", "BOOT_FAIL"])
+    cancelled: list[str] = field(default_factory=lambda: ["CANCELLED", "REVOKED"])
+    preempted: list[str] = field(
+        default_factory=lambda: ["PREEMPTED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"]
+    )
+    # not final: time so far counts as "running"; pending attempts hold no GPU
+    running: list[str] = field(
+        default_factory=lambda: [
+            "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING",
+            "SIGNALING", "STAGE_OUT", "STOPPED",
+        ]
+    )
+    pending: list[str] = field(default_factory=lambda: ["PENDING"])
+
+    def mapping(self) -> dict[str, str]:
+        """state -> class, every listed state once."""
+        result: dict[str, str] = {}
+        for f in dataclasses.fields(self):
+            for state in getattr(self, f.name):
+                result[state.upper()] = f.name
+        return result
+
+
+@dataclass(frozen=True)
+class SourcesConfig:
+    sacct: SacctSourceConfig = field(default_factory=SacctSourceConfig)
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    # DEBUG, INFO, WARNING, ERROR
+    level: str = "INFO"
+
+
+@dataclass(frozen=True)
+class Config:
+    site: SiteConfig = field(default_factory=SiteConfig)
+    database: DatabaseConfig = field(default_factory=DatabaseConfig)
+    sources: SourcesConfig = field(default_factory=SourcesConfig)
+    outcomes: OutcomeConfig = field(default_factory=OutcomeConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    # where the config was read from (None = built-in defaults); not a TOML key
+    path: Path | None = field(default=None, compare=False, metadata={"toml": False})
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.site.timezone)
+
+    def state_dir(self) -> Path:
+        if self.site.state_dir:
+            return Path(self.site.state_dir)
+        system = Path("/var/lib/slurmtel")
+        if system.is_dir() and os.access(system, os.W_OK):
+            return system
+        xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        return Path(xdg) / "slurmtel"
+
+    def database_url(self) -> str | None:
+        """The configured server URL, or None for the embedded PostgreSQL."""
+        if self.database.url:
+            return self.database.url
+        env = os.environ.get(ENV_DATABASE_URL, "").strip()
+        if env:
+            return env
+        if self.database.url_file:
+            try:
+                return Path(self.database.url_file).read_text().strip() or None
+            except OSError as exc:
+                raise ConfigError(f"database.url_file: cannot read {self.database.url_file}: {exc}") from exc
+        return None
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Load the config from PATH, $SLURMTEL_CONFIG or the default path; defaults if none exists."""
+    explicit = path or os.environ.get(ENV_CONFIG)
+    if explicit:
+        file = Path(explicit)
+        if not file.is_file():
+            raise ConfigError(f"config file not found: {file}")
+    elif DEFAULT_CONFIG_PATH.is_file():
+        file = DEFAULT_CONFIG_PATH
+    else:
+        return _validated(Config())
+    try:
+        data = tomllib.loads(file.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file}: cannot read: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: invalid TOML: {exc}") from exc
+    config = config_from_dict(data, source=str(file))
+    return _validated(dataclasses.replace(config, path=file))
+
+
+def config_from_dict(data: Mapping[str, Any], source: str = "<config>") -> Config:
+    return _validated(_build(Config, data, prefix="", source=source))
+
+
+def iter_keys(cls: type = Config, prefix: str = "") -> Iterator[str]:
+    """Every dotted key the config accepts (the docs test checks each is documented)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if not f.metadata.get("toml", True):
+            continue
+        hint = hints[f.name]
+        name = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(hint):
+            yield from iter_keys(typing.cast(type, hint), prefix=f"{name}.")
+        else:
+            yield name
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str, source: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: [{prefix.rstrip('.')}] must be a table")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("toml", True)}
+    for key in data:
+        if key not in known:
+            raise ConfigError(f"{source}: unknown key '{prefix}{key}'")
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        hint = hints[name]
+        dotted = f"{prefix}{name}"
+        if dataclasses.is_dataclass(hint):
+            values[name] = _build(typing.cast(type, hint), value, prefix=f"{dotted}.", source=source)
+        else:
+            values[name] = _coerce(hint, value, dotted, source)
+    return cls(**values)
+
+
+def _coerce(hint: Any, value: Any, dotted: str, source: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: '{dotted}' must be a list")
+        return [_coerce(item, v, dotted, source) for v in value]
+    if origin is dict:
+        _, item = typing.get_args(hint)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: '{dotted}' must be a table")
+        return {str(k): _coerce(item, v, f"{dotted}.{k}", source) for k, v in value.items()}
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(hint):
+            try:
+                return _coerce(arg, value, dotted, source)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{source}: '{dotted}' has the wrong type ({type(value).__name__})")
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is bool and not isinstance(value, bool):
+        raise ConfigError(f"{source}: '{dotted}' must be true or false")
+    if hint in (int, float) and isinstance(value, bool):
+        raise ConfigError(f"{source}: '{dotted}' must be a number")
+    if hint in (str, int, float, bool) and not isinstance(value, hint):
+        raise ConfigError(f"{source}: '{dotted}' must be a {hint.__name__}, not {type(value).__name__}")
+    return value
+
+
+def _validated(config: Config) -> Config:
+    try:
+        ZoneInfo(config.site.timezone)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(f"site.timezone: unknown time zone '{config.site.timezone}'") from exc
+    if config.sources.sacct.format not in ("json", "parsable"):
+        raise ConfigError("sources.sacct.format must be 'json' or 'parsable'")
+    for name in ("interval_seconds", "timeout_seconds"):
+        if getattr(config.sources.sacct, name) <= 0:
+            raise ConfigError(f"sources.sacct.{name} must be positive")
+    seen: dict[str, str] = {}
+    for f in dataclasses.fields(config.outcomes):
+        for state in getattr(config.outcomes, f.name):
+            other = seen.setdefault(state.upper(), f.name)
+            if other != f.name:
+                raise ConfigError(f"outcomes: state {state} is in both '{other}' and '{f.name}'")
+    if config.logging.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError("logging.level must be DEBUG, INFO, WARNING or ERROR")
+    return config

@@ -1,0 +1,42 @@
+"""Error classes. Every failure a run records is one of these (DESIGN: errors classified)."""
+
+from __future__ import annotations
+
+
+class SlurmtelError(Exception):
+    """Base class; `kind` is what a collect run records as its error class."""
+
+    kind = "error"
+
+
+class ConfigError(SlurmtelError):
+    """The configuration is invalid (unknown key, wrong type, unreadable file)."""
+
+    kind = "config_error"
+
+
+class SourceUnavailable(SlurmtelError):
+    """A source could not be read: command missing, timed out, exited non-zero, host down."""
+
+    kind = "source_unavailable"
+
+
+class ParseError(SlurmtelError):
+    """Input that cannot be read as a whole (truncated JSON, unknown schema, missing column).
+
+    Single bad records are not errors: they become `Rejected` records and are quarantined.
+    """
+
+    kind = "parse_error"
+
+
+class DatabaseUnavailable(SlurmtelError):
+    """PostgreSQL could not be reached."""
+
+    kind = "database_unavailable"
+
+
+class SchemaMissing(SlurmtelError):
+    """The database has no slurmtel schema, or an older one: run `slurmtel db upgrade`."""
+
+    kind = "schema_missing"

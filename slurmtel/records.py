@@ -1,0 +1,194 @@
+"""Typed records passed between the layers: parsers produce them, the store writes them.
+
+Frozen dataclasses; datetimes are aware UTC; units are in the names (`_seconds`, `_bytes`,
+`_watts`, `_joules`, `_percent`, `_at`). A GPU is identified by its UUID (a MIG instance by
+its MIG UUID) everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobAttempt:
+    """One run of a job: one allocation record of `sacct -D` (steps are not attempts).
+
+    Natural key: (cluster, job_id_raw, submit_at). Slurm resets the submit time on requeue,
+    and job ids are reused after a controller state wipe, so each attempt has its own key.
+    """
+
+    cluster: str
+    job_id_raw: int
+    submit_at: datetime
+    # the id users see: "2", "10_4", "123+1"
+    job_id: str
+    name: str
+    user: str
+    account: str
+    partition: str
+    # base state without decorations: "CANCELLED" for "CANCELLED by 0", "RUNNING", "FOO" ...
+    state: str
+    eligible_at: datetime | None
+    start_at: datetime | None
+    end_at: datetime | None
+    alloc_gpus: int
+    # AllocTRES as a name -> count map, e.g. {"cpu": 2, "gres/gpu": 2, "gres/gpu:h100": 2}
+    alloc_tres: dict[str, int] = field(default_factory=dict, hash=False)
+    req_tres: dict[str, int] = field(default_factory=dict, hash=False)
+    alloc_cpus: int = 0
+    qos: str = ""
+    wckey: str = ""
+    # the GPU type when the allocation names exactly one ("h100"), else ""
+    gpu_model: str = ""
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
+    # slurmdbd's job_db_inx, exact attempt identity where sacct -P shows it
+    db_index: int | None = None
+    # "1:0", "0:15"; "" when Slurm shows none
+    exit_code: str = ""
+    state_reason: str = ""
+    time_limit_seconds: int | None = None
+    nodelist: str = ""
+    nodes: tuple[str, ...] = ()
+    uid: int | None = None
+    work_dir: str = ""
+    submit_line: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A record a parser could not accept. Stored in the quarantine table with its reason."""
+
+    source: str
+    # the file or command it came from
+    origin: str
+    # what identifies it, as far as it could be read ("job 123", "line 17")
+    record_key: str
+    reason: str
+    raw: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInventory:
+    """One GPU (or MIG instance) of a node, as the node agent or DCGM sees it."""
+
+    node: str
+    gpu_uuid: str
+    index: int
+    model: str
+    observed_at: datetime
+    memory_total_bytes: int | None = None
+    minor_number: int | None = None
+    pci_bus_id: str = ""
+    driver_version: str = ""
+    cuda_version: str = ""
+    vbios_version: str = ""
+    # "enabled", "disabled" or "" (not supported)
+    mig_mode: str = ""
+    # a MIG instance's parent GPU UUID; "" for a whole GPU
+    parent_gpu_uuid: str = ""
+    mig_profile: str = ""
+    # share of the parent GPU a MIG instance represents (slices / 7, or SM share); 1.0 for a GPU
+    gpu_fraction: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSummary:
+    """What one GPU did during one window (default 30 s).
+
+    Produced by the node agent from ~1 s NVML samples, or by the dcgm source from scrapes.
+    Natural key: (source, gpu_uuid, window_start_at).
+    """
+
+    source: str
+    node: str
+    gpu_uuid: str
+    window_start_at: datetime
+    window_seconds: float
+    # which utilisation metric the numbers are: "gr_engine_active", "sm_active" or "gpu_util"
+    util_metric: str
+    sample_count: int
+    # seconds inside the window that samples cover (gaps > 2 sample periods are not covered)
+    covered_seconds: float
+    util_mean_percent: float | None
+    util_max_percent: float | None
+    # covered seconds with utilisation below the idle threshold
+    idle_seconds: float
+    # covered seconds with no process on the GPU (None when the source cannot tell)
+    no_process_seconds: float | None
+    memory_used_mean_bytes: int | None = None
+    memory_used_max_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    power_mean_watts: float | None = None
+    energy_joules: float | None = None
+    # "counter" (total-energy counter delta) or "power_integral"
+    energy_method: str = ""
+    temperature_max_celsius: float | None = None
+    sm_clock_max_mhz: float | None = None
+    # Slurm job ids seen on the GPU (processes' cgroup or environment, DCGM hpc_job label)
+    job_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuEvent:
+    """An XID or ECC event on one GPU."""
+
+    node: str
+    gpu_uuid: str
+    at: datetime
+    # "xid", "ecc_single_bit", "ecc_double_bit"
+    kind: str
+    value: int
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAllocation:
+    """One GPU held by one running job on one node, as the controller shows it (IDX)."""
+
+    cluster: str
+    job_id_raw: int
+    submit_at: datetime
+    node: str
+    gpu_index: int
+    observed_at: datetime
+    gpu_model: str = ""
+    # filled in from the node's inventory at observed_at; "" when no inventory is known
+    gpu_uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A node's GPU capacity and state at one moment (scontrol show node / sinfo --json)."""
+
+    cluster: str
+    node: str
+    observed_at: datetime
+    # Slurm's state words, e.g. ("IDLE",), ("MIXED",), ("DOWN", "DRAIN")
+    states: tuple[str, ...]
+    gpus_total: int
+    gpus_allocated: int
+    partitions: tuple[str, ...] = ()
+    gpu_model: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A job waiting in the queue at one moment, with the reason Slurm gives."""
+
+    cluster: str
+    job_id_raw: int
+    job_id: str
+    submit_at: datetime
+    observed_at: datetime
+    user: str
+    account: str
+    partition: str
+    reason: str
+    gpus_requested: int = 0
+    eligible_at: datetime | None = None

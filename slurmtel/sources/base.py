@@ -1,0 +1,58 @@
+"""What a source is, and the context a run gets."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from sqlalchemy import Engine
+
+from slurmtel.config import Config
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    config: Config
+    engine: Engine
+    # the only clock a run reads (tests pass a fixed one)
+    clock: Callable[[], datetime] = utc_now
+
+
+@dataclass
+class RunResult:
+    rows_read: int = 0
+    rows_written: int = 0
+    rows_quarantined: int = 0
+    window_start_at: datetime | None = None
+    window_end_at: datetime | None = None
+    # human-readable lines for the CLI and the run record
+    notes: list[str] = field(default_factory=list)
+
+
+class Source(Protocol):
+    """A source of records. One module per source under slurmtel/sources, registered once."""
+
+    name: str
+    description: str
+
+    def enabled(self, config: Config) -> bool: ...
+
+    def interval_seconds(self, config: Config) -> int: ...
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Options of `slurmtel collect NAME` beyond --once/--input; all must have defaults,
+        because the daemon runs `collect` with the defaults."""
+
+    def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
+        """One polling cycle: exactly what `slurmtel collect NAME --once` and the daemon run."""
+
+    def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
+        """Store a saved capture instead of reading the live source (`--input FILE`)."""

@@ -1,0 +1,74 @@
+"""Run a source once and record the run, whatever happens.
+
+Used by `slurmtel collect` and by the daemon, so both record runs the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.exc import OperationalError
+
+from slurmtel.errors import DatabaseUnavailable, SlurmtelError
+from slurmtel.sources.base import RunContext, RunResult
+from slurmtel.store.runs import finish_run, start_run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    source: str
+    status: str  # ok | partial | error
+    result: RunResult
+    error_kind: str = ""
+    message: str = ""
+
+
+def run_recorded(
+    ctx: RunContext, source: str, mode: str, work: Callable[[], RunResult]
+) -> RunOutcome:
+    """Call WORK, record the run in collect_run, classify any failure.
+
+    A run with quarantined records is 'partial'. Errors are returned, not raised, so one
+    failing source never stops the others - except a database that is down, which the caller
+    must see (nothing can be recorded then).
+    """
+    started = ctx.clock()
+    try:
+        run_id = start_run(ctx.engine, source, mode, started)
+    except OperationalError as exc:
+        raise DatabaseUnavailable(f"cannot record the {source} run: {exc.orig}") from exc
+    result = RunResult()
+    status, kind, message = "ok", "", ""
+    try:
+        result = work()
+        if result.rows_quarantined:
+            status = "partial"
+            message = f"{result.rows_quarantined} record(s) quarantined"
+    except SlurmtelError as exc:
+        status, kind, message = "error", exc.kind, str(exc)
+    except OperationalError as exc:
+        status, kind, message = "error", DatabaseUnavailable.kind, f"database error: {exc.orig}"
+    except Exception as exc:  # a bug: recorded and logged, never fatal to the daemon
+        log.exception("source %s failed", source)
+        status, kind, message = "error", "internal_error", f"{type(exc).__name__}: {exc}"
+    try:
+        finish_run(
+            ctx.engine,
+            run_id,
+            finished_at=ctx.clock(),
+            status=status,
+            error_kind=kind,
+            message=message,
+            rows_read=result.rows_read,
+            rows_written=result.rows_written,
+            rows_quarantined=result.rows_quarantined,
+            window_start_at=result.window_start_at,
+            window_end_at=result.window_end_at,
+        )
+    except OperationalError as exc:
+        log.warning("could not record the end of the %s run: %s", source, exc.orig)
+    return RunOutcome(source, status, result, kind, message)

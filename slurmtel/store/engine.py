@@ -1,0 +1,64 @@
+"""Engines: one per process, made from the config, never at import time."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+
+from slurmtel.config import Config
+from slurmtel.errors import DatabaseUnavailable, SchemaMissing
+from slurmtel.store.embedded import embedded_url
+
+
+def normalize_url(url: str) -> str:
+    """Accept plain postgresql:// URLs (libpq style) and use psycopg 3 for them."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def database_url(config: Config) -> str:
+    url = config.database_url()
+    if url is None:
+        return embedded_url(config.state_dir())
+    return normalize_url(url)
+
+
+def make_engine(config: Config, url: str | None = None) -> Engine:
+    engine = create_engine(
+        url or database_url(config),
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": config.database.connect_timeout_seconds},
+    )
+    return engine
+
+
+def check_connection(engine: Engine) -> None:
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {engine.url.render_as_string(hide_password=True)}: "
+            f"{exc.orig}"
+        ) from exc
+
+
+def require_schema(engine: Engine) -> None:
+    """Fail clearly when the schema is missing or older than this slurmtel."""
+    from slurmtel.store.migrate import current_revision, head_revision
+
+    check_connection(engine)
+    current = current_revision(engine)
+    head = head_revision()
+    if current is None:
+        raise SchemaMissing(
+            "the database has no slurmtel schema yet: run `slurmtel db upgrade` first"
+        )
+    if current != head:
+        raise SchemaMissing(
+            f"the database schema is at {current}, this slurmtel needs {head}: "
+            "run `slurmtel db upgrade`"
+        )

@@ -1,0 +1,184 @@
+"""Job attempts: bulk upsert on the natural key, job linking, outcome classes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from slurmtel.records import JobAttempt
+
+# States an attempt ends in when Slurm runs the same job again (sacct -D shows each attempt).
+REQUEUE_STATES = ("REQUEUED", "NODE_FAIL", "PREEMPTED", "REQUEUE_FED", "REQUEUE_HOLD")
+
+
+def _tres(value: Mapping[str, int]) -> str:
+    return json.dumps(dict(sorted(value.items())), separators=(",", ":"))
+
+
+# (column, PostgreSQL type for binary COPY, value from the record) - the one column list
+# that the staging table, the COPY and the upsert share.
+COLUMNS: tuple[tuple[str, str, Callable[[JobAttempt], Any]], ...] = (
+    ("cluster", "text", lambda a: a.cluster),
+    ("job_id_raw", "int8", lambda a: a.job_id_raw),
+    ("submit_at", "timestamptz", lambda a: a.submit_at),
+    ("job_id", "text", lambda a: a.job_id),
+    ("name", "text", lambda a: a.name),
+    ("user_name", "text", lambda a: a.user),
+    ("uid", "int4", lambda a: a.uid),
+    ("account", "text", lambda a: a.account),
+    ("partition", "text", lambda a: a.partition),
+    ("qos", "text", lambda a: a.qos),
+    ("wckey", "text", lambda a: a.wckey),
+    ("state", "text", lambda a: a.state),
+    ("state_reason", "text", lambda a: a.state_reason),
+    ("exit_code", "text", lambda a: a.exit_code),
+    ("eligible_at", "timestamptz", lambda a: a.eligible_at),
+    ("start_at", "timestamptz", lambda a: a.start_at),
+    ("end_at", "timestamptz", lambda a: a.end_at),
+    ("time_limit_seconds", "int8", lambda a: a.time_limit_seconds),
+    ("alloc_gpus", "int4", lambda a: a.alloc_gpus),
+    ("alloc_cpus", "int4", lambda a: a.alloc_cpus),
+    ("gpu_model", "text", lambda a: a.gpu_model),
+    ("alloc_tres", "jsonb", lambda a: _tres(a.alloc_tres)),
+    ("req_tres", "jsonb", lambda a: _tres(a.req_tres)),
+    ("array_job_id", "int8", lambda a: a.array_job_id),
+    ("array_task_id", "int4", lambda a: a.array_task_id),
+    ("het_job_id", "int8", lambda a: a.het_job_id),
+    ("het_job_offset", "int4", lambda a: a.het_job_offset),
+    ("db_index", "int8", lambda a: a.db_index),
+    ("nodelist", "text", lambda a: a.nodelist),
+    ("nodes", "text[]", lambda a: list(a.nodes)),
+    ("work_dir", "text", lambda a: a.work_dir),
+    ("submit_line", "text", lambda a: a.submit_line),
+)
+COLUMN_NAMES = tuple(c for c, _, _ in COLUMNS)
+KEY = ("cluster", "job_id_raw", "submit_at")
+
+
+@dataclass(frozen=True)
+class WriteStats:
+    received: int
+    inserted: int
+    updated: int
+
+    @property
+    def unchanged(self) -> int:
+        return self.received - self.inserted - self.updated
+
+
+def attempt_rows(attempts: Iterable[JobAttempt]) -> list[tuple[Any, ...]]:
+    """Rows in COLUMNS order, one per natural key (a later record of the same key wins)."""
+    by_key: dict[tuple[str, int, Any], JobAttempt] = {}
+    for attempt in attempts:
+        by_key[(attempt.cluster, attempt.job_id_raw, attempt.submit_at)] = attempt
+    getters = [g for _, _, g in COLUMNS]
+    return [tuple(g(a) for g in getters) for a in by_key.values()]
+
+
+def copy_rows(conn: Connection, table: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Binary COPY of ROWS (in COLUMNS order) into TABLE."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    cols = ", ".join(COLUMN_NAMES)
+    with raw.cursor() as cur, cur.copy(f"COPY {table} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types([t for _, t, _ in COLUMNS])
+        for row in rows:
+            copy.write_row(row)
+
+
+def write_attempts(conn: Connection, attempts: Iterable[JobAttempt]) -> WriteStats:
+    """Insert new attempts and update changed ones, in the caller's transaction.
+
+    Idempotent: writing the same records again changes no row (updated_at included).
+    """
+    rows = attempt_rows(attempts)
+    if not rows:
+        return WriteStats(0, 0, 0)
+    conn.execute(
+        text(
+            "CREATE TEMP TABLE IF NOT EXISTS attempt_stage "
+            "(LIKE job_attempt INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+        )
+    )
+    conn.execute(text("TRUNCATE attempt_stage"))
+    copy_rows(conn, "attempt_stage", rows)
+    cols = ", ".join(COLUMN_NAMES)
+    non_key = [c for c in COLUMN_NAMES if c not in KEY]
+    assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in non_key)
+    current = ", ".join(f"job_attempt.{c}" for c in non_key)
+    incoming = ", ".join(f"EXCLUDED.{c}" for c in non_key)
+    result = conn.execute(
+        text(
+            f"""
+            WITH written AS (
+                INSERT INTO job_attempt ({cols})
+                SELECT {cols} FROM attempt_stage
+                ON CONFLICT (cluster, job_id_raw, submit_at) DO UPDATE
+                SET {assignments}, updated_at = now()
+                WHERE ({current}) IS DISTINCT FROM ({incoming})
+                RETURNING (xmax = 0) AS inserted
+            )
+            SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM written
+            """
+        )
+    ).one()
+    inserted, updated = int(result[0]), int(result[1])
+    if inserted or updated:
+        link_jobs(conn)
+    return WriteStats(len(rows), inserted, updated)
+
+
+def link_jobs(conn: Connection) -> None:
+    """Group the attempts of the staged job ids into jobs.
+
+    Attempts with the same (cluster, job_id_raw) belong to one job while each one follows an
+    attempt that ended in a requeue state for the same user; anything else (a reused id)
+    starts a new job. Sets job_submit_at (the first attempt's submit time) and attempt_number.
+    """
+    requeue = ", ".join(f"'{s}'" for s in REQUEUE_STATES)
+    conn.execute(
+        text(
+            f"""
+            WITH touched AS (SELECT DISTINCT cluster, job_id_raw FROM attempt_stage),
+            ordered AS (
+                SELECT a.cluster, a.job_id_raw, a.submit_at,
+                       CASE WHEN lag(a.state) OVER w IN ({requeue})
+                                 AND lag(a.user_name) OVER w = a.user_name
+                            THEN 0 ELSE 1 END AS starts_job
+                FROM job_attempt a JOIN touched t USING (cluster, job_id_raw)
+                WINDOW w AS (PARTITION BY a.cluster, a.job_id_raw ORDER BY a.submit_at)
+            ),
+            chained AS (
+                SELECT *, sum(starts_job) OVER (PARTITION BY cluster, job_id_raw ORDER BY submit_at) AS chain
+                FROM ordered
+            ),
+            keyed AS (
+                SELECT cluster, job_id_raw, submit_at,
+                       min(submit_at) OVER (PARTITION BY cluster, job_id_raw, chain) AS job_submit_at,
+                       row_number() OVER (PARTITION BY cluster, job_id_raw, chain ORDER BY submit_at)
+                           AS attempt_number
+                FROM chained
+            )
+            UPDATE job_attempt a
+            SET job_submit_at = k.job_submit_at, attempt_number = k.attempt_number, updated_at = now()
+            FROM keyed k
+            WHERE a.cluster = k.cluster AND a.job_id_raw = k.job_id_raw AND a.submit_at = k.submit_at
+              AND (a.job_submit_at, a.attempt_number) IS DISTINCT FROM (k.job_submit_at, k.attempt_number)
+            """
+        )
+    )
+
+
+def sync_outcome_classes(conn: Connection, mapping: Mapping[str, str]) -> None:
+    """Make the outcome_class table equal the configured state -> class mapping."""
+    rows = [{"state": s, "outcome": o} for s, o in sorted(mapping.items())]
+    current = {r.state: r.outcome for r in conn.execute(text("SELECT state, outcome FROM outcome_class"))}
+    if current == dict(mapping):
+        return
+    conn.execute(text("DELETE FROM outcome_class"))
+    if rows:
+        conn.execute(text("INSERT INTO outcome_class (state, outcome) VALUES (:state, :outcome)"), rows)

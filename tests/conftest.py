@@ -1,0 +1,102 @@
+"""Shared test fixtures: a real PostgreSQL, the real captures, a fixed clock.
+
+PostgreSQL: the server named by SLURMTEL_TEST_DSN (a libpq/SQLAlchemy URL whose user may
+create databases), else an embedded server (pgserver) started for this test session. Either
+way the session works in a database of its own, created with the real Alembic migrations and
+dropped at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+from slurmtel.config import Config
+from slurmtel.sources.base import RunContext
+from slurmtel.store.engine import normalize_url
+from slurmtel.store.migrate import upgrade
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def fixture_path(*parts: str) -> Path:
+    path = FIXTURES.joinpath(*parts)
+    assert path.exists(), f"missing fixture {path}"
+    return path
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """URL of a database on which this session may CREATE DATABASE."""
+    dsn = os.environ.get("SLURMTEL_TEST_DSN")
+    if dsn:
+        yield normalize_url(dsn)
+        return
+    import pgserver
+
+    with tempfile.TemporaryDirectory(prefix="slurmtel-test-pg-") as tmp:
+        server = pgserver.get_server(Path(tmp) / "pgdata", cleanup_mode="stop")
+        from slurmtel.store.embedded import _sqlalchemy_url
+
+        yield _sqlalchemy_url(server.get_uri(), "postgres")
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str) -> Iterator[str]:
+    name = f"slurmtel_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    engine = create_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    yield url
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def _session_engine(database_url: str) -> Iterator[Engine]:
+    engine = create_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def engine(_session_engine: Engine) -> Engine:
+    """The test database with every slurmtel table emptied."""
+    with _session_engine.begin() as conn:
+        tables = conn.execute(
+            text(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                "AND tablename <> 'alembic_version' "
+                "AND tablename NOT IN (SELECT inhrelid::regclass::text FROM pg_inherits)"
+            )
+        ).scalars().all()
+        if tables:
+            conn.execute(text("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " RESTART IDENTITY CASCADE"))
+    return _session_engine
+
+
+@pytest.fixture
+def config() -> Config:
+    return Config()
+
+
+FIXED_NOW = datetime(2026, 12, 2, 14, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def ctx(config: Config, engine: Engine) -> RunContext:
+    return RunContext(config=config, engine=engine, clock=lambda: FIXED_NOW)
