@@ -20,7 +20,6 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from slurmtel.config import Config
-from slurmtel.sources.base import RunContext
 from slurmtel.store.engine import normalize_url
 from slurmtel.store.migrate import upgrade
 
@@ -98,5 +97,7 @@ FIXED_NOW = datetime(2026, 12, 2, 14, 0, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def ctx(config: Config, engine: Engine) -> RunContext:
+def ctx(config: Config, engine: Engine):  # type: ignore[no-untyped-def]
+    from slurmtel.sources.base import RunContext
+
     return RunContext(config=config, engine=engine, clock=lambda: FIXED_NOW)

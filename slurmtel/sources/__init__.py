@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from slurmtel.sources.base import Source
 from slurmtel.sources.sacct import SacctSource
 
@@ -13,3 +15,10 @@ def get_source(name: str) -> Source:
         return SOURCES[name]
     except KeyError:
         raise KeyError(f"unknown source '{name}' (known: {', '.join(sorted(SOURCES))})") from None
+
+
+def default_options(source: Source) -> argparse.Namespace:
+    """The options `slurmtel collect NAME --once` gets with no flags: what the daemon passes."""
+    parser = argparse.ArgumentParser(add_help=False)
+    source.add_arguments(parser)
+    return parser.parse_args([])

@@ -16,7 +16,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from slurmtel.config import Config, SacctSourceConfig
-from slurmtel.errors import ConfigError, ParseError, SourceUnavailable
+from slurmtel.errors import ConfigError, SourceUnavailable
 from slurmtel.parsers.sacct_json import parse_sacct_json
 from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, SACCT_FIELDS, parse_sacct_parsable
 from slurmtel.records import JobAttempt, Rejected
@@ -204,5 +204,3 @@ def _time_option(value: str | None, now: datetime, zone: ZoneInfo, flag: str) ->
 def _split(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
-
-__all__ = ["NAME", "ParseError", "SacctSource", "run_sacct", "store_records"]

@@ -98,15 +98,16 @@ def write_attempts(conn: Connection, attempts: Iterable[JobAttempt]) -> WriteSta
     rows = attempt_rows(attempts)
     if not rows:
         return WriteStats(0, 0, 0)
+    cols = ", ".join(COLUMN_NAMES)
+    # same column types as job_attempt, no constraints; emptied at commit
     conn.execute(
         text(
-            "CREATE TEMP TABLE IF NOT EXISTS attempt_stage "
-            "(LIKE job_attempt INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+            f"CREATE TEMP TABLE IF NOT EXISTS attempt_stage ON COMMIT DELETE ROWS "
+            f"AS SELECT {cols} FROM job_attempt WITH NO DATA"
         )
     )
     conn.execute(text("TRUNCATE attempt_stage"))
     copy_rows(conn, "attempt_stage", rows)
-    cols = ", ".join(COLUMN_NAMES)
     non_key = [c for c in COLUMN_NAMES if c not in KEY]
     assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in non_key)
     current = ", ".join(f"job_attempt.{c}" for c in non_key)

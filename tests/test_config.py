@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from slurmtel.config import Config, config_from_dict, iter_keys, load_config
+from slurmtel.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "config" / "slurmtel.example.toml"
+
+
+def test_defaults_without_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("SLURMTEL_CONFIG", raising=False)
+    monkeypatch.setattr("slurmtel.config.DEFAULT_CONFIG_PATH", tmp_path / "absent.toml")
+    assert load_config() == Config()
+
+
+def test_unknown_keys_are_rejected_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"unknown key 'sources\.sacct\.intervall_seconds'"):
+        config_from_dict({"sources": {"sacct": {"intervall_seconds": 5}}})
+    with pytest.raises(ConfigError, match=r"unknown key 'sitee'"):
+        config_from_dict({"sitee": {}})
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"sources": {"sacct": {"interval_seconds": "5"}}}, "must be a int"),
+        ({"sources": {"sacct": {"enabled": 1}}}, "true or false"),
+        ({"sources": {"sacct": {"clusters": "lab"}}}, "must be a list"),
+        ({"site": {"timezone": "Mars/Olympus"}}, "unknown time zone"),
+        ({"sources": {"sacct": {"format": "xml"}}}, "json' or 'parsable"),
+        ({"outcomes": {"completed": ["COMPLETED"], "cancelled": ["COMPLETED"]}}, "in both"),
+    ],
+)
+def test_bad_values_are_explained(data: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(data)
+
+
+def test_the_example_config_loads_and_equals_the_defaults() -> None:
+    loaded = load_config(EXAMPLE)
+    assert loaded == Config()
+
+
+def test_every_key_is_in_the_example_config_and_the_readme() -> None:
+    example = EXAMPLE.read_text()
+    readme = (ROOT / "README.md").read_text()
+    tables: dict[str, set[str]] = {}
+    table = ""
+    for line in example.splitlines():
+        if m := re.match(r"^\[([a-z_.]+)\]", line):
+            table = m.group(1)
+        elif m := re.match(r"^([a-z_]+)\s*=", line):
+            tables.setdefault(table, set()).add(m.group(1))
+    documented = {f"{t}.{k}" for t, keys in tables.items() for k in keys}
+    keys = set(iter_keys())
+    assert keys - documented == set(), "keys missing from config/slurmtel.example.toml"
+    assert documented - keys == set(), "the example documents keys the code does not have"
+    missing = sorted(k for k in keys if f"`{k}`" not in readme)
+    assert missing == [], "keys missing from README.md's configuration table"
+
+
+def test_database_url_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    secret = tmp_path / "db-url"
+    secret.write_text("postgresql://from-file/db\n")
+    monkeypatch.delenv("SLURMTEL_DATABASE_URL", raising=False)
+    assert config_from_dict({}).database_url() is None
+    assert config_from_dict({"database": {"url_file": str(secret)}}).database_url() == "postgresql://from-file/db"
+    monkeypatch.setenv("SLURMTEL_DATABASE_URL", "postgresql://from-env/db")
+    assert config_from_dict({"database": {"url_file": str(secret)}}).database_url() == "postgresql://from-env/db"
+    assert config_from_dict({"database": {"url": "postgresql://from-config/db"}}).database_url() == (
+        "postgresql://from-config/db"
+    )
