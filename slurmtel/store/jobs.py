@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.records import JobAttempt
+from slurmtel.store.copy import copy_rows
 
 # States an attempt ends in when Slurm runs the same job again (sacct -D shows each attempt).
 REQUEUE_STATES = ("REQUEUED", "NODE_FAIL", "PREEMPTED", "REQUEUE_FED", "REQUEUE_HOLD")
@@ -79,15 +80,9 @@ def attempt_rows(attempts: Iterable[JobAttempt]) -> list[tuple[Any, ...]]:
     return [tuple(g(a) for g in getters) for a in by_key.values()]
 
 
-def copy_rows(conn: Connection, table: str, rows: Sequence[tuple[Any, ...]]) -> None:
+def copy_attempt_rows(conn: Connection, table: str, rows: Sequence[tuple[Any, ...]]) -> None:
     """Binary COPY of ROWS (in COLUMNS order) into TABLE."""
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    cols = ", ".join(COLUMN_NAMES)
-    with raw.cursor() as cur, cur.copy(f"COPY {table} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
-        copy.set_types([t for _, t, _ in COLUMNS])
-        for row in rows:
-            copy.write_row(row)
+    copy_rows(conn, table, [(c, t) for c, t, _ in COLUMNS], rows)
 
 
 def write_attempts(conn: Connection, attempts: Iterable[JobAttempt]) -> WriteStats:
@@ -107,7 +102,7 @@ def write_attempts(conn: Connection, attempts: Iterable[JobAttempt]) -> WriteSta
         )
     )
     conn.execute(text("TRUNCATE attempt_stage"))
-    copy_rows(conn, "attempt_stage", rows)
+    copy_attempt_rows(conn, "attempt_stage", rows)
     non_key = [c for c in COLUMN_NAMES if c not in KEY]
     assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in non_key)
     current = ", ".join(f"job_attempt.{c}" for c in non_key)

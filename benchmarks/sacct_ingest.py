@@ -1,0 +1,121 @@
+"""sacct ingest throughput: parse + store of `sacct --json` output, against raw binary COPY.
+
+Generates N attempts in the sacct --json shape of Slurm 24.11 (slurmtel.simulate), split into
+documents of --batch jobs (one document = one sacct call of the daemon), then measures in one
+run:
+  ingest: parse_sacct_json + the sacct source's store path (COPY to a staging table, upsert
+          on the natural key, job linking), into an empty job_attempt table;
+  copy:   binary COPY of the very same final rows straight into an empty job_attempt table.
+Prints jobs/s for both, their ratio, and the target (>= 20,000 jobs/s end to end).
+
+    python benchmarks/sacct_ingest.py [--jobs 200000] [--batch 20000] [--dsn URL]
+
+Without --dsn it uses $SLURMTEL_TEST_DSN / $SLURMTEL_DATABASE_URL, else an embedded PostgreSQL;
+it works in a scratch database it creates and drops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from slurmtel.config import Config
+from slurmtel.parsers.sacct_json import parse_sacct_json
+from slurmtel.records import JobAttempt
+from slurmtel.simulate import render_sacct_json, synthetic_jobs
+from slurmtel.sources.base import RunContext, RunResult
+from slurmtel.sources.sacct import store_records
+from slurmtel.store.engine import normalize_url
+from slurmtel.store.jobs import attempt_rows, copy_attempt_rows
+from slurmtel.store.migrate import upgrade
+
+TARGET_JOBS_PER_SECOND = 20_000
+
+
+def server_url(dsn: str | None) -> tuple[str, object | None]:
+    url = dsn or os.environ.get("SLURMTEL_TEST_DSN") or os.environ.get("SLURMTEL_DATABASE_URL")
+    if url:
+        return normalize_url(url), None
+    import pgserver
+
+    from slurmtel.store.embedded import _sqlalchemy_url
+
+    tmp = tempfile.mkdtemp(prefix="slurmtel-bench-")
+    server = pgserver.get_server(Path(tmp) / "pgdata", cleanup_mode="delete")
+    return _sqlalchemy_url(server.get_uri(), "postgres"), server
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=200_000)
+    parser.add_argument("--batch", type=int, default=20_000, help="jobs per sacct --json document")
+    parser.add_argument("--dsn", default=None)
+    args = parser.parse_args()
+
+    base, _server = server_url(args.dsn)
+    name = f"slurmtel_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    engine = create_engine(make_url(base).set(database=name))
+    try:
+        upgrade(engine)
+        print(f"generating {args.jobs:,} jobs in documents of {args.batch:,} ...", flush=True)
+        jobs = list(synthetic_jobs(args.jobs, start=datetime(2026, 11, 1, tzinfo=UTC)))
+        documents = [
+            render_sacct_json(jobs[i : i + args.batch]) for i in range(0, len(jobs), args.batch)
+        ]
+        megabytes = sum(len(d) for d in documents) / 1e6
+        print(f"  {len(documents)} documents, {megabytes:,.0f} MB of JSON")
+
+        ctx = RunContext(config=Config(), engine=engine)
+        parse_seconds = 0.0
+        t0 = time.perf_counter()
+        attempts: list[JobAttempt] = []
+        for document in documents:
+            p0 = time.perf_counter()
+            records = parse_sacct_json(document, origin="benchmark")
+            parse_seconds += time.perf_counter() - p0
+            store_records(ctx, records, RunResult(), cursor_scope=None, cursor_at=None)
+            attempts.extend(r for r in records if isinstance(r, JobAttempt))
+        ingest_seconds = time.perf_counter() - t0
+        with engine.connect() as conn:
+            stored = conn.execute(text("SELECT count(*) FROM job_attempt")).scalar_one()
+        assert stored == len(attempts) == args.jobs, (stored, len(attempts))
+
+        rows = attempt_rows(attempts)
+        with engine.begin() as conn:
+            conn.execute(text("TRUNCATE job_attempt"))
+        t0 = time.perf_counter()
+        with engine.begin() as conn:
+            for i in range(0, len(rows), args.batch):
+                copy_attempt_rows(conn, "job_attempt", rows[i : i + args.batch])
+        copy_seconds = time.perf_counter() - t0
+
+        ingest_rate = args.jobs / ingest_seconds
+        copy_rate = args.jobs / copy_seconds
+        print(f"ingest (parse + store): {ingest_seconds:7.2f} s  {ingest_rate:10,.0f} jobs/s"
+              f"  (parse alone {parse_seconds:.2f} s, {args.jobs / parse_seconds:,.0f} jobs/s)")
+        print(f"binary COPY, same rows: {copy_seconds:7.2f} s  {copy_rate:10,.0f} jobs/s")
+        print(f"ratio ingest / COPY:    {ingest_rate / copy_rate:.2f}")
+        verdict = "met" if ingest_rate >= TARGET_JOBS_PER_SECOND else "NOT met"
+        print(f"target: >= {TARGET_JOBS_PER_SECOND:,} jobs/s end to end: {verdict}")
+        return 0
+    finally:
+        engine.dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,402 @@
+"""Telemetry storage: GPU window summaries (partitioned by day, COPY), events, inventory,
+live GPU allocations, node states and pending jobs.
+
+This module is the one seam in front of the raw sample store (DESIGN §5): attribution reads
+summaries only through the views and functions here, so a Citus or Prometheus-backed store
+can replace it without touching attribution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from psycopg.errors import UniqueViolation
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import IntegrityError
+
+from slurmtel.records import GpuAllocation, GpuEvent, GpuInventory, GpuSummary, NodeState, PendingJob
+from slurmtel.store.copy import copy_rows
+
+PARTITIONED_TABLE = "gpu_summary"
+
+SUMMARY_COLUMNS: tuple[tuple[str, str, Callable[[GpuSummary], Any]], ...] = (
+    ("source", "text", lambda s: s.source),
+    ("node", "text", lambda s: s.node),
+    ("gpu_uuid", "text", lambda s: s.gpu_uuid),
+    ("window_start_at", "timestamptz", lambda s: s.window_start_at),
+    ("window_seconds", "float4", lambda s: s.window_seconds),
+    ("util_metric", "text", lambda s: s.util_metric),
+    ("sample_count", "int4", lambda s: s.sample_count),
+    ("covered_seconds", "float4", lambda s: s.covered_seconds),
+    ("util_mean_percent", "float4", lambda s: s.util_mean_percent),
+    ("util_max_percent", "float4", lambda s: s.util_max_percent),
+    ("idle_seconds", "float4", lambda s: s.idle_seconds),
+    ("no_process_seconds", "float4", lambda s: s.no_process_seconds),
+    ("memory_used_mean_bytes", "int8", lambda s: s.memory_used_mean_bytes),
+    ("memory_used_max_bytes", "int8", lambda s: s.memory_used_max_bytes),
+    ("memory_total_bytes", "int8", lambda s: s.memory_total_bytes),
+    ("power_mean_watts", "float4", lambda s: s.power_mean_watts),
+    ("energy_joules", "float8", lambda s: s.energy_joules),
+    ("energy_method", "text", lambda s: s.energy_method),
+    ("temperature_max_celsius", "float4", lambda s: s.temperature_max_celsius),
+    ("sm_clock_max_mhz", "float4", lambda s: s.sm_clock_max_mhz),
+    ("job_ids", "text[]", lambda s: list(s.job_ids)),
+)
+_COPY_COLUMNS = [(c, t) for c, t, _ in SUMMARY_COLUMNS] + [("batch_id", "int8")]
+
+
+@dataclass(frozen=True)
+class SummaryWriteStats:
+    batch_id: int | None
+    received: int
+    inserted: int
+
+    @property
+    def duplicates(self) -> int:
+        return self.received - self.inserted
+
+
+def summary_rows(summaries: Iterable[GpuSummary], batch_id: int) -> list[tuple[Any, ...]]:
+    getters = [g for _, _, g in SUMMARY_COLUMNS]
+    return [(*(g(s) for g in getters), batch_id) for s in summaries]
+
+
+# ---------------------------------------------------------------- partitions
+
+
+def partition_name(day: date) -> str:
+    return f"{PARTITIONED_TABLE}_{day:%Y%m%d}"
+
+
+def existing_partitions(conn: Connection) -> dict[str, date]:
+    names = conn.execute(
+        text(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = :parent"
+        ),
+        {"parent": PARTITIONED_TABLE},
+    ).scalars()
+    result = {}
+    for name in names:
+        stamp = name.rsplit("_", 1)[-1]
+        result[name] = date(int(stamp[:4]), int(stamp[4:6]), int(stamp[6:]))
+    return result
+
+
+def ensure_partitions(conn: Connection, first: date, last: date) -> list[str]:
+    """Create the daily partitions (UTC days) from FIRST to LAST that do not exist yet."""
+    existing = existing_partitions(conn)
+    created = []
+    day = first
+    while day <= last:
+        name = partition_name(day)
+        if name not in existing:
+            lo = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            hi = lo + timedelta(days=1)
+            conn.execute(
+                text(
+                    f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {PARTITIONED_TABLE} "
+                    f"FOR VALUES FROM ('{lo.isoformat()}') TO ('{hi.isoformat()}')"
+                )
+            )
+            created.append(name)
+        day += timedelta(days=1)
+    return created
+
+
+def drop_partitions_before(conn: Connection, cutoff: date) -> list[str]:
+    """Drop the daily partitions that end on or before CUTOFF (retention)."""
+    dropped = []
+    for name, day in sorted(existing_partitions(conn).items(), key=lambda kv: kv[1]):
+        if day + timedelta(days=1) <= cutoff:
+            conn.execute(text(f"DROP TABLE {name}"))
+            dropped.append(name)
+    return dropped
+
+
+# ---------------------------------------------------------------- summaries
+
+
+def write_summaries(conn: Connection, summaries: Sequence[GpuSummary], *, source: str, node: str = "") -> SummaryWriteStats:
+    """Store window summaries once each, in the caller's transaction.
+
+    The common case (nothing stored yet) is a plain binary COPY into the partitioned table.
+    A retried pull brings rows that exist already; then the batch goes through a staging
+    table and only the new rows are inserted.
+    """
+    if not summaries:
+        return SummaryWriteStats(None, 0, 0)
+    windows = [s.window_start_at for s in summaries]
+    lo, hi = min(windows), max(windows)
+    batch_id = int(
+        conn.execute(
+            text(
+                "INSERT INTO ingest_batch (source, node, window_min_at, window_max_at, rows) "
+                "VALUES (:source, :node, :lo, :hi, :rows) RETURNING id"
+            ),
+            {"source": source, "node": node, "lo": lo, "hi": hi, "rows": len(summaries)},
+        ).scalar_one()
+    )
+    ensure_partitions(conn, lo.astimezone(UTC).date(), hi.astimezone(UTC).date())
+    unique = {(s.gpu_uuid, s.window_start_at, s.source): s for s in summaries}
+    rows = summary_rows(unique.values(), batch_id)
+    savepoint = conn.begin_nested()
+    try:
+        copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)
+        savepoint.commit()
+        inserted = len(rows)
+    except (UniqueViolation, IntegrityError):
+        savepoint.rollback()
+        inserted = _insert_new_summaries(conn, rows)
+    if inserted == 0:
+        conn.execute(text("DELETE FROM ingest_batch WHERE id = :id"), {"id": batch_id})
+        return SummaryWriteStats(None, len(summaries), 0)
+    if inserted != len(summaries):
+        conn.execute(text("UPDATE ingest_batch SET rows = :n WHERE id = :id"), {"n": inserted, "id": batch_id})
+    return SummaryWriteStats(batch_id, len(summaries), inserted)
+
+
+def _insert_new_summaries(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> int:
+    names = ", ".join(c for c, _ in _COPY_COLUMNS)
+    conn.execute(
+        text(
+            f"CREATE TEMP TABLE IF NOT EXISTS summary_stage ON COMMIT DELETE ROWS "
+            f"AS SELECT {names} FROM {PARTITIONED_TABLE} WITH NO DATA"
+        )
+    )
+    conn.execute(text("TRUNCATE summary_stage"))
+    copy_rows(conn, "summary_stage", _COPY_COLUMNS, rows)
+    result = conn.execute(
+        text(
+            f"INSERT INTO {PARTITIONED_TABLE} ({names}) SELECT {names} FROM summary_stage "
+            "ON CONFLICT (gpu_uuid, window_start_at, source) DO NOTHING"
+        )
+    )
+    return int(result.rowcount or 0)
+
+
+# ---------------------------------------------------------------- events and inventory
+
+
+def write_events(conn: Connection, events: Iterable[GpuEvent]) -> int:
+    rows = [
+        {"node": e.node, "gpu_uuid": e.gpu_uuid, "at": e.at, "kind": e.kind, "value": e.value, "detail": e.detail}
+        for e in events
+    ]
+    if not rows:
+        return 0
+    result = conn.execute(
+        text(
+            "INSERT INTO gpu_event (node, gpu_uuid, at, kind, value, detail) "
+            "VALUES (:node, :gpu_uuid, :at, :kind, :value, :detail) ON CONFLICT DO NOTHING"
+        ),
+        rows,
+    )
+    return int(result.rowcount or 0)
+
+
+def write_inventory(conn: Connection, inventory: Iterable[GpuInventory], *, source: str) -> int:
+    rows = [
+        {
+            "source": source, "node": g.node, "gpu_uuid": g.gpu_uuid, "gpu_index": g.index, "model": g.model,
+            "memory_total_bytes": g.memory_total_bytes, "minor_number": g.minor_number,
+            "pci_bus_id": g.pci_bus_id, "driver_version": g.driver_version, "cuda_version": g.cuda_version,
+            "vbios_version": g.vbios_version, "mig_mode": g.mig_mode, "parent_gpu_uuid": g.parent_gpu_uuid,
+            "mig_profile": g.mig_profile, "gpu_fraction": g.gpu_fraction, "at": g.observed_at,
+        }
+        for g in inventory
+    ]
+    if not rows:
+        return 0
+    conn.execute(
+        text(
+            """
+            INSERT INTO gpu_inventory (source, node, gpu_uuid, gpu_index, model, memory_total_bytes,
+                minor_number, pci_bus_id, driver_version, cuda_version, vbios_version, mig_mode,
+                parent_gpu_uuid, mig_profile, gpu_fraction, first_seen_at, last_seen_at)
+            VALUES (:source, :node, :gpu_uuid, :gpu_index, :model, :memory_total_bytes, :minor_number,
+                :pci_bus_id, :driver_version, :cuda_version, :vbios_version, :mig_mode,
+                :parent_gpu_uuid, :mig_profile, :gpu_fraction, :at, :at)
+            ON CONFLICT (node, gpu_uuid, gpu_index, driver_version, cuda_version, vbios_version, mig_profile)
+            DO UPDATE SET last_seen_at = greatest(gpu_inventory.last_seen_at, EXCLUDED.last_seen_at),
+                first_seen_at = least(gpu_inventory.first_seen_at, EXCLUDED.first_seen_at),
+                model = EXCLUDED.model, memory_total_bytes = EXCLUDED.memory_total_bytes,
+                minor_number = EXCLUDED.minor_number, pci_bus_id = EXCLUDED.pci_bus_id,
+                mig_mode = EXCLUDED.mig_mode, parent_gpu_uuid = EXCLUDED.parent_gpu_uuid,
+                gpu_fraction = EXCLUDED.gpu_fraction
+            """
+        ),
+        rows,
+    )
+    return len(rows)
+
+
+# ---------------------------------------------------------------- controller views
+
+
+def write_allocations(conn: Connection, allocations: Iterable[GpuAllocation]) -> int:
+    """Store live GPU allocations, translating Slurm's index to the GPU's UUID through the
+    node's inventory as it was when the allocation was seen (whole GPUs only)."""
+    rows = [
+        {
+            "cluster": a.cluster, "job_id_raw": a.job_id_raw, "submit_at": a.submit_at, "node": a.node,
+            "gpu_index": a.gpu_index, "gpu_uuid": a.gpu_uuid, "gpu_model": a.gpu_model, "at": a.observed_at,
+        }
+        for a in allocations
+    ]
+    if not rows:
+        return 0
+    conn.execute(
+        text(
+            """
+            INSERT INTO gpu_allocation AS g (cluster, job_id_raw, submit_at, node, gpu_index, gpu_uuid,
+                gpu_model, first_seen_at, last_seen_at)
+            VALUES (:cluster, :job_id_raw, :submit_at, :node, :gpu_index,
+                coalesce(nullif(:gpu_uuid, ''), (
+                    SELECT i.gpu_uuid FROM gpu_inventory i
+                    WHERE i.node = :node AND i.gpu_index = :gpu_index AND i.parent_gpu_uuid = ''
+                    ORDER BY (i.first_seen_at <= :at AND i.last_seen_at >= :at) DESC,
+                             abs(extract(epoch FROM i.last_seen_at - CAST(:at AS timestamptz)))
+                    LIMIT 1), ''),
+                :gpu_model, :at, :at)
+            ON CONFLICT (cluster, job_id_raw, submit_at, node, gpu_index) DO UPDATE
+            SET last_seen_at = greatest(g.last_seen_at, EXCLUDED.last_seen_at),
+                first_seen_at = least(g.first_seen_at, EXCLUDED.first_seen_at),
+                gpu_uuid = CASE WHEN g.gpu_uuid = '' THEN EXCLUDED.gpu_uuid ELSE g.gpu_uuid END
+            """
+        ),
+        rows,
+    )
+    return len(rows)
+
+
+def resolve_allocation_uuids(conn: Connection) -> int:
+    """Fill in UUIDs of allocations seen before their node's inventory arrived."""
+    result = conn.execute(
+        text(
+            """
+            UPDATE gpu_allocation a SET gpu_uuid = found.gpu_uuid
+            FROM (
+                SELECT u.cluster, u.job_id_raw, u.submit_at, u.node, u.gpu_index, (
+                    SELECT i.gpu_uuid FROM gpu_inventory i
+                    WHERE i.node = u.node AND i.gpu_index = u.gpu_index AND i.parent_gpu_uuid = ''
+                    ORDER BY (i.first_seen_at <= u.first_seen_at AND i.last_seen_at >= u.first_seen_at) DESC,
+                             abs(extract(epoch FROM i.last_seen_at - u.first_seen_at))
+                    LIMIT 1) AS gpu_uuid
+                FROM gpu_allocation u WHERE u.gpu_uuid = ''
+            ) found
+            WHERE found.gpu_uuid IS NOT NULL AND a.cluster = found.cluster AND a.job_id_raw = found.job_id_raw
+              AND a.submit_at = found.submit_at AND a.node = found.node AND a.gpu_index = found.gpu_index
+            """
+        )
+    )
+    return int(result.rowcount or 0)
+
+
+def write_node_states(conn: Connection, states: Iterable[NodeState]) -> int:
+    """Extend a node's current state interval, or open a new one when the state changed."""
+    count = 0
+    for s in states:
+        current = conn.execute(
+            text(
+                "SELECT id, states, gpus_total, partitions, gpu_model, reason, last_seen_at FROM node_state "
+                "WHERE cluster = :cluster AND node = :node ORDER BY last_seen_at DESC LIMIT 1"
+            ),
+            {"cluster": s.cluster, "node": s.node},
+        ).first()
+        same = current is not None and (
+            list(current.states), current.gpus_total, list(current.partitions), current.gpu_model, current.reason
+        ) == (list(s.states), s.gpus_total, list(s.partitions), s.gpu_model, s.reason)
+        if current is not None and same and current.last_seen_at <= s.observed_at:
+            conn.execute(
+                text("UPDATE node_state SET last_seen_at = :at, gpus_allocated = :alloc WHERE id = :id"),
+                {"at": s.observed_at, "alloc": s.gpus_allocated, "id": current.id},
+            )
+        elif current is None or current.last_seen_at < s.observed_at:
+            conn.execute(
+                text(
+                    "INSERT INTO node_state (cluster, node, states, gpus_total, gpus_allocated, partitions, "
+                    "gpu_model, reason, first_seen_at, last_seen_at) VALUES (:cluster, :node, :states, :total, "
+                    ":alloc, :partitions, :model, :reason, :at, :at)"
+                ),
+                {
+                    "cluster": s.cluster, "node": s.node, "states": list(s.states), "total": s.gpus_total,
+                    "alloc": s.gpus_allocated, "partitions": list(s.partitions), "model": s.gpu_model,
+                    "reason": s.reason, "at": s.observed_at,
+                },
+            )
+        count += 1
+    return count
+
+
+def write_pending(conn: Connection, pending: Iterable[PendingJob], *, cluster: str, observed_at: datetime) -> int:
+    rows = [
+        {
+            "cluster": p.cluster, "job_id_raw": p.job_id_raw, "submit_at": p.submit_at, "reason": p.reason,
+            "job_id": p.job_id, "user": p.user, "account": p.account, "partition": p.partition,
+            "gpus": p.gpus_requested, "eligible_at": p.eligible_at, "at": p.observed_at,
+        }
+        for p in pending
+    ]
+    if rows:
+        conn.execute(
+            text(
+                """
+                INSERT INTO pending_job AS p (cluster, job_id_raw, submit_at, reason, job_id, user_name, account,
+                    partition, gpus_requested, eligible_at, first_seen_at, last_seen_at)
+                VALUES (:cluster, :job_id_raw, :submit_at, :reason, :job_id, :user, :account, :partition,
+                    :gpus, :eligible_at, :at, :at)
+                ON CONFLICT (cluster, job_id_raw, submit_at, reason) DO UPDATE
+                SET last_seen_at = greatest(p.last_seen_at, EXCLUDED.last_seen_at),
+                    first_seen_at = least(p.first_seen_at, EXCLUDED.first_seen_at),
+                    gpus_requested = EXCLUDED.gpus_requested, partition = EXCLUDED.partition
+                """
+            ),
+            rows,
+        )
+    conn.execute(
+        text(
+            "INSERT INTO controller_snapshot (cluster, observed_at) VALUES (:cluster, :at) "
+            "ON CONFLICT (cluster) DO UPDATE SET observed_at = greatest(controller_snapshot.observed_at, EXCLUDED.observed_at)"
+        ),
+        {"cluster": cluster, "at": observed_at},
+    )
+    return len(rows)
+
+
+# ---------------------------------------------------------------- agent cursors
+
+
+@dataclass(frozen=True)
+class AgentCursor:
+    node: str
+    spool_id: str
+    cursor: int
+
+
+def get_agent_cursor(conn: Connection, node: str) -> AgentCursor | None:
+    row = conn.execute(
+        text("SELECT node, spool_id, cursor FROM agent_cursor WHERE node = :node"), {"node": node}
+    ).first()
+    return AgentCursor(row.node, row.spool_id, int(row.cursor)) if row else None
+
+
+def set_agent_cursor(
+    conn: Connection, node: str, *, spool_id: str, cursor: int, evicted_total: int, spool_items: int, spool_bytes: int
+) -> None:
+    conn.execute(
+        text(
+            """
+            INSERT INTO agent_cursor (node, spool_id, cursor, evicted_total, spool_items, spool_bytes)
+            VALUES (:node, :spool_id, :cursor, :evicted, :items, :bytes)
+            ON CONFLICT (node) DO UPDATE SET spool_id = EXCLUDED.spool_id, cursor = EXCLUDED.cursor,
+                evicted_total = EXCLUDED.evicted_total, spool_items = EXCLUDED.spool_items,
+                spool_bytes = EXCLUDED.spool_bytes, updated_at = now()
+            """
+        ),
+        {"node": node, "spool_id": spool_id, "cursor": cursor, "evicted": evicted_total,
+         "items": spool_items, "bytes": spool_bytes},
+    )

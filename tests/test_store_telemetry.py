@@ -1,0 +1,147 @@
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import date, timedelta
+
+from sqlalchemy import Engine, text
+
+from slurmtel.records import GpuAllocation, GpuEvent, GpuInventory, GpuSummary, NodeState, PendingJob
+from slurmtel.store.telemetry import (
+    drop_partitions_before,
+    ensure_partitions,
+    existing_partitions,
+    resolve_allocation_uuids,
+    write_allocations,
+    write_events,
+    write_inventory,
+    write_node_states,
+    write_pending,
+    write_summaries,
+)
+from tests.factories import at
+
+
+def summary(uuid: str = "GPU-a", start: str = "2026-11-01T10:00:00", **kw) -> GpuSummary:  # type: ignore[no-untyped-def]
+    values = dict(
+        source="agent", node="gpu01", gpu_uuid=uuid, window_start_at=at(start), window_seconds=30.0,
+        util_metric="gr_engine_active", sample_count=30, covered_seconds=30.0, util_mean_percent=50.0,
+        util_max_percent=90.0, idle_seconds=10.0, no_process_seconds=0.0, job_ids=("17",),
+    )
+    values.update(kw)
+    return GpuSummary(**values)  # type: ignore[arg-type]
+
+
+def count(engine: Engine, sql: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text(sql)).scalar_one())
+
+
+def test_summaries_are_stored_once_even_when_a_pull_is_retried(engine: Engine) -> None:
+    day_one = [summary(f"GPU-{g}", f"2026-11-01T23:59:{s:02d}") for g in range(4) for s in (0, 30)]
+    day_two = [summary(f"GPU-{g}", "2026-11-02T00:00:00") for g in range(4)]
+    with engine.begin() as conn:
+        first = write_summaries(conn, day_one + day_two, source="agent", node="gpu01")
+    assert (first.received, first.inserted) == (12, 12)
+    with engine.begin() as conn:
+        retried = write_summaries(conn, day_two + [summary("GPU-9", "2026-11-02T00:00:30")], source="agent")
+    assert (retried.received, retried.inserted, retried.duplicates) == (5, 1, 4)
+    with engine.begin() as conn:
+        again = write_summaries(conn, day_two, source="agent")
+    assert (again.inserted, again.batch_id) == (0, None)
+    assert count(engine, "SELECT count(*) FROM gpu_summary") == 13
+    # one batch per write that stored something, with the number of rows it stored
+    with engine.connect() as conn:
+        batches = conn.execute(text("SELECT rows FROM ingest_batch ORDER BY id")).scalars().all()
+    assert batches == [12, 1]
+    names = existing_partitions_now(engine)
+    assert {"gpu_summary_20261101", "gpu_summary_20261102"} <= names
+    assert count(engine, "SELECT count(*) FROM gpu_summary_20261101") == 8
+
+
+def existing_partitions_now(engine: Engine) -> set[str]:
+    with engine.connect() as conn:
+        return set(existing_partitions(conn))
+
+
+def test_partitions_are_created_ahead_and_dropped_past_retention(engine: Engine) -> None:
+    with engine.begin() as conn:
+        created = ensure_partitions(conn, date(2025, 1, 1), date(2025, 1, 3))
+        assert created == ["gpu_summary_20250101", "gpu_summary_20250102", "gpu_summary_20250103"]
+        assert ensure_partitions(conn, date(2025, 1, 2), date(2025, 1, 3)) == []
+        write_summaries(conn, [summary(start="2025-01-01T12:00:00")], source="agent")
+        dropped = drop_partitions_before(conn, date(2025, 1, 3))
+    assert dropped == ["gpu_summary_20250101", "gpu_summary_20250102"]
+    assert "gpu_summary_20250103" in existing_partitions_now(engine)
+    assert count(engine, "SELECT count(*) FROM gpu_summary WHERE window_start_at < '2025-01-02'") == 0
+
+
+def inventory(index: int, uuid: str, seen: str, driver: str = "550.54.15") -> GpuInventory:
+    return GpuInventory(node="gpu01", gpu_uuid=uuid, index=index, model="NVIDIA H100 80GB HBM3",
+                        observed_at=at(seen), driver_version=driver, cuda_version="12.4")
+
+
+def test_allocations_get_the_uuid_the_index_had_at_that_time(engine: Engine) -> None:
+    with engine.begin() as conn:
+        # index 0 was GPU-old until the node was re-cabled, then GPU-new
+        write_inventory(conn, [inventory(0, "GPU-old", "2026-11-01T00:00:00")], source="agent")
+        write_inventory(conn, [inventory(0, "GPU-old", "2026-11-05T00:00:00")], source="agent")
+        write_inventory(conn, [inventory(0, "GPU-new", "2026-11-10T00:00:00", driver="560.35.03")], source="agent")
+        write_allocations(conn, [
+            GpuAllocation("lab", 5, at("2026-11-03T00:00:00"), "gpu01", 0, at("2026-11-03T01:00:00")),
+            GpuAllocation("lab", 6, at("2026-11-10T00:00:00"), "gpu01", 0, at("2026-11-10T00:00:00")),
+            # a node without inventory yet
+            GpuAllocation("lab", 7, at("2026-11-10T00:00:00"), "gpu02", 1, at("2026-11-10T00:00:00")),
+        ])
+    with engine.connect() as conn:
+        rows = dict(conn.execute(text("SELECT job_id_raw, gpu_uuid FROM gpu_allocation")).all())
+    assert rows == {5: "GPU-old", 6: "GPU-new", 7: ""}
+    with engine.begin() as conn:
+        write_inventory(conn, [replace(inventory(1, "GPU-g2-1", "2026-11-10T00:00:00"), node="gpu02")], source="agent")
+        assert resolve_allocation_uuids(conn) == 1
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT gpu_uuid FROM gpu_allocation WHERE job_id_raw = 7")).scalar_one() == "GPU-g2-1"
+
+
+def test_allocation_seen_again_extends_its_interval(engine: Engine) -> None:
+    first = GpuAllocation("lab", 5, at("2026-11-03T00:00:00"), "gpu01", 2, at("2026-11-03T01:00:00"))
+    with engine.begin() as conn:
+        write_allocations(conn, [first, replace(first, observed_at=at("2026-11-03T01:00:30"))])
+        write_allocations(conn, [replace(first, observed_at=at("2026-11-03T01:00:15"))])
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT first_seen_at, last_seen_at FROM gpu_allocation")).one()
+    assert tuple(row) == (at("2026-11-03T01:00:00"), at("2026-11-03T01:00:30"))
+
+
+def test_node_states_become_intervals(engine: Engine) -> None:
+    t0 = at("2026-11-01T00:00:00")
+    idle = NodeState("lab", "gpu02", t0, ("IDLE",), 4, 0, ("gpu", "debug"), "h100")
+    with engine.begin() as conn:
+        for minutes, states, alloc in [(0, ("IDLE",), 0), (1, ("MIXED",), 2), (2, ("MIXED",), 3),
+                                       (3, ("DOWN", "DRAIN"), 0), (4, ("DOWN", "DRAIN"), 0)]:
+            write_node_states(conn, [replace(idle, observed_at=t0 + timedelta(minutes=minutes), states=states,
+                                             gpus_allocated=alloc)])
+    with engine.connect() as conn:
+        rows = [tuple(r) for r in conn.execute(text(
+            "SELECT states, gpus_allocated, first_seen_at, last_seen_at FROM node_state ORDER BY first_seen_at"))]
+    assert rows == [
+        (["IDLE"], 0, t0, t0),
+        (["MIXED"], 3, t0 + timedelta(minutes=1), t0 + timedelta(minutes=2)),
+        (["DOWN", "DRAIN"], 0, t0 + timedelta(minutes=3), t0 + timedelta(minutes=4)),
+    ]
+
+
+def test_events_and_pending_jobs_are_idempotent(engine: Engine) -> None:
+    xid = GpuEvent("gpu01", "GPU-a", at("2026-11-01T10:00:00"), "xid", 79, "GPU has fallen off the bus")
+    pend = PendingJob("lab", 9, "9", at("2026-11-01T10:00:00"), at("2026-11-01T10:01:00"), "bob", "chemistry",
+                      "gpu", "AssocGrpGRES", 4)
+    with engine.begin() as conn:
+        assert write_events(conn, [xid, xid]) == 1
+        assert write_events(conn, [xid]) == 0
+        write_pending(conn, [pend], cluster="lab", observed_at=pend.observed_at)
+        write_pending(conn, [replace(pend, observed_at=at("2026-11-01T10:02:00"))], cluster="lab",
+                      observed_at=at("2026-11-01T10:02:00"))
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT reason, first_seen_at, last_seen_at FROM pending_job")).one()
+        snapshot = conn.execute(text("SELECT observed_at FROM controller_snapshot")).scalar_one()
+    assert tuple(row) == ("AssocGrpGRES", at("2026-11-01T10:01:00"), at("2026-11-01T10:02:00"))
+    assert snapshot == at("2026-11-01T10:02:00")
