@@ -20,7 +20,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from slurmtel.config import Config
-from slurmtel.store.engine import normalize_url
+from slurmtel.store.engine import make_engine, normalize_url
 from slurmtel.store.migrate import upgrade
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -67,7 +67,7 @@ def database_url(server_url: str) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def _session_engine(database_url: str) -> Iterator[Engine]:
-    engine = create_engine(database_url)
+    engine = make_engine(Config(), database_url)
     yield engine
     engine.dispose()
 

@@ -30,7 +30,11 @@ def make_engine(config: Config, url: str | None = None) -> Engine:
     engine = create_engine(
         url or database_url(config),
         pool_pre_ping=True,
-        connect_args={"connect_timeout": config.database.connect_timeout_seconds},
+        connect_args={
+            "connect_timeout": config.database.connect_timeout_seconds,
+            # JIT compiles our short rollup and report queries for a second or more and gains nothing
+            "options": "-c jit=off",
+        },
     )
     return engine
 

@@ -1,0 +1,53 @@
+"""Attribution: fold telemetry into per attempt x GPU x day rollups (DESIGN §6).
+
+Incremental and idempotent: each run recomputes only the attempts that may have changed
+(see slurmtel.store.attribution) inside one transaction, and records which telemetry batches
+it folded in. Running it twice gives identical rows; data that arrives late is absorbed by the
+next run. Only one run at a time (a transaction-level advisory lock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Engine, text
+
+from slurmtel.config import Config
+from slurmtel.store.attribution import (
+    get_watermark,
+    mark_batches,
+    recompute_dirty,
+    select_dirty_attempts,
+    set_watermark,
+)
+
+LOCK_KEY = 7_355_608_001  # pg_advisory_xact_lock key of attribution runs
+
+
+@dataclass(frozen=True)
+class AttributionResult:
+    attempts: int
+    rows: int
+    batches: int
+
+
+def run_attribution(engine: Engine, config: Config, *, now: datetime, full: bool = False) -> AttributionResult:
+    """Recompute the rollups of every attempt that may have changed (all of them with FULL)."""
+    with engine.begin() as conn:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})
+        selection = select_dirty_attempts(
+            conn,
+            now=now,
+            job_mark=None if full else get_watermark(conn, "jobs"),
+            allocation_mark=None if full else get_watermark(conn, "allocations"),
+            overlap_seconds=config.attribution.overlap_seconds,
+            everything=full,
+        )
+        rows = recompute_dirty(conn, timezone=config.site.timezone) if selection.attempts else 0
+        mark_batches(conn, selection.batches)
+        if selection.max_updated_at is not None:
+            set_watermark(conn, "jobs", selection.max_updated_at)
+        if selection.max_allocation_seen_at is not None:
+            set_watermark(conn, "allocations", selection.max_allocation_seen_at)
+    return AttributionResult(selection.attempts, rows, len(selection.batches))

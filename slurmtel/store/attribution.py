@@ -1,0 +1,299 @@
+"""Attribution SQL: which GPU each attempt held, and what each of those GPUs did meanwhile.
+
+An attribution run recomputes the `gpu_attribution` rows of the attempts that may have
+changed ("dirty"): attempts written since the job watermark, attempts still running, attempts
+whose GPU allocations were seen since the allocation watermark, and attempts overlapping a
+telemetry batch that no run has folded in yet. Recomputing an attempt replaces all its rows,
+so a run is idempotent and late data is absorbed by the run after it arrives.
+
+GPU <-> job mapping, in order of trust (DESIGN §6): GPUs on which the node agent saw the job's
+processes; GPU indices slurmctld showed while the job ran (translated to UUIDs); every GPU of a
+node the attempt held entirely. Allocation no GPU can be mapped to stays 'unmapped' (counted
+as unmeasured), never guessed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, text
+
+# Telemetry windows are at most this long; bounds the index range scanned before a segment.
+MAX_WINDOW = "interval '1 hour'"
+
+
+@dataclass(frozen=True)
+class DirtySelection:
+    attempts: int
+    batches: list[int]
+    max_updated_at: datetime | None
+    max_allocation_seen_at: datetime | None
+
+
+def get_watermark(conn: Connection, name: str) -> datetime | None:
+    return conn.execute(
+        text("SELECT value_at FROM attribution_watermark WHERE name = :name"), {"name": name}
+    ).scalar_one_or_none()
+
+
+def set_watermark(conn: Connection, name: str, value: datetime) -> None:
+    conn.execute(
+        text(
+            "INSERT INTO attribution_watermark (name, value_at) VALUES (:name, :value) "
+            "ON CONFLICT (name) DO UPDATE SET value_at = greatest(attribution_watermark.value_at, "
+            "EXCLUDED.value_at), updated_at = now()"
+        ),
+        {"name": name, "value": value},
+    )
+
+
+def select_dirty_attempts(
+    conn: Connection,
+    *,
+    now: datetime,
+    job_mark: datetime | None,
+    allocation_mark: datetime | None,
+    overlap_seconds: int,
+    everything: bool = False,
+) -> DirtySelection:
+    """Fill the temp table dirty_attempt for this transaction and return what was selected."""
+    conn.execute(
+        text(
+            "CREATE TEMP TABLE IF NOT EXISTS new_batch "
+            "(id bigint, node text, lo timestamptz, hi timestamptz) ON COMMIT DELETE ROWS"
+        )
+    )
+    conn.execute(text("TRUNCATE new_batch"))
+    conn.execute(
+        text(
+            """
+            INSERT INTO new_batch
+            SELECT b.id, b.node, b.window_min_at, b.window_max_at + interval '1 hour'
+            FROM ingest_batch b
+            WHERE b.window_min_at IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM attribution_batch p WHERE p.batch_id = b.id)
+            """
+        )
+    )
+    batches = [int(b) for b in conn.execute(text("SELECT id FROM new_batch ORDER BY id")).scalars()]
+    conn.execute(
+        text(
+            """
+            CREATE TEMP TABLE IF NOT EXISTS dirty_attempt (
+                cluster text, job_id_raw bigint, submit_at timestamptz, start_at timestamptz,
+                end_eff timestamptz, nodes text[], alloc_gpus integer,
+                PRIMARY KEY (cluster, job_id_raw, submit_at)
+            ) ON COMMIT DELETE ROWS
+            """
+        )
+    )
+    conn.execute(text("TRUNCATE dirty_attempt"))
+    params = {
+        "now": now,
+        "job_mark": job_mark,
+        "alloc_mark": allocation_mark,
+        "overlap": f"{int(overlap_seconds)} seconds",
+        "everything": everything,
+    }
+    count = conn.execute(
+        text(
+            """
+            INSERT INTO dirty_attempt
+            SELECT a.cluster, a.job_id_raw, a.submit_at, a.start_at,
+                   least(coalesce(a.end_at, CAST(:now AS timestamptz)), CAST(:now AS timestamptz)),
+                   a.nodes, a.alloc_gpus
+            FROM job_attempt a
+            WHERE a.start_at IS NOT NULL AND a.alloc_gpus > 0
+              AND a.start_at < CAST(:now AS timestamptz)
+              AND coalesce(a.end_at, CAST(:now AS timestamptz)) > a.start_at
+              AND cardinality(a.nodes) > 0
+              AND (
+                CAST(:everything AS boolean)
+                OR a.end_at IS NULL
+                OR CAST(:job_mark AS timestamptz) IS NULL
+                OR a.updated_at > CAST(:job_mark AS timestamptz) - CAST(:overlap AS interval)
+                OR EXISTS (
+                    SELECT 1 FROM new_batch b
+                    WHERE (b.node = '' OR b.node = ANY (a.nodes))
+                      AND b.lo < coalesce(a.end_at, CAST(:now AS timestamptz)) AND b.hi > a.start_at
+                )
+                OR EXISTS (
+                    SELECT 1 FROM gpu_allocation g
+                    WHERE g.cluster = a.cluster AND g.job_id_raw = a.job_id_raw AND g.submit_at = a.submit_at
+                      AND (CAST(:alloc_mark AS timestamptz) IS NULL
+                           OR g.last_seen_at > CAST(:alloc_mark AS timestamptz) - CAST(:overlap AS interval))
+                )
+              )
+            """
+        ),
+        params,
+    ).rowcount
+    marks = conn.execute(
+        text(
+            "SELECT (SELECT max(updated_at) FROM job_attempt), (SELECT max(last_seen_at) FROM gpu_allocation)"
+        )
+    ).one()
+    return DirtySelection(int(count or 0), batches, marks[0], marks[1])
+
+
+def recompute_dirty(conn: Connection, *, timezone: str) -> int:
+    """Replace the gpu_attribution rows of every attempt in dirty_attempt; return rows written."""
+    # JIT would compile this query for a second or more on every run (whatever the engine says)
+    conn.execute(text("SET LOCAL jit = off"))
+    conn.execute(
+        text(
+            """
+            DELETE FROM gpu_attribution g USING dirty_attempt d
+            WHERE g.cluster = d.cluster AND g.job_id_raw = d.job_id_raw AND g.submit_at = d.submit_at
+            """
+        )
+    )
+    inserted = conn.execute(
+        text(
+            f"""
+            INSERT INTO gpu_attribution (cluster, job_id_raw, submit_at, node, gpu_uuid, day, mapping,
+                gpu_fraction, util_metric, allocated_seconds, covered_seconds, busy_seconds, idle_seconds,
+                no_process_seconds, unmeasured_seconds, util_weighted_sum, util_max_percent,
+                memory_used_max_bytes, energy_joules)
+            WITH node_share AS (
+                SELECT d.cluster, d.job_id_raw, d.submit_at, n.node, d.start_at, d.end_eff,
+                       CAST(d.alloc_gpus AS float8) / cardinality(d.nodes) AS gpus_on_node
+                FROM dirty_attempt d CROSS JOIN LATERAL unnest(d.nodes) AS n(node)
+            ),
+            proc AS (
+                SELECT DISTINCT ns.cluster, ns.job_id_raw, ns.submit_at, ns.node, s.gpu_uuid
+                FROM node_share ns
+                JOIN gpu_summary s ON s.node = ns.node
+                 AND s.window_start_at >= ns.start_at - {MAX_WINDOW}
+                 AND s.window_start_at < ns.end_eff
+                 AND s.window_start_at + make_interval(secs => s.window_seconds) > ns.start_at
+                 AND CAST(ns.job_id_raw AS text) = ANY (s.job_ids)
+            ),
+            evidence AS (
+                SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, 'process' AS mapping FROM proc
+                UNION ALL
+                SELECT g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid, 'slurmctld'
+                FROM gpu_allocation g JOIN dirty_attempt d USING (cluster, job_id_raw, submit_at)
+                WHERE g.gpu_uuid <> ''
+                  AND NOT EXISTS (
+                      SELECT 1 FROM proc p
+                      WHERE p.cluster = g.cluster AND p.job_id_raw = g.job_id_raw
+                        AND p.submit_at = g.submit_at AND p.gpu_uuid = g.gpu_uuid)
+            ),
+            whole AS (
+                SELECT ns.cluster, ns.job_id_raw, ns.submit_at, ns.node, u.gpu_uuid, 'whole_node' AS mapping
+                FROM node_share ns
+                JOIN LATERAL (
+                    SELECT array_agg(DISTINCT i.gpu_uuid) AS uuids
+                    FROM gpu_inventory i
+                    WHERE i.node = ns.node AND i.parent_gpu_uuid = ''
+                      AND i.first_seen_at <= ns.end_eff AND i.last_seen_at >= ns.start_at - interval '1 day'
+                ) inv ON cardinality(inv.uuids) > 0 AND ns.gpus_on_node >= cardinality(inv.uuids)
+                CROSS JOIN LATERAL unnest(inv.uuids) AS u(gpu_uuid)
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM evidence e
+                    WHERE e.cluster = ns.cluster AND e.job_id_raw = ns.job_id_raw
+                      AND e.submit_at = ns.submit_at AND e.node = ns.node)
+            ),
+            mapped AS (SELECT * FROM evidence UNION ALL SELECT * FROM whole),
+            segments AS (
+                SELECT ns.cluster, ns.job_id_raw, ns.submit_at, ns.node, ns.gpus_on_node, dd.day,
+                       greatest(ns.start_at, dd.lo) AS seg_start, least(ns.end_eff, dd.hi) AS seg_end
+                FROM node_share ns
+                CROSS JOIN LATERAL (
+                    SELECT CAST(g AS date) AS day,
+                           g AT TIME ZONE CAST(:tz AS text) AS lo,
+                           (g + interval '1 day') AT TIME ZONE CAST(:tz AS text) AS hi
+                    FROM generate_series(
+                        date_trunc('day', ns.start_at AT TIME ZONE CAST(:tz AS text)),
+                        date_trunc('day', (ns.end_eff - interval '1 microsecond') AT TIME ZONE CAST(:tz AS text)),
+                        interval '1 day') AS g
+                ) dd
+            ),
+            gpu_segments AS (
+                SELECT s.cluster, s.job_id_raw, s.submit_at, s.node, s.day, s.seg_start, s.seg_end,
+                       m.gpu_uuid, m.mapping,
+                       coalesce((SELECT i.gpu_fraction FROM gpu_inventory i WHERE i.gpu_uuid = m.gpu_uuid
+                                 ORDER BY i.last_seen_at DESC LIMIT 1), 1.0) AS gpu_fraction
+                FROM segments s
+                JOIN mapped m USING (cluster, job_id_raw, submit_at, node)
+            ),
+            windows AS (
+                SELECT gs.cluster, gs.job_id_raw, gs.submit_at, gs.node, gs.gpu_uuid, gs.day, w.*,
+                       greatest(0, extract(epoch FROM
+                           least(w.window_start_at + make_interval(secs => w.window_seconds), gs.seg_end)
+                           - greatest(w.window_start_at, gs.seg_start))) / w.window_seconds AS f
+                FROM gpu_segments gs
+                JOIN LATERAL (
+                    SELECT DISTINCT ON (s.window_start_at) s.window_start_at, s.window_seconds, s.util_metric,
+                           s.covered_seconds, s.idle_seconds, s.no_process_seconds, s.util_mean_percent,
+                           s.util_max_percent, s.memory_used_max_bytes, s.energy_joules
+                    FROM gpu_summary s
+                    WHERE s.gpu_uuid = gs.gpu_uuid
+                      AND s.window_start_at >= gs.seg_start - {MAX_WINDOW}
+                      AND s.window_start_at < gs.seg_end
+                      AND s.window_start_at + make_interval(secs => s.window_seconds) > gs.seg_start
+                    ORDER BY s.window_start_at, (s.source = 'agent') DESC
+                ) w ON true
+            ),
+            per_gpu AS (
+                SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day,
+                       sum(f * covered_seconds) AS covered,
+                       sum(f * least(idle_seconds, covered_seconds)) AS idle,
+                       sum(f * least(coalesce(no_process_seconds, 0), covered_seconds)) AS no_process,
+                       sum(f * covered_seconds * coalesce(util_mean_percent, 0)) AS util_weighted,
+                       max(util_max_percent) AS util_max,
+                       max(memory_used_max_bytes) AS memory_max,
+                       sum(f * energy_joules) AS energy,
+                       min(util_metric) AS util_metric
+                FROM windows WHERE f > 0
+                GROUP BY cluster, job_id_raw, submit_at, node, gpu_uuid, day
+            ),
+            mapped_rows AS (
+                SELECT gs.cluster, gs.job_id_raw, gs.submit_at, gs.node, gs.gpu_uuid, gs.day, gs.mapping,
+                       gs.gpu_fraction, coalesce(p.util_metric, '') AS util_metric,
+                       extract(epoch FROM gs.seg_end - gs.seg_start) AS allocated,
+                       least(coalesce(p.covered, 0), extract(epoch FROM gs.seg_end - gs.seg_start)) AS covered,
+                       coalesce(p.idle, 0) AS idle, coalesce(p.no_process, 0) AS no_process,
+                       coalesce(p.util_weighted, 0) AS util_weighted, p.util_max, p.memory_max, p.energy
+                FROM gpu_segments gs
+                LEFT JOIN per_gpu p USING (cluster, job_id_raw, submit_at, node, gpu_uuid, day)
+            ),
+            unmapped_rows AS (
+                SELECT s.cluster, s.job_id_raw, s.submit_at, s.node, '' AS gpu_uuid, s.day,
+                       'unmapped' AS mapping, 1.0 AS gpu_fraction, '' AS util_metric,
+                       s.gpus_on_node * extract(epoch FROM s.seg_end - s.seg_start)
+                           - coalesce(sum(m.allocated), 0) AS allocated
+                FROM segments s
+                LEFT JOIN mapped_rows m USING (cluster, job_id_raw, submit_at, node, day)
+                GROUP BY s.cluster, s.job_id_raw, s.submit_at, s.node, s.day, s.gpus_on_node, s.seg_start, s.seg_end
+            )
+            SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day, mapping, gpu_fraction, util_metric,
+                   allocated, covered,
+                   greatest(0, covered - least(idle, covered)),
+                   least(idle, covered),
+                   least(no_process, covered),
+                   greatest(0, allocated - covered),
+                   util_weighted, util_max, memory_max, energy
+            FROM mapped_rows
+            UNION ALL
+            SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day, mapping, gpu_fraction, util_metric,
+                   allocated, 0, 0, 0, 0, allocated, 0, NULL, NULL, NULL
+            FROM unmapped_rows WHERE allocated > 0.001
+            """
+        ),
+        {"tz": timezone},
+    ).rowcount
+    return int(inserted or 0)
+
+
+def mark_batches(conn: Connection, batch_ids: list[int]) -> None:
+    if batch_ids:
+        conn.execute(
+            text(
+                "INSERT INTO attribution_batch (batch_id) SELECT unnest(CAST(:ids AS bigint[])) "
+                "ON CONFLICT DO NOTHING"
+            ),
+            {"ids": batch_ids},
+        )
