@@ -101,6 +101,55 @@ class SourcesConfig:
 
 
 @dataclass(frozen=True)
+class AttributionConfig:
+    enabled: bool = True
+    # seconds between attribution runs in the daemon
+    interval_seconds: int = 300
+    # each run also re-reads jobs changed this many seconds before the last watermark,
+    # so a write that committed late is never skipped
+    overlap_seconds: int = 600
+    # utilisation below this is idle (DCGM scrapes; the node agent applies agent.idle_threshold_percent)
+    idle_threshold_percent: float = 5.0
+    # a job that follows a failed job of the same user, account, partition and name within
+    # this many seconds is a resubmission (retry chains)
+    resubmission_window_seconds: int = 21600
+
+
+@dataclass(frozen=True)
+class AccessConfig:
+    # unix users who see everything (root always does); Slurm AdminLevel is not consulted
+    admins: list[str] = field(default_factory=lambda: ["root", "slurm"])
+    # unix users with the finance role: aggregates and chargeback statements, no job detail
+    finance: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """[agent]: the node agent `slurmtel-agent` (one per GPU node)."""
+
+    # the agent's HTTP server (GET /v1/summaries, POST /v1/ack, GET /metrics) binds here
+    listen_address: str = "0.0.0.0"
+    # 9767: slurmtel-agent's default port, chosen in the Prometheus exporter range
+    port: int = 9767
+    # NVML is read this often (seconds)
+    sample_interval_seconds: float = 1.0
+    # summaries cover windows of this length, aligned to wall-clock multiples of it
+    summary_window_seconds: int = 30
+    # utilisation below this counts as idle (DESIGN §4)
+    idle_threshold_percent: float = 5.0
+    # local spool (SQLite); "" = <state_dir>/agent-spool.sqlite
+    spool_path: str = ""
+    # the spool evicts its oldest items beyond this many bytes of payload (and counts them)
+    spool_max_bytes: int = 64 * 1024 * 1024
+    # where /PID/cgroup and /PID/environ are read to map GPU processes to Slurm jobs
+    proc_root: str = "/proc"
+    # node name the agent reports; "" = the short hostname
+    node_name: str = ""
+    # file holding a shared token; when set, /v1/* requests need "Authorization: Bearer <token>"
+    token_file: str = ""
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     # DEBUG, INFO, WARNING, ERROR
     level: str = "INFO"
@@ -112,7 +161,10 @@ class Config:
     database: DatabaseConfig = field(default_factory=DatabaseConfig)
     sources: SourcesConfig = field(default_factory=SourcesConfig)
     outcomes: OutcomeConfig = field(default_factory=OutcomeConfig)
+    attribution: AttributionConfig = field(default_factory=AttributionConfig)
+    access: AccessConfig = field(default_factory=AccessConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
     # where the config was read from (None = built-in defaults); not a TOML key
     path: Path | None = field(default=None, compare=False, metadata={"toml": False})
 
@@ -232,6 +284,19 @@ def _coerce(hint: Any, value: Any, dotted: str, source: str) -> Any:
     return value
 
 
+def _validate_agent(agent: AgentConfig) -> None:
+    if not 0 <= agent.port <= 65535:
+        raise ConfigError("agent.port must be between 0 and 65535")
+    if agent.sample_interval_seconds <= 0:
+        raise ConfigError("agent.sample_interval_seconds must be positive")
+    if agent.summary_window_seconds < 2 * agent.sample_interval_seconds:
+        raise ConfigError("agent.summary_window_seconds must be at least two sample intervals")
+    if not 0 <= agent.idle_threshold_percent <= 100:
+        raise ConfigError("agent.idle_threshold_percent must be between 0 and 100")
+    if agent.spool_max_bytes < 65536:
+        raise ConfigError("agent.spool_max_bytes must be at least 65536")
+
+
 def _validated(config: Config) -> Config:
     try:
         ZoneInfo(config.site.timezone)
@@ -250,4 +315,5 @@ def _validated(config: Config) -> Config:
                 raise ConfigError(f"outcomes: state {state} is in both '{other}' and '{f.name}'")
     if config.logging.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError("logging.level must be DEBUG, INFO, WARNING or ERROR")
+    _validate_agent(config.agent)
     return config
