@@ -55,7 +55,9 @@ def server_url(dsn: str | None) -> tuple[str, object | None]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--jobs", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=20_000, help="jobs per sacct --json document")
     parser.add_argument("--dsn", default=None)
@@ -71,9 +73,7 @@ def main() -> int:
         upgrade(engine)
         print(f"generating {args.jobs:,} jobs in documents of {args.batch:,} ...", flush=True)
         jobs = list(synthetic_jobs(args.jobs, start=datetime(2026, 11, 1, tzinfo=UTC)))
-        documents = [
-            render_sacct_json(jobs[i : i + args.batch]) for i in range(0, len(jobs), args.batch)
-        ]
+        documents = [render_sacct_json(jobs[i : i + args.batch]) for i in range(0, len(jobs), args.batch)]
         megabytes = sum(len(d) for d in documents) / 1e6
         print(f"  {len(documents)} documents, {megabytes:,.0f} MB of JSON")
 
@@ -103,8 +103,10 @@ def main() -> int:
 
         ingest_rate = args.jobs / ingest_seconds
         copy_rate = args.jobs / copy_seconds
-        print(f"ingest (parse + store): {ingest_seconds:7.2f} s  {ingest_rate:10,.0f} jobs/s"
-              f"  (parse alone {parse_seconds:.2f} s, {args.jobs / parse_seconds:,.0f} jobs/s)")
+        print(
+            f"ingest (parse + store): {ingest_seconds:7.2f} s  {ingest_rate:10,.0f} jobs/s"
+            f"  (parse alone {parse_seconds:.2f} s, {args.jobs / parse_seconds:,.0f} jobs/s)"
+        )
         print(f"binary COPY, same rows: {copy_seconds:7.2f} s  {copy_rate:10,.0f} jobs/s")
         print(f"ratio ingest / COPY:    {ingest_rate / copy_rate:.2f}")
         verdict = "met" if ingest_rate >= TARGET_JOBS_PER_SECOND else "NOT met"

@@ -32,7 +32,9 @@ class AttributionResult:
     batches: int
 
 
-def run_attribution(engine: Engine, config: Config, *, now: datetime, full: bool = False) -> AttributionResult:
+def run_attribution(
+    engine: Engine, config: Config, *, now: datetime, full: bool = False
+) -> AttributionResult:
     """Recompute the rollups of every attempt that may have changed (all of them with FULL)."""
     with engine.begin() as conn:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})

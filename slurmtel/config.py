@@ -80,8 +80,14 @@ class OutcomeConfig:
     # not final: time so far counts as "running"; pending attempts hold no GPU
     running: list[str] = field(
         default_factory=lambda: [
-            "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING",
-            "SIGNALING", "STAGE_OUT", "STOPPED",
+            "RUNNING",
+            "SUSPENDED",
+            "COMPLETING",
+            "CONFIGURING",
+            "RESIZING",
+            "SIGNALING",
+            "STAGE_OUT",
+            "STOPPED",
         ]
     )
     pending: list[str] = field(default_factory=lambda: ["PENDING"])

@@ -39,15 +39,26 @@ def run_demo(config: Config, out: TextIO) -> int:
     capture = Path(str(resources.files("slurmtel").joinpath("data/lab-sacct-a-D.json")))
     out.write(f"[2/3] ingesting a real sacct --json capture (Slurm 22.05, 17 jobs): {capture.name}\n")
     source = get_source("sacct")
-    outcome = run_recorded(ctx, "sacct", "input", lambda: source.ingest(ctx, capture, default_options(source)))
+    outcome = run_recorded(
+        ctx, "sacct", "input", lambda: source.ingest(ctx, capture, default_options(source))
+    )
     for note in outcome.result.notes:
         out.write(f"      {note}\n")
     out.write("[3/3] GPU-hours by account\n\n")
     start, end = LAB_WINDOW
     with engine.connect() as conn:
         rows = usage_report(conn, start=start, end=end, now=end, by="account", scope=EVERYTHING)
-    columns = ["cluster", "account", "jobs", "attempts", "requeues", "allocated_gpu_hours",
-               "failed_gpu_seconds", "queue_wait_p50_seconds", "queue_wait_max_seconds"]
+    columns = [
+        "cluster",
+        "account",
+        "jobs",
+        "attempts",
+        "requeues",
+        "allocated_gpu_hours",
+        "failed_gpu_seconds",
+        "queue_wait_p50_seconds",
+        "queue_wait_max_seconds",
+    ]
     render(rows, out, "table", columns=columns, title=f"GPU usage {start:%Y-%m-%d %H:%M} .. {end:%H:%M} UTC")
     engine.dispose()
     return 0 if outcome.status == "ok" else 1

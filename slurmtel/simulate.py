@@ -128,12 +128,19 @@ USERS = {
     "ml": ("ivan", "judy", "mallory", "oscar"),
 }
 STATES = (
-    ("COMPLETED", 0.70), ("FAILED", 0.10), ("TIMEOUT", 0.06), ("CANCELLED", 0.07),
-    ("OUT_OF_MEMORY", 0.03), ("NODE_FAIL", 0.02), ("RUNNING", 0.02),
+    ("COMPLETED", 0.70),
+    ("FAILED", 0.10),
+    ("TIMEOUT", 0.06),
+    ("CANCELLED", 0.07),
+    ("OUT_OF_MEMORY", 0.03),
+    ("NODE_FAIL", 0.02),
+    ("RUNNING", 0.02),
 )
 
 
-def synthetic_jobs(count: int, *, start: datetime, seed: int = 1, first_job_id: int = 1000) -> Iterator[SimJob]:
+def synthetic_jobs(
+    count: int, *, start: datetime, seed: int = 1, first_job_id: int = 1000
+) -> Iterator[SimJob]:
     """COUNT plausible, independent attempts submitted after START (no scheduling model:
     for throughput and scale, where placement does not matter)."""
     rng = random.Random(seed)

@@ -76,15 +76,21 @@ def _session_engine(database_url: str) -> Iterator[Engine]:
 def engine(_session_engine: Engine) -> Engine:
     """The test database with every slurmtel table emptied."""
     with _session_engine.begin() as conn:
-        tables = conn.execute(
-            text(
-                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
-                "AND tablename <> 'alembic_version' "
-                "AND tablename NOT IN (SELECT inhrelid::regclass::text FROM pg_inherits)"
+        tables = (
+            conn.execute(
+                text(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                    "AND tablename <> 'alembic_version' "
+                    "AND tablename NOT IN (SELECT inhrelid::regclass::text FROM pg_inherits)"
+                )
             )
-        ).scalars().all()
+            .scalars()
+            .all()
+        )
         if tables:
-            conn.execute(text("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " RESTART IDENTITY CASCADE"))
+            conn.execute(
+                text("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " RESTART IDENTITY CASCADE")
+            )
     return _session_engine
 
 

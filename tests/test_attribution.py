@@ -22,35 +22,62 @@ from tests.factories import at, attempt
 T0 = at("2026-11-01T10:00:00")
 
 
-def windows(uuid: str, start: datetime, count: int, busy: set[int] | None = None, *, job: str = "",
-            node: str = "gpu01", no_process: set[int] | None = None, energy: float = 300.0) -> list[GpuSummary]:
+def windows(
+    uuid: str,
+    start: datetime,
+    count: int,
+    busy: set[int] | None = None,
+    *,
+    job: str = "",
+    node: str = "gpu01",
+    no_process: set[int] | None = None,
+    energy: float = 300.0,
+) -> list[GpuSummary]:
     """COUNT 30 s windows from START; windows in BUSY are at 80 %, the rest idle at 0 %."""
     busy = busy or set()
     no_process = no_process or set()
     result = []
     for i in range(count):
         is_busy = i in busy
-        result.append(GpuSummary(
-            source="agent", node=node, gpu_uuid=uuid, window_start_at=start + timedelta(seconds=30 * i),
-            window_seconds=30.0, util_metric="gr_engine_active", sample_count=30, covered_seconds=30.0,
-            util_mean_percent=80.0 if is_busy else 0.0, util_max_percent=95.0 if is_busy else 0.0,
-            idle_seconds=0.0 if is_busy else 30.0, no_process_seconds=30.0 if i in no_process else 0.0,
-            memory_used_max_bytes=(40 if is_busy else 1) * 2**30, energy_joules=energy,
-            energy_method="counter", job_ids=(job,) if job and i not in no_process else (),
-        ))
+        result.append(
+            GpuSummary(
+                source="agent",
+                node=node,
+                gpu_uuid=uuid,
+                window_start_at=start + timedelta(seconds=30 * i),
+                window_seconds=30.0,
+                util_metric="gr_engine_active",
+                sample_count=30,
+                covered_seconds=30.0,
+                util_mean_percent=80.0 if is_busy else 0.0,
+                util_max_percent=95.0 if is_busy else 0.0,
+                idle_seconds=0.0 if is_busy else 30.0,
+                no_process_seconds=30.0 if i in no_process else 0.0,
+                memory_used_max_bytes=(40 if is_busy else 1) * 2**30,
+                energy_joules=energy,
+                energy_method="counter",
+                job_ids=(job,) if job and i not in no_process else (),
+            )
+        )
     return result
 
 
 def inventory(node: str, uuids: list[str], seen: datetime = T0) -> list[GpuInventory]:
-    return [GpuInventory(node=node, gpu_uuid=u, index=i, model="NVIDIA H100", observed_at=seen)
-            for i, u in enumerate(uuids)]
+    return [
+        GpuInventory(node=node, gpu_uuid=u, index=i, model="NVIDIA H100", observed_at=seen)
+        for i, u in enumerate(uuids)
+    ]
 
 
 def rows(engine: Engine, job_id_raw: int | None = None) -> list[dict]:
     with engine.connect() as conn:
-        result = conn.execute(text(
-            "SELECT * FROM gpu_attribution WHERE CAST(:job AS bigint) IS NULL OR job_id_raw = :job "
-            "ORDER BY job_id_raw, node, gpu_uuid, day"), {"job": job_id_raw}).mappings()
+        result = conn.execute(
+            text(
+                "SELECT * FROM gpu_attribution WHERE CAST(:job AS bigint) IS NULL OR job_id_raw = :job "
+                "ORDER BY job_id_raw, node, gpu_uuid, day"
+            ),
+            {"job": job_id_raw},
+        ).mappings()
         return [dict(r) for r in result]
 
 
@@ -64,11 +91,21 @@ def store(engine: Engine, *, attempts=(), summaries=(), inv=(), allocations=()) 
 
 def test_slurmctld_mapping_idle_busy_and_edges_exact(engine: Engine, config: Config) -> None:
     # job runs 10:00:10 .. 10:05:10 on GPU index 1 of gpu01; windows 3..5 busy
-    job = attempt(job_id_raw=5, nodes=("gpu01",), alloc_gpus=1, start_at=T0 + timedelta(seconds=10),
-                  end_at=T0 + timedelta(minutes=5, seconds=10), submit_at=T0)
-    store(engine, attempts=[job], inv=inventory("gpu01", ["GPU-0", "GPU-1"]),
-          summaries=windows("GPU-1", T0, 12, busy={3, 4, 5}) + windows("GPU-0", T0, 12, busy=set(range(12))),
-          allocations=[GpuAllocation("lab", 5, T0, "gpu01", 1, T0 + timedelta(seconds=40))])
+    job = attempt(
+        job_id_raw=5,
+        nodes=("gpu01",),
+        alloc_gpus=1,
+        start_at=T0 + timedelta(seconds=10),
+        end_at=T0 + timedelta(minutes=5, seconds=10),
+        submit_at=T0,
+    )
+    store(
+        engine,
+        attempts=[job],
+        inv=inventory("gpu01", ["GPU-0", "GPU-1"]),
+        summaries=windows("GPU-1", T0, 12, busy={3, 4, 5}) + windows("GPU-0", T0, 12, busy=set(range(12))),
+        allocations=[GpuAllocation("lab", 5, T0, "gpu01", 1, T0 + timedelta(seconds=40))],
+    )
     result = run_attribution(engine, config, now=T0 + timedelta(hours=1))
     assert result.attempts == 1
     (row,) = rows(engine, 5)
@@ -87,26 +124,52 @@ def test_slurmctld_mapping_idle_busy_and_edges_exact(engine: Engine, config: Con
 
 def test_process_mapping_wins_and_unmapped_gpus_stay_unmeasured(engine: Engine, config: Config) -> None:
     # 2 GPUs allocated; processes seen on GPU-2 only; slurmctld never saw the job
-    job = attempt(job_id_raw=7, nodes=("gpu01",), alloc_gpus=2, start_at=T0, end_at=T0 + timedelta(minutes=2),
-                  submit_at=T0)
-    store(engine, attempts=[job], inv=inventory("gpu01", ["GPU-0", "GPU-1", "GPU-2", "GPU-3"]),
-          summaries=windows("GPU-2", T0, 4, busy={0, 1, 2, 3}, job="7") + windows("GPU-3", T0, 4))
+    job = attempt(
+        job_id_raw=7,
+        nodes=("gpu01",),
+        alloc_gpus=2,
+        start_at=T0,
+        end_at=T0 + timedelta(minutes=2),
+        submit_at=T0,
+    )
+    store(
+        engine,
+        attempts=[job],
+        inv=inventory("gpu01", ["GPU-0", "GPU-1", "GPU-2", "GPU-3"]),
+        summaries=windows("GPU-2", T0, 4, busy={0, 1, 2, 3}, job="7") + windows("GPU-3", T0, 4),
+    )
     run_attribution(engine, config, now=T0 + timedelta(hours=1))
-    got = {(r["gpu_uuid"], r["mapping"]): (r["allocated_seconds"], r["covered_seconds"], r["unmeasured_seconds"])
-           for r in rows(engine, 7)}
+    got = {
+        (r["gpu_uuid"], r["mapping"]): (r["allocated_seconds"], r["covered_seconds"], r["unmeasured_seconds"])
+        for r in rows(engine, 7)
+    }
     assert got == {("GPU-2", "process"): (120, 120, 0), ("", "unmapped"): (120, 0, 120)}
 
 
 def test_whole_node_mapping_and_gaps_are_unmeasured(engine: Engine, config: Config) -> None:
-    job = attempt(job_id_raw=8, nodes=("gpu02",), alloc_gpus=2, start_at=T0, end_at=T0 + timedelta(minutes=5),
-                  submit_at=T0)
+    job = attempt(
+        job_id_raw=8,
+        nodes=("gpu02",),
+        alloc_gpus=2,
+        start_at=T0,
+        end_at=T0 + timedelta(minutes=5),
+        submit_at=T0,
+    )
     # a 2-GPU node, wholly held; GPU-B reports only the first 2 minutes
     summaries = [replace(s, node="gpu02") for s in windows("GPU-A", T0, 10, busy={0})]
     summaries += [replace(s, node="gpu02") for s in windows("GPU-B", T0, 4)]
     store(engine, attempts=[job], inv=inventory("gpu02", ["GPU-A", "GPU-B"]), summaries=summaries)
     run_attribution(engine, config, now=T0 + timedelta(hours=1))
-    got = {r["gpu_uuid"]: (r["mapping"], r["covered_seconds"], r["busy_seconds"], r["idle_seconds"],
-                           r["unmeasured_seconds"]) for r in rows(engine, 8)}
+    got = {
+        r["gpu_uuid"]: (
+            r["mapping"],
+            r["covered_seconds"],
+            r["busy_seconds"],
+            r["idle_seconds"],
+            r["unmeasured_seconds"],
+        )
+        for r in rows(engine, 8)
+    }
     assert got == {
         "GPU-A": ("whole_node", 300, 30, 270, 0),
         "GPU-B": ("whole_node", 120, 0, 120, 180),
@@ -114,20 +177,43 @@ def test_whole_node_mapping_and_gaps_are_unmeasured(engine: Engine, config: Conf
 
 
 def test_no_process_time_is_counted_apart(engine: Engine, config: Config) -> None:
-    job = attempt(job_id_raw=9, nodes=("gpu01",), alloc_gpus=1, start_at=T0, end_at=T0 + timedelta(minutes=2),
-                  submit_at=T0)
-    store(engine, attempts=[job], inv=inventory("gpu01", ["GPU-0"]),
-          summaries=windows("GPU-0", T0, 4, busy={2, 3}, no_process={0}, job="9"))
+    job = attempt(
+        job_id_raw=9,
+        nodes=("gpu01",),
+        alloc_gpus=1,
+        start_at=T0,
+        end_at=T0 + timedelta(minutes=2),
+        submit_at=T0,
+    )
+    store(
+        engine,
+        attempts=[job],
+        inv=inventory("gpu01", ["GPU-0"]),
+        summaries=windows("GPU-0", T0, 4, busy={2, 3}, no_process={0}, job="9"),
+    )
     run_attribution(engine, config, now=T0 + timedelta(hours=1))
     (row,) = rows(engine, 9)
-    assert (row["mapping"], row["covered_seconds"], row["busy_seconds"], row["idle_seconds"],
-            row["no_process_seconds"]) == ("process", 120, 60, 60, 30)
+    assert (
+        row["mapping"],
+        row["covered_seconds"],
+        row["busy_seconds"],
+        row["idle_seconds"],
+        row["no_process_seconds"],
+    ) == ("process", 120, 60, 60, 30)
 
 
 def test_rerun_is_identical_and_late_data_is_absorbed(engine: Engine, config: Config) -> None:
-    job = attempt(job_id_raw=11, nodes=("gpu01",), alloc_gpus=1, start_at=T0, end_at=T0 + timedelta(minutes=4),
-                  submit_at=T0)
-    store(engine, attempts=[job], inv=inventory("gpu01", ["GPU-0"]), summaries=windows("GPU-0", T0, 4, job="11"))
+    job = attempt(
+        job_id_raw=11,
+        nodes=("gpu01",),
+        alloc_gpus=1,
+        start_at=T0,
+        end_at=T0 + timedelta(minutes=4),
+        submit_at=T0,
+    )
+    store(
+        engine, attempts=[job], inv=inventory("gpu01", ["GPU-0"]), summaries=windows("GPU-0", T0, 4, job="11")
+    )
     now = T0 + timedelta(hours=1)
     run_attribution(engine, config, now=now)
     first = rows(engine, 11)
@@ -154,18 +240,35 @@ def test_days_are_cut_in_the_site_time_zone(engine: Engine) -> None:
     config = config_from_dict({"site": {"timezone": "Europe/Berlin"}})
     # 22:30 .. 23:30 UTC on Nov 1st = 23:30 .. 00:30 in Berlin
     start = at("2026-11-01T22:30:00")
-    job = attempt(job_id_raw=12, nodes=("gpu01",), alloc_gpus=1, start_at=start, end_at=start + timedelta(hours=1),
-                  submit_at=start)
-    store(engine, attempts=[job], inv=inventory("gpu01", ["GPU-0"]), summaries=windows("GPU-0", start, 120, job="12"))
+    job = attempt(
+        job_id_raw=12,
+        nodes=("gpu01",),
+        alloc_gpus=1,
+        start_at=start,
+        end_at=start + timedelta(hours=1),
+        submit_at=start,
+    )
+    store(
+        engine,
+        attempts=[job],
+        inv=inventory("gpu01", ["GPU-0"]),
+        summaries=windows("GPU-0", start, 120, job="12"),
+    )
     run_attribution(engine, config, now=start + timedelta(hours=2))
     got = {r["day"].isoformat(): (r["allocated_seconds"], r["covered_seconds"]) for r in rows(engine, 12)}
     assert got == {"2026-11-01": (1800, 1800), "2026-11-02": (1800, 1800)}
 
 
 def test_running_attempts_grow_with_now(engine: Engine, config: Config) -> None:
-    job = attempt(job_id_raw=13, nodes=("gpu01",), alloc_gpus=1, start_at=T0, end_at=None, state="RUNNING",
-                  submit_at=T0)
-    store(engine, attempts=[job], inv=inventory("gpu01", ["GPU-0"]), summaries=windows("GPU-0", T0, 10, job="13"))
+    job = attempt(
+        job_id_raw=13, nodes=("gpu01",), alloc_gpus=1, start_at=T0, end_at=None, state="RUNNING", submit_at=T0
+    )
+    store(
+        engine,
+        attempts=[job],
+        inv=inventory("gpu01", ["GPU-0"]),
+        summaries=windows("GPU-0", T0, 10, job="13"),
+    )
     run_attribution(engine, config, now=T0 + timedelta(minutes=2))
     assert rows(engine, 13)[0]["allocated_seconds"] == 120
     run_attribution(engine, config, now=T0 + timedelta(minutes=5))
@@ -174,10 +277,20 @@ def test_running_attempts_grow_with_now(engine: Engine, config: Config) -> None:
 
 
 def test_multi_node_attempt_splits_its_gpus_per_node(engine: Engine, config: Config) -> None:
-    job = attempt(job_id_raw=14, nodes=("gpu01", "gpu02"), alloc_gpus=2, start_at=T0,
-                  end_at=T0 + timedelta(minutes=1), submit_at=T0)
-    store(engine, attempts=[job], inv=inventory("gpu01", ["GPU-0", "GPU-1"]),
-          summaries=windows("GPU-0", T0, 2, busy={0, 1}, job="14"))
+    job = attempt(
+        job_id_raw=14,
+        nodes=("gpu01", "gpu02"),
+        alloc_gpus=2,
+        start_at=T0,
+        end_at=T0 + timedelta(minutes=1),
+        submit_at=T0,
+    )
+    store(
+        engine,
+        attempts=[job],
+        inv=inventory("gpu01", ["GPU-0", "GPU-1"]),
+        summaries=windows("GPU-0", T0, 2, busy={0, 1}, job="14"),
+    )
     run_attribution(engine, config, now=T0 + timedelta(hours=1))
     got = {(r["node"], r["gpu_uuid"], r["mapping"]): r["allocated_seconds"] for r in rows(engine, 14)}
     assert got == {("gpu01", "GPU-0", "process"): 60, ("gpu02", "", "unmapped"): 60}

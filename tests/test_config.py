@@ -69,9 +69,14 @@ def test_database_url_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     secret.write_text("postgresql://from-file/db\n")
     monkeypatch.delenv("SLURMTEL_DATABASE_URL", raising=False)
     assert config_from_dict({}).database_url() is None
-    assert config_from_dict({"database": {"url_file": str(secret)}}).database_url() == "postgresql://from-file/db"
+    assert (
+        config_from_dict({"database": {"url_file": str(secret)}}).database_url()
+        == "postgresql://from-file/db"
+    )
     monkeypatch.setenv("SLURMTEL_DATABASE_URL", "postgresql://from-env/db")
-    assert config_from_dict({"database": {"url_file": str(secret)}}).database_url() == "postgresql://from-env/db"
+    assert (
+        config_from_dict({"database": {"url_file": str(secret)}}).database_url() == "postgresql://from-env/db"
+    )
     assert config_from_dict({"database": {"url": "postgresql://from-config/db"}}).database_url() == (
         "postgresql://from-config/db"
     )

@@ -36,7 +36,17 @@ def test_upgrade_downgrade_upgrade(empty_engine: Engine) -> None:
     assert current_revision(empty_engine) == head_revision()
     require_schema(empty_engine)
     tables = set(inspect(empty_engine).get_table_names())
-    assert {"job_attempt", "quarantine", "collect_run", "source_cursor", "outcome_class", "gpu_summary", "gpu_inventory", "gpu_allocation", "node_state"} <= tables
+    assert {
+        "job_attempt",
+        "quarantine",
+        "collect_run",
+        "source_cursor",
+        "outcome_class",
+        "gpu_summary",
+        "gpu_inventory",
+        "gpu_allocation",
+        "node_state",
+    } <= tables
     downgrade(empty_engine, "base")
     assert current_revision(empty_engine) is None
     assert set(inspect(empty_engine).get_table_names()) <= {"alembic_version"}

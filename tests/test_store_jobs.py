@@ -11,7 +11,10 @@ from tests.factories import at, attempt
 
 def snapshot(engine: Engine) -> list[tuple]:
     with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(text("SELECT * FROM job_attempt ORDER BY cluster, job_id_raw, submit_at"))]
+        return [
+            tuple(r)
+            for r in conn.execute(text("SELECT * FROM job_attempt ORDER BY cluster, job_id_raw, submit_at"))
+        ]
 
 
 def test_write_is_idempotent_on_the_natural_key(engine: Engine) -> None:
@@ -45,7 +48,8 @@ def test_a_changed_record_updates_the_same_row(engine: Engine) -> None:
 def test_duplicates_inside_one_batch_keep_the_last(engine: Engine) -> None:
     with engine.begin() as conn:
         stats = write_attempts(
-            conn, [attempt(job_id_raw=3, state="RUNNING", end_at=None), attempt(job_id_raw=3, state="COMPLETED")]
+            conn,
+            [attempt(job_id_raw=3, state="RUNNING", end_at=None), attempt(job_id_raw=3, state="COMPLETED")],
         )
     assert stats.received == 1
     with engine.connect() as conn:
@@ -53,13 +57,29 @@ def test_duplicates_inside_one_batch_keep_the_last(engine: Engine) -> None:
 
 
 def test_requeued_attempts_are_linked_into_one_job_and_a_reused_id_is_not(engine: Engine) -> None:
-    first = attempt(job_id_raw=19, submit_at=at("2026-11-01T10:00:00"), state="NODE_FAIL",
-                    start_at=at("2026-11-01T10:00:00"), end_at=at("2026-11-01T10:05:00"))
-    second = attempt(job_id_raw=19, submit_at=at("2026-11-01T10:05:00"), state="COMPLETED",
-                     start_at=at("2026-11-01T10:06:00"), end_at=at("2026-11-01T10:10:00"))
+    first = attempt(
+        job_id_raw=19,
+        submit_at=at("2026-11-01T10:00:00"),
+        state="NODE_FAIL",
+        start_at=at("2026-11-01T10:00:00"),
+        end_at=at("2026-11-01T10:05:00"),
+    )
+    second = attempt(
+        job_id_raw=19,
+        submit_at=at("2026-11-01T10:05:00"),
+        state="COMPLETED",
+        start_at=at("2026-11-01T10:06:00"),
+        end_at=at("2026-11-01T10:10:00"),
+    )
     # the controller state was wiped weeks later: id 19 again, a different job
-    reused = attempt(job_id_raw=19, submit_at=at("2026-11-20T09:00:00"), user="bob", name="other",
-                     start_at=at("2026-11-20T09:00:00"), end_at=at("2026-11-20T10:00:00"))
+    reused = attempt(
+        job_id_raw=19,
+        submit_at=at("2026-11-20T09:00:00"),
+        user="bob",
+        name="other",
+        start_at=at("2026-11-20T09:00:00"),
+        end_at=at("2026-11-20T10:00:00"),
+    )
     with engine.begin() as conn:
         write_attempts(conn, [second, reused])
     with engine.begin() as conn:
@@ -92,7 +112,11 @@ def test_quarantine_keeps_reason_and_raw_and_counts_repeats(engine: Engine) -> N
     with engine.connect() as conn:
         (record,) = list_quarantine(conn)
     assert (record.source, record.record_key, record.reason, record.raw, record.seen_count) == (
-        "sacct", "job 5", "end precedes start", '{"job_id": 5}', 2,
+        "sacct",
+        "job 5",
+        "end precedes start",
+        '{"job_id": 5}',
+        2,
     )
 
 

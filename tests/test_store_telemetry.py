@@ -23,9 +23,19 @@ from tests.factories import at
 
 def summary(uuid: str = "GPU-a", start: str = "2026-11-01T10:00:00", **kw) -> GpuSummary:  # type: ignore[no-untyped-def]
     values = dict(
-        source="agent", node="gpu01", gpu_uuid=uuid, window_start_at=at(start), window_seconds=30.0,
-        util_metric="gr_engine_active", sample_count=30, covered_seconds=30.0, util_mean_percent=50.0,
-        util_max_percent=90.0, idle_seconds=10.0, no_process_seconds=0.0, job_ids=("17",),
+        source="agent",
+        node="gpu01",
+        gpu_uuid=uuid,
+        window_start_at=at(start),
+        window_seconds=30.0,
+        util_metric="gr_engine_active",
+        sample_count=30,
+        covered_seconds=30.0,
+        util_mean_percent=50.0,
+        util_max_percent=90.0,
+        idle_seconds=10.0,
+        no_process_seconds=0.0,
+        job_ids=("17",),
     )
     values.update(kw)
     return GpuSummary(**values)  # type: ignore[arg-type]
@@ -43,7 +53,7 @@ def test_summaries_are_stored_once_even_when_a_pull_is_retried(engine: Engine) -
         first = write_summaries(conn, day_one + day_two, source="agent", node="gpu01")
     assert (first.received, first.inserted) == (12, 12)
     with engine.begin() as conn:
-        retried = write_summaries(conn, day_two + [summary("GPU-9", "2026-11-02T00:00:30")], source="agent")
+        retried = write_summaries(conn, [*day_two, summary("GPU-9", "2026-11-02T00:00:30")], source="agent")
     assert (retried.received, retried.inserted, retried.duplicates) == (5, 1, 4)
     with engine.begin() as conn:
         again = write_summaries(conn, day_two, source="agent")
@@ -76,8 +86,15 @@ def test_partitions_are_created_ahead_and_dropped_past_retention(engine: Engine)
 
 
 def inventory(index: int, uuid: str, seen: str, driver: str = "550.54.15") -> GpuInventory:
-    return GpuInventory(node="gpu01", gpu_uuid=uuid, index=index, model="NVIDIA H100 80GB HBM3",
-                        observed_at=at(seen), driver_version=driver, cuda_version="12.4")
+    return GpuInventory(
+        node="gpu01",
+        gpu_uuid=uuid,
+        index=index,
+        model="NVIDIA H100 80GB HBM3",
+        observed_at=at(seen),
+        driver_version=driver,
+        cuda_version="12.4",
+    )
 
 
 def test_allocations_get_the_uuid_the_index_had_at_that_time(engine: Engine) -> None:
@@ -85,21 +102,31 @@ def test_allocations_get_the_uuid_the_index_had_at_that_time(engine: Engine) -> 
         # index 0 was GPU-old until the node was re-cabled, then GPU-new
         write_inventory(conn, [inventory(0, "GPU-old", "2026-11-01T00:00:00")], source="agent")
         write_inventory(conn, [inventory(0, "GPU-old", "2026-11-05T00:00:00")], source="agent")
-        write_inventory(conn, [inventory(0, "GPU-new", "2026-11-10T00:00:00", driver="560.35.03")], source="agent")
-        write_allocations(conn, [
-            GpuAllocation("lab", 5, at("2026-11-03T00:00:00"), "gpu01", 0, at("2026-11-03T01:00:00")),
-            GpuAllocation("lab", 6, at("2026-11-10T00:00:00"), "gpu01", 0, at("2026-11-10T00:00:00")),
-            # a node without inventory yet
-            GpuAllocation("lab", 7, at("2026-11-10T00:00:00"), "gpu02", 1, at("2026-11-10T00:00:00")),
-        ])
+        write_inventory(
+            conn, [inventory(0, "GPU-new", "2026-11-10T00:00:00", driver="560.35.03")], source="agent"
+        )
+        write_allocations(
+            conn,
+            [
+                GpuAllocation("lab", 5, at("2026-11-03T00:00:00"), "gpu01", 0, at("2026-11-03T01:00:00")),
+                GpuAllocation("lab", 6, at("2026-11-10T00:00:00"), "gpu01", 0, at("2026-11-10T00:00:00")),
+                # a node without inventory yet
+                GpuAllocation("lab", 7, at("2026-11-10T00:00:00"), "gpu02", 1, at("2026-11-10T00:00:00")),
+            ],
+        )
     with engine.connect() as conn:
         rows = dict(conn.execute(text("SELECT job_id_raw, gpu_uuid FROM gpu_allocation")).all())
     assert rows == {5: "GPU-old", 6: "GPU-new", 7: ""}
     with engine.begin() as conn:
-        write_inventory(conn, [replace(inventory(1, "GPU-g2-1", "2026-11-10T00:00:00"), node="gpu02")], source="agent")
+        write_inventory(
+            conn, [replace(inventory(1, "GPU-g2-1", "2026-11-10T00:00:00"), node="gpu02")], source="agent"
+        )
         assert resolve_allocation_uuids(conn) == 1
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT gpu_uuid FROM gpu_allocation WHERE job_id_raw = 7")).scalar_one() == "GPU-g2-1"
+        assert (
+            conn.execute(text("SELECT gpu_uuid FROM gpu_allocation WHERE job_id_raw = 7")).scalar_one()
+            == "GPU-g2-1"
+        )
 
 
 def test_allocation_seen_again_extends_its_interval(engine: Engine) -> None:
@@ -116,13 +143,30 @@ def test_node_states_become_intervals(engine: Engine) -> None:
     t0 = at("2026-11-01T00:00:00")
     idle = NodeState("lab", "gpu02", t0, ("IDLE",), 4, 0, ("gpu", "debug"), "h100")
     with engine.begin() as conn:
-        for minutes, states, alloc in [(0, ("IDLE",), 0), (1, ("MIXED",), 2), (2, ("MIXED",), 3),
-                                       (3, ("DOWN", "DRAIN"), 0), (4, ("DOWN", "DRAIN"), 0)]:
-            write_node_states(conn, [replace(idle, observed_at=t0 + timedelta(minutes=minutes), states=states,
-                                             gpus_allocated=alloc)])
+        for minutes, states, alloc in [
+            (0, ("IDLE",), 0),
+            (1, ("MIXED",), 2),
+            (2, ("MIXED",), 3),
+            (3, ("DOWN", "DRAIN"), 0),
+            (4, ("DOWN", "DRAIN"), 0),
+        ]:
+            write_node_states(
+                conn,
+                [
+                    replace(
+                        idle, observed_at=t0 + timedelta(minutes=minutes), states=states, gpus_allocated=alloc
+                    )
+                ],
+            )
     with engine.connect() as conn:
-        rows = [tuple(r) for r in conn.execute(text(
-            "SELECT states, gpus_allocated, first_seen_at, last_seen_at FROM node_state ORDER BY first_seen_at"))]
+        rows = [
+            tuple(r)
+            for r in conn.execute(
+                text(
+                    "SELECT states, gpus_allocated, first_seen_at, last_seen_at FROM node_state ORDER BY first_seen_at"
+                )
+            )
+        ]
     assert rows == [
         (["IDLE"], 0, t0, t0),
         (["MIXED"], 3, t0 + timedelta(minutes=1), t0 + timedelta(minutes=2)),
@@ -132,14 +176,28 @@ def test_node_states_become_intervals(engine: Engine) -> None:
 
 def test_events_and_pending_jobs_are_idempotent(engine: Engine) -> None:
     xid = GpuEvent("gpu01", "GPU-a", at("2026-11-01T10:00:00"), "xid", 79, "GPU has fallen off the bus")
-    pend = PendingJob("lab", 9, "9", at("2026-11-01T10:00:00"), at("2026-11-01T10:01:00"), "bob", "chemistry",
-                      "gpu", "AssocGrpGRES", 4)
+    pend = PendingJob(
+        "lab",
+        9,
+        "9",
+        at("2026-11-01T10:00:00"),
+        at("2026-11-01T10:01:00"),
+        "bob",
+        "chemistry",
+        "gpu",
+        "AssocGrpGRES",
+        4,
+    )
     with engine.begin() as conn:
         assert write_events(conn, [xid, xid]) == 1
         assert write_events(conn, [xid]) == 0
         write_pending(conn, [pend], cluster="lab", observed_at=pend.observed_at)
-        write_pending(conn, [replace(pend, observed_at=at("2026-11-01T10:02:00"))], cluster="lab",
-                      observed_at=at("2026-11-01T10:02:00"))
+        write_pending(
+            conn,
+            [replace(pend, observed_at=at("2026-11-01T10:02:00"))],
+            cluster="lab",
+            observed_at=at("2026-11-01T10:02:00"),
+        )
     with engine.connect() as conn:
         row = conn.execute(text("SELECT reason, first_seen_at, last_seen_at FROM pending_job")).one()
         snapshot = conn.execute(text("SELECT observed_at FROM controller_snapshot")).scalar_one()

@@ -49,7 +49,9 @@ def test_sacct_time_forms(text: str, zone: ZoneInfo, expected: datetime) -> None
     assert parse_slurm_time(text, now=NOW, zone=zone) == expected
 
 
-@pytest.mark.parametrize("text", ["", "yesterday-ish", "2026-13-01", "2026-02-30", "now-3fortnights", "25:00"])
+@pytest.mark.parametrize(
+    "text", ["", "yesterday-ish", "2026-13-01", "2026-02-30", "now-3fortnights", "25:00"]
+)
 def test_bad_times_are_rejected_with_the_text(text: str) -> None:
     with pytest.raises(ValueError):
         parse_slurm_time(text, now=NOW, zone=UTC)

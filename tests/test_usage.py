@@ -19,13 +19,18 @@ def load(engine: Engine, *attempts) -> None:  # type: ignore[no-untyped-def]
 
 def report(engine: Engine, start: str, end: str, by: str = "account", scope: Scope = EVERYTHING, **filters):  # type: ignore[no-untyped-def]
     with engine.connect() as conn:
-        return usage_report(conn, start=at(start), end=at(end), now=NOW, by=by, scope=scope,
-                            job_filter=JobFilter(**filters))
+        return usage_report(
+            conn, start=at(start), end=at(end), now=NOW, by=by, scope=scope, job_filter=JobFilter(**filters)
+        )
 
 
 def test_gpu_seconds_are_split_exactly_at_the_window_edges(engine: Engine) -> None:
-    load(engine, attempt(job_id_raw=1, alloc_gpus=2, start_at=at("2026-11-01T10:00:00"),
-                         end_at=at("2026-11-01T11:00:00")))
+    load(
+        engine,
+        attempt(
+            job_id_raw=1, alloc_gpus=2, start_at=at("2026-11-01T10:00:00"), end_at=at("2026-11-01T11:00:00")
+        ),
+    )
     (before,) = report(engine, "2026-11-01T09:00:00", "2026-11-01T10:30:00")
     (after,) = report(engine, "2026-11-01T10:30:00", "2026-11-01T12:00:00")
     assert before["allocated_gpu_seconds"] == 2 * 1800
@@ -59,12 +64,27 @@ def test_requeues_and_queue_wait_from_eligible_not_submit(engine: Engine) -> Non
     load(
         engine,
         # held for an hour by choice: eligible 10:00, waited 60 s
-        attempt(job_id_raw=1, submit_at=at("2026-11-01T09:00:00"), eligible_at=at("2026-11-01T10:00:00"),
-                start_at=at("2026-11-01T10:01:00")),
-        attempt(job_id_raw=2, submit_at=at("2026-11-01T10:00:00"), eligible_at=at("2026-11-01T10:00:00"),
-                start_at=at("2026-11-01T10:02:00"), state="REQUEUED", end_at=at("2026-11-01T10:03:00")),
-        attempt(job_id_raw=2, submit_at=at("2026-11-01T10:03:00"), eligible_at=at("2026-11-01T10:03:20"),
-                start_at=at("2026-11-01T10:08:20"), end_at=at("2026-11-01T10:09:00")),
+        attempt(
+            job_id_raw=1,
+            submit_at=at("2026-11-01T09:00:00"),
+            eligible_at=at("2026-11-01T10:00:00"),
+            start_at=at("2026-11-01T10:01:00"),
+        ),
+        attempt(
+            job_id_raw=2,
+            submit_at=at("2026-11-01T10:00:00"),
+            eligible_at=at("2026-11-01T10:00:00"),
+            start_at=at("2026-11-01T10:02:00"),
+            state="REQUEUED",
+            end_at=at("2026-11-01T10:03:00"),
+        ),
+        attempt(
+            job_id_raw=2,
+            submit_at=at("2026-11-01T10:03:00"),
+            eligible_at=at("2026-11-01T10:03:20"),
+            start_at=at("2026-11-01T10:08:20"),
+            end_at=at("2026-11-01T10:09:00"),
+        ),
         # still pending: no wait figure, but a job of the window
         attempt(job_id_raw=3, state="PENDING", start_at=None, end_at=None, alloc_gpus=0),
     )
@@ -86,7 +106,9 @@ def test_group_by_user_and_partition_and_filters(engine: Engine) -> None:
     window = ("2026-11-01T00:00:00", "2026-11-02T00:00:00")
     by_user = {r["user"]: r["allocated_gpu_seconds"] for r in report(engine, *window, by="user")}
     assert by_user == {"alice": 4 * 3600, "bob": 2 * 3600}
-    by_partition = {r["partition"]: r["allocated_gpu_seconds"] for r in report(engine, *window, by="partition")}
+    by_partition = {
+        r["partition"]: r["allocated_gpu_seconds"] for r in report(engine, *window, by="partition")
+    }
     assert by_partition == {"gpu": 4 * 3600, "debug": 2 * 3600}
     chem = report(engine, *window, by="user", accounts=("chemistry",))
     assert {r["user"]: r["allocated_gpu_seconds"] for r in chem} == {"alice": 3 * 3600, "bob": 2 * 3600}
@@ -103,7 +125,8 @@ def test_scope_limits_rows_to_own_jobs_and_coordinated_accounts(engine: Engine) 
     window = ("2026-11-01T00:00:00", "2026-11-02T00:00:00")
     own = report(engine, *window, by="user", scope=Scope(users=frozenset({"alice"})))
     assert [r["user"] for r in own] == ["alice"]
-    coordinator = report(engine, *window, by="user",
-                         scope=Scope(users=frozenset({"bob"}), accounts=frozenset({"biology"})))
+    coordinator = report(
+        engine, *window, by="user", scope=Scope(users=frozenset({"bob"}), accounts=frozenset({"biology"}))
+    )
     assert sorted(r["user"] for r in coordinator) == ["bob", "carol"]
     assert report(engine, *window, scope=Scope()) == []

@@ -185,7 +185,14 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     for table in (
-        "agent_cursor", "controller_snapshot", "pending_job", "node_state", "gpu_allocation",
-        "gpu_event", "gpu_inventory", "gpu_summary", "ingest_batch",
+        "agent_cursor",
+        "controller_snapshot",
+        "pending_job",
+        "node_state",
+        "gpu_allocation",
+        "gpu_event",
+        "gpu_inventory",
+        "gpu_summary",
+        "ingest_batch",
     ):
         op.execute(f"DROP TABLE {table}")

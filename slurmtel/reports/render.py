@@ -83,9 +83,7 @@ def _plain_table(rows: Sequence[Mapping[str, Any]], cols: list[str], out: TextIO
     numeric = [any(_is_number(r.get(c)) for r in rows) for c in cols]
     out.write("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip() + "\n")
     for row in cells:
-        parts = [
-            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(row, widths, numeric, strict=True)
-        ]
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(row, widths, numeric, strict=True)]
         out.write("  ".join(parts).rstrip() + "\n")
     if not rows:
         out.write("(no rows)\n")

@@ -27,9 +27,7 @@ class RunOutcome:
     message: str = ""
 
 
-def run_recorded(
-    ctx: RunContext, source: str, mode: str, work: Callable[[], RunResult]
-) -> RunOutcome:
+def run_recorded(ctx: RunContext, source: str, mode: str, work: Callable[[], RunResult]) -> RunOutcome:
     """Call WORK, record the run in collect_run, classify any failure.
 
     A run with quarantined records is 'partial'. Errors are returned, not raised, so one

@@ -42,30 +42,46 @@ class SacctSource:
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "-S", "--starttime", dest="start", default=None,
+            "-S",
+            "--starttime",
+            dest="start",
+            default=None,
             help="window start (sacct forms: 2026-11-01, 2026-11-01T10:00:00, now-2hours); "
             "default: the cursor minus sources.sacct.rescan_seconds",
         )
         parser.add_argument("-E", "--endtime", dest="end", default=None, help="window end (default: now)")
         parser.add_argument(
-            "-M", "--clusters", dest="clusters", default=None,
+            "-M",
+            "--clusters",
+            dest="clusters",
+            default=None,
             help="comma-separated clusters (default: sources.sacct.clusters, else sacct's own)",
         )
         parser.add_argument(
-            "--format", dest="input_format", choices=("auto", "json", "parsable"), default="auto",
+            "--format",
+            dest="input_format",
+            choices=("auto", "json", "parsable"),
+            default="auto",
             help="with --input: the capture's format (default: detect)",
         )
         parser.add_argument(
-            "--fields", default=None,
+            "--fields",
+            default=None,
             help="with --input of a -P capture without a header line: its comma-separated field names",
         )
-        parser.add_argument("--delimiter", default=None, help="with --input of a -P capture: the delimiter (default |)")
         parser.add_argument(
-            "--timezone", dest="input_timezone", default=None,
+            "--delimiter", default=None, help="with --input of a -P capture: the delimiter (default |)"
+        )
+        parser.add_argument(
+            "--timezone",
+            dest="input_timezone",
+            default=None,
             help="with --input of a -P capture: the zone its times were printed in (default site.timezone)",
         )
         parser.add_argument(
-            "--cluster", dest="input_cluster", default=None,
+            "--cluster",
+            dest="input_cluster",
+            default=None,
             help="with --input of a -P capture without a Cluster column: the cluster name (default site.cluster)",
         )
 
@@ -86,17 +102,27 @@ class SacctSource:
             if end <= start:
                 raise ConfigError(f"sacct window is empty: {start.isoformat()} .. {end.isoformat()}")
             raw = run_sacct(config.sources.sacct, start, end, cluster)
-            origin = f"sacct -S {_sacct_time(start)} -E {_sacct_time(end)}" + (f" -M {cluster}" if cluster else "")
+            origin = f"sacct -S {_sacct_time(start)} -E {_sacct_time(end)}" + (
+                f" -M {cluster}" if cluster else ""
+            )
             if config.sources.sacct.format == "json":
                 records = parse_sacct_json(raw, origin=origin)
             else:
                 records = parse_sacct_parsable(
-                    raw.decode("utf-8", "replace"), origin=origin, delimiter=SACCT_DELIMITER,
-                    timezone=UTC, default_cluster=cluster or config.site.cluster,
+                    raw.decode("utf-8", "replace"),
+                    origin=origin,
+                    delimiter=SACCT_DELIMITER,
+                    timezone=UTC,
+                    default_cluster=cluster or config.site.cluster,
                 )
             # the cursor only moves when the caller did not pick the window by hand
-            store_records(ctx, records, result, cursor_scope=None if explicit_start or explicit_end else scope,
-                          cursor_at=end)
+            store_records(
+                ctx,
+                records,
+                result,
+                cursor_scope=None if explicit_start or explicit_end else scope,
+                cursor_at=end,
+            )
             result.window_start_at = min(filter(None, (result.window_start_at, start)))
             result.window_end_at = max(filter(None, (result.window_end_at, end)))
         return result
@@ -203,4 +229,3 @@ def _time_option(value: str | None, now: datetime, zone: ZoneInfo, flag: str) ->
 
 def _split(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
-

@@ -45,8 +45,7 @@ def check_connection(engine: Engine) -> None:
             conn.execute(text("SELECT 1"))
     except OperationalError as exc:
         raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {engine.url.render_as_string(hide_password=True)}: "
-            f"{exc.orig}"
+            f"cannot connect to PostgreSQL at {engine.url.render_as_string(hide_password=True)}: {exc.orig}"
         ) from exc
 
 
@@ -58,11 +57,8 @@ def require_schema(engine: Engine) -> None:
     current = current_revision(engine)
     head = head_revision()
     if current is None:
-        raise SchemaMissing(
-            "the database has no slurmtel schema yet: run `slurmtel db upgrade` first"
-        )
+        raise SchemaMissing("the database has no slurmtel schema yet: run `slurmtel db upgrade` first")
     if current != head:
         raise SchemaMissing(
-            f"the database schema is at {current}, this slurmtel needs {head}: "
-            "run `slurmtel db upgrade`"
+            f"the database schema is at {current}, this slurmtel needs {head}: run `slurmtel db upgrade`"
         )

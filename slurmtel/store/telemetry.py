@@ -120,7 +120,9 @@ def drop_partitions_before(conn: Connection, cutoff: date) -> list[str]:
 # ---------------------------------------------------------------- summaries
 
 
-def write_summaries(conn: Connection, summaries: Sequence[GpuSummary], *, source: str, node: str = "") -> SummaryWriteStats:
+def write_summaries(
+    conn: Connection, summaries: Sequence[GpuSummary], *, source: str, node: str = ""
+) -> SummaryWriteStats:
     """Store window summaries once each, in the caller's transaction.
 
     The common case (nothing stored yet) is a plain binary COPY into the partitioned table.
@@ -155,7 +157,9 @@ def write_summaries(conn: Connection, summaries: Sequence[GpuSummary], *, source
         conn.execute(text("DELETE FROM ingest_batch WHERE id = :id"), {"id": batch_id})
         return SummaryWriteStats(None, len(summaries), 0)
     if inserted != len(summaries):
-        conn.execute(text("UPDATE ingest_batch SET rows = :n WHERE id = :id"), {"n": inserted, "id": batch_id})
+        conn.execute(
+            text("UPDATE ingest_batch SET rows = :n WHERE id = :id"), {"n": inserted, "id": batch_id}
+        )
     return SummaryWriteStats(batch_id, len(summaries), inserted)
 
 
@@ -183,7 +187,14 @@ def _insert_new_summaries(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> 
 
 def write_events(conn: Connection, events: Iterable[GpuEvent]) -> int:
     rows = [
-        {"node": e.node, "gpu_uuid": e.gpu_uuid, "at": e.at, "kind": e.kind, "value": e.value, "detail": e.detail}
+        {
+            "node": e.node,
+            "gpu_uuid": e.gpu_uuid,
+            "at": e.at,
+            "kind": e.kind,
+            "value": e.value,
+            "detail": e.detail,
+        }
         for e in events
     ]
     if not rows:
@@ -201,11 +212,22 @@ def write_events(conn: Connection, events: Iterable[GpuEvent]) -> int:
 def write_inventory(conn: Connection, inventory: Iterable[GpuInventory], *, source: str) -> int:
     rows = [
         {
-            "source": source, "node": g.node, "gpu_uuid": g.gpu_uuid, "gpu_index": g.index, "model": g.model,
-            "memory_total_bytes": g.memory_total_bytes, "minor_number": g.minor_number,
-            "pci_bus_id": g.pci_bus_id, "driver_version": g.driver_version, "cuda_version": g.cuda_version,
-            "vbios_version": g.vbios_version, "mig_mode": g.mig_mode, "parent_gpu_uuid": g.parent_gpu_uuid,
-            "mig_profile": g.mig_profile, "gpu_fraction": g.gpu_fraction, "at": g.observed_at,
+            "source": source,
+            "node": g.node,
+            "gpu_uuid": g.gpu_uuid,
+            "gpu_index": g.index,
+            "model": g.model,
+            "memory_total_bytes": g.memory_total_bytes,
+            "minor_number": g.minor_number,
+            "pci_bus_id": g.pci_bus_id,
+            "driver_version": g.driver_version,
+            "cuda_version": g.cuda_version,
+            "vbios_version": g.vbios_version,
+            "mig_mode": g.mig_mode,
+            "parent_gpu_uuid": g.parent_gpu_uuid,
+            "mig_profile": g.mig_profile,
+            "gpu_fraction": g.gpu_fraction,
+            "at": g.observed_at,
         }
         for g in inventory
     ]
@@ -242,8 +264,14 @@ def write_allocations(conn: Connection, allocations: Iterable[GpuAllocation]) ->
     node's inventory as it was when the allocation was seen (whole GPUs only)."""
     rows = [
         {
-            "cluster": a.cluster, "job_id_raw": a.job_id_raw, "submit_at": a.submit_at, "node": a.node,
-            "gpu_index": a.gpu_index, "gpu_uuid": a.gpu_uuid, "gpu_model": a.gpu_model, "at": a.observed_at,
+            "cluster": a.cluster,
+            "job_id_raw": a.job_id_raw,
+            "submit_at": a.submit_at,
+            "node": a.node,
+            "gpu_index": a.gpu_index,
+            "gpu_uuid": a.gpu_uuid,
+            "gpu_model": a.gpu_model,
+            "at": a.observed_at,
         }
         for a in allocations
     ]
@@ -308,7 +336,11 @@ def write_node_states(conn: Connection, states: Iterable[NodeState]) -> int:
             {"cluster": s.cluster, "node": s.node},
         ).first()
         same = current is not None and (
-            list(current.states), current.gpus_total, list(current.partitions), current.gpu_model, current.reason
+            list(current.states),
+            current.gpus_total,
+            list(current.partitions),
+            current.gpu_model,
+            current.reason,
         ) == (list(s.states), s.gpus_total, list(s.partitions), s.gpu_model, s.reason)
         if current is not None and same and current.last_seen_at <= s.observed_at:
             conn.execute(
@@ -323,21 +355,37 @@ def write_node_states(conn: Connection, states: Iterable[NodeState]) -> int:
                     ":alloc, :partitions, :model, :reason, :at, :at)"
                 ),
                 {
-                    "cluster": s.cluster, "node": s.node, "states": list(s.states), "total": s.gpus_total,
-                    "alloc": s.gpus_allocated, "partitions": list(s.partitions), "model": s.gpu_model,
-                    "reason": s.reason, "at": s.observed_at,
+                    "cluster": s.cluster,
+                    "node": s.node,
+                    "states": list(s.states),
+                    "total": s.gpus_total,
+                    "alloc": s.gpus_allocated,
+                    "partitions": list(s.partitions),
+                    "model": s.gpu_model,
+                    "reason": s.reason,
+                    "at": s.observed_at,
                 },
             )
         count += 1
     return count
 
 
-def write_pending(conn: Connection, pending: Iterable[PendingJob], *, cluster: str, observed_at: datetime) -> int:
+def write_pending(
+    conn: Connection, pending: Iterable[PendingJob], *, cluster: str, observed_at: datetime
+) -> int:
     rows = [
         {
-            "cluster": p.cluster, "job_id_raw": p.job_id_raw, "submit_at": p.submit_at, "reason": p.reason,
-            "job_id": p.job_id, "user": p.user, "account": p.account, "partition": p.partition,
-            "gpus": p.gpus_requested, "eligible_at": p.eligible_at, "at": p.observed_at,
+            "cluster": p.cluster,
+            "job_id_raw": p.job_id_raw,
+            "submit_at": p.submit_at,
+            "reason": p.reason,
+            "job_id": p.job_id,
+            "user": p.user,
+            "account": p.account,
+            "partition": p.partition,
+            "gpus": p.gpus_requested,
+            "eligible_at": p.eligible_at,
+            "at": p.observed_at,
         }
         for p in pending
     ]
@@ -385,7 +433,14 @@ def get_agent_cursor(conn: Connection, node: str) -> AgentCursor | None:
 
 
 def set_agent_cursor(
-    conn: Connection, node: str, *, spool_id: str, cursor: int, evicted_total: int, spool_items: int, spool_bytes: int
+    conn: Connection,
+    node: str,
+    *,
+    spool_id: str,
+    cursor: int,
+    evicted_total: int,
+    spool_items: int,
+    spool_bytes: int,
 ) -> None:
     conn.execute(
         text(
@@ -397,6 +452,12 @@ def set_agent_cursor(
                 spool_bytes = EXCLUDED.spool_bytes, updated_at = now()
             """
         ),
-        {"node": node, "spool_id": spool_id, "cursor": cursor, "evicted": evicted_total,
-         "items": spool_items, "bytes": spool_bytes},
+        {
+            "node": node,
+            "spool_id": spool_id,
+            "cursor": cursor,
+            "evicted": evicted_total,
+            "items": spool_items,
+            "bytes": spool_bytes,
+        },
     )

@@ -18,7 +18,13 @@ from slurmtel.access import SCOPE_SQL, Scope
 
 GROUPS = {"account": "account", "user": "user_name", "partition": "partition"}
 OUTCOME_CLASSES = (
-    "completed", "user_failure", "system_failure", "cancelled", "preempted", "running", "unknown",
+    "completed",
+    "user_failure",
+    "system_failure",
+    "cancelled",
+    "preempted",
+    "running",
+    "unknown",
 )
 
 

@@ -1,0 +1,10 @@
+"""The CLI's commands: one module per group, each with `register(commands, reports)`.
+
+`commands` is the top-level subcommand group, `reports` the one under `slurmtel report`.
+"""
+
+from __future__ import annotations
+
+from slurmtel.commands import collect, db, demo, operations, usage
+
+COMMAND_MODULES = (collect, db, usage, operations, demo)

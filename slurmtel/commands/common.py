@@ -1,0 +1,108 @@
+"""What every command shares: exit codes, Slurm-style arguments, identity, the run context."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+from datetime import datetime
+
+from slurmtel.access import Action, Identity, Role, Scope, allowed
+from slurmtel.config import Config
+from slurmtel.errors import ConfigError, SlurmtelError
+from slurmtel.reports.render import FORMATS
+from slurmtel.sources.base import RunContext, utc_now
+from slurmtel.store.usage import JobFilter
+from slurmtel.timeparse import parse_slurm_time
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
+
+
+class AccessDenied(SlurmtelError):
+    kind = "access_denied"
+
+
+def add_window_arguments(parser: argparse.ArgumentParser, what: str = "the 1st of this month") -> None:
+    parser.add_argument(
+        "-S",
+        "--starttime",
+        dest="start",
+        default=None,
+        help=f"window start in site.timezone (sacct forms; default: {what})",
+    )
+    parser.add_argument("-E", "--endtime", dest="end", default=None, help="window end (default: now)")
+
+
+def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-A", "--accounts", default=None, help="comma-separated accounts")
+    parser.add_argument("-u", "--user", dest="users", default=None, help="comma-separated users")
+    parser.add_argument(
+        "-r", "--partition", dest="partitions", default=None, help="comma-separated partitions"
+    )
+    parser.add_argument("-M", "--clusters", default=None, help="comma-separated clusters")
+
+
+def add_format_argument(parser: argparse.ArgumentParser, choices: tuple[str, ...] = FORMATS) -> None:
+    parser.add_argument(
+        "--format", choices=choices, default=choices[0], help=f"output format (default {choices[0]})"
+    )
+
+
+def split_list(value: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+
+
+def job_filter(args: argparse.Namespace) -> JobFilter:
+    return JobFilter(
+        accounts=split_list(args.accounts),
+        users=split_list(args.users),
+        partitions=split_list(args.partitions),
+        clusters=split_list(args.clusters),
+    )
+
+
+def resolve_window(args: argparse.Namespace, config: Config, now: datetime) -> tuple[datetime, datetime]:
+    """-S/-E in the site's zone; default -S is the start of the current month."""
+    zone = config.zone
+    try:
+        if args.start:
+            start = parse_slurm_time(args.start, now=now, zone=zone)
+        else:
+            local = now.astimezone(zone)
+            start = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0).astimezone(now.tzinfo)
+        end = parse_slurm_time(args.end, now=now, zone=zone) if args.end else now
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if end <= start:
+        raise ConfigError(f"empty window: -E {end.isoformat()} is not after -S {start.isoformat()}")
+    return start, end
+
+
+def current_identity(config: Config) -> Identity:
+    """The caller, from the unix account running the CLI (DESIGN §8)."""
+    uid = os.getuid()
+    user = pwd.getpwuid(uid).pw_name
+    if uid == 0 or user in config.access.admins:
+        return Identity(user, Role.ADMIN)
+    if user in config.access.finance:
+        return Identity(user, Role.FINANCE)
+    if config.database_url() is None:
+        # the embedded database belongs to whoever runs it
+        return Identity(user, Role.ADMIN)
+    return Identity(user, Role.USER)
+
+
+def scope_for(config: Config, action: Action, identity: Identity | None = None) -> Scope:
+    who = identity or current_identity(config)
+    scope = allowed(who, action)
+    if scope.is_empty:
+        raise AccessDenied(f"{who.user} ({who.role.value}) may not {action.value.replace('_', ' ')}")
+    return scope
+
+
+def open_context(config: Config) -> RunContext:
+    from slurmtel.store.engine import make_engine, require_schema
+
+    engine = make_engine(config)
+    require_schema(engine)
+    return RunContext(config=config, engine=engine, clock=utc_now)

@@ -1,0 +1,576 @@
+"""The controller's live view: which job holds which GPU index, who is waiting, node GPU states.
+
+Sources (all read as text; nothing here runs a command):
+
+- `scontrol show job -d` (records of indented lines, separated by blank lines) and
+  `scontrol show job -d -o` (one record per line). Running jobs carry per-node detail entries
+  `Nodes=gpu01 CPU_IDs=0-1 Mem=512 GRES=gpu:h100:2(IDX:0-1)`; nodes with identical allocations
+  are folded (`Nodes=gpu[01-02] ... GRES=gpu:h100:2(IDX:0-1)`: each node holds those indices).
+- `squeue --json` and slurmrestd `/slurm/vX/jobs` (`{"jobs": [...]}`): `gres_detail` holds one
+  entry per node, in the order of the expanded `nodes` list. v0.0.37/38 print plain ints and a
+  string job_state; v0.0.40+ print `{set, infinite, number}` objects and a list of states.
+- `scontrol show node -d` (`Gres=gpu:h100:4`, `GresUsed=gpu:h100:4(IDX:0-3)`, `State=MIXED`).
+- `sinfo --json` of 21.08/22.05 and slurmrestd `/slurm/vX/nodes` / `scontrol show nodes --json`
+  (23.02+) (`{"nodes": [...]}`). The `{"sinfo": [...]}` document `sinfo --json` prints from
+  23.02 on groups nodes by state and carries no per-node GPU use; it is refused with a
+  ParseError that says to use `scontrol show nodes --json` instead.
+
+GPU indices exist only while a job runs; once it ends `GRES=` is empty and `gres_detail` is
+`[]`. Allocations are emitted for every job that is not PENDING and shows indices (RUNNING, but
+also SUSPENDED or COMPLETING jobs still holding GPUs). For a MIG GRES (`gpu:1g.10gb:1(IDX:3)`)
+the index is the MIG device's index in the node's gres.conf order, not a physical GPU's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, tzinfo
+from typing import Any
+
+import orjson
+
+from slurmtel.errors import ParseError
+from slurmtel.parsers.gres import gpu_items, single_gpu_type
+from slurmtel.parsers.slurm_common import expand_nodelist, parse_tres_string, unwrap_number
+from slurmtel.parsers.slurm_common import gpu_count as tres_gpu_count
+from slurmtel.records import GpuAllocation, NodeState, PendingJob, Rejected
+
+SOURCE = "slurmctld"
+
+JobRecord = GpuAllocation | PendingJob | Rejected
+NodeRecord = NodeState | Rejected
+
+# "Key=" at the start of a line or after white space; scontrol keys hold letters, digits, _ : /
+_KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=")
+# keys whose values may hold spaces (the rest end at the first white space)
+_SPACED_KEYS = frozenset(
+    {"JobName", "Command", "WorkDir", "StdErr", "StdIn", "StdOut", "Comment", "OS", "Reason", "AdminComment"}
+)
+# scontrol show node appends who set a reason and when: "ECC memory error [root@2024-01-01T00:00:00]"
+_REASON_STAMP = re.compile(r"\s*\[[^\[\]]*@[^\[\]]*\]\s*$")
+_NO_TIME = frozenset({"", "None", "Unknown", "N/A", "(null)", "0"})
+_BASE_STATES = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
+
+
+# --------------------------------------------------------------------------- text records
+
+
+def _records(raw: str, first_key: str) -> list[str]:
+    """Split scontrol output into one text per record; a record starts at a FIRST_KEY= line.
+
+    Works for both layouts: with -o every line starts a record; without it, the indented lines
+    that follow belong to the record above.
+    """
+    records: list[str] = []
+    current: list[str] = []
+    marker = first_key + "="
+    for line in raw.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(marker):
+            if current:
+                records.append("\n".join(current))
+            current = [stripped]
+        elif stripped and current:
+            current.append(stripped)
+    if current:
+        records.append("\n".join(current))
+    return records
+
+
+def _pairs(record: str) -> list[tuple[str, str]]:
+    """A record's `Key=value` pairs in order; keys can repeat (the per-node detail entries)."""
+    pairs: list[tuple[str, str]] = []
+    for line in record.split("\n"):
+        matches = list(_KEY.finditer(line))
+        for number, match in enumerate(matches):
+            end = matches[number + 1].start() if number + 1 < len(matches) else len(line)
+            key = match.group(1)
+            value = line[match.end() : end].strip()
+            if key not in _SPACED_KEYS:
+                value = value.split(None, 1)[0] if value else ""
+            pairs.append((key, value))
+    return pairs
+
+
+def _check_text(raw: str, first_key: str, origin: str, empty_answers: Iterable[str]) -> str:
+    text = raw.strip()
+    if not text or any(text.startswith(answer) for answer in empty_answers):
+        return ""
+    if first_key + "=" not in text:
+        raise ParseError(f"{origin}: no {first_key}= record in the output: {text[:200]!r}")
+    return text
+
+
+def _local_time(value: str | None, zone: tzinfo) -> datetime | None:
+    """scontrol's local `2026-12-02T13:00:06` (no zone) read in ZONE -> aware UTC; None if unset."""
+    if value is None:
+        return None
+    value = value.strip().strip('"')
+    if value in _NO_TIME:
+        return None
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=zone)
+    return parsed.astimezone(UTC)
+
+
+def _user_name(value: str) -> str:
+    # "alice(1002)" -> "alice"
+    name, _, _ = value.partition("(")
+    return name
+
+
+def _job_display_id(
+    job_id: int,
+    array_job_id: int | None,
+    array_task: str,
+    het_job_id: int | None,
+    het_offset: int | None,
+) -> str:
+    """The id users see: "10_1", "10_[1-4%2]" (pending array), "5+1" (het job), "42"."""
+    if array_job_id:
+        if array_task and array_task.isdigit():
+            return f"{array_job_id}_{array_task}"
+        if array_task:
+            return f"{array_job_id}_[{array_task}]"
+    if het_job_id:
+        return f"{het_job_id}+{het_offset or 0}"
+    return str(job_id)
+
+
+def _requested_gpus(
+    req_tres: str,
+    per_job: str,
+    per_node: str,
+    per_task: str,
+    nodes: int,
+    tasks: int,
+) -> int:
+    """GPUs a pending job asks for: its requested TRES gres/gpu, else the tres_per_* requests.
+
+    The requested TRES already multiply per-node/per-task requests out; clusters that do not
+    account gres/gpu leave it out, so the tres_per_* strings are the fallback.
+    """
+    requested = tres_gpu_count(parse_tres_string(req_tres)) if req_tres else 0
+    if requested:
+        return requested
+    for text, factor in ((per_job, 1), (per_node, max(nodes, 1)), (per_task, max(tasks, 1))):
+        count = sum(item.count for item in gpu_items(text))
+        if count:
+            return count * factor
+    return 0
+
+
+def _min_count(value: str | None) -> int:
+    # "NumNodes=2-2", "NumNodes=1-4", "NumTasks=N/A"
+    if not value:
+        return 0
+    low = value.split("-", 1)[0]
+    return int(low) if low.isdigit() else 0
+
+
+def _allocations_from_detail(
+    gres: str,
+    nodes: Iterable[str],
+    *,
+    cluster: str,
+    job_id_raw: int,
+    submit_at: datetime,
+    at: datetime,
+) -> list[GpuAllocation]:
+    allocations: list[GpuAllocation] = []
+    items = gpu_items(gres)
+    for node in nodes:
+        for item in items:
+            for index in item.indices or ():
+                allocations.append(
+                    GpuAllocation(
+                        cluster=cluster,
+                        job_id_raw=job_id_raw,
+                        submit_at=submit_at,
+                        node=node,
+                        gpu_index=index,
+                        observed_at=at,
+                        gpu_model=item.type,
+                    )
+                )
+    return allocations
+
+
+def parse_scontrol_jobs(
+    raw: str,
+    *,
+    cluster: str,
+    at: datetime,
+    timezone: tzinfo = UTC,
+    origin: str = "scontrol show job -d",
+) -> list[JobRecord]:
+    """`scontrol show job -d` or `... -d -o` -> one GpuAllocation per (running job, node, GPU
+    index) and one PendingJob per pending job; other jobs give nothing.
+
+    Times are local without a zone: TIMEZONE is the controller's zone (default UTC).
+    """
+    text = _check_text(raw, "JobId", origin, ("No jobs in the system",))
+    results: list[JobRecord] = []
+    for record in _records(text, "JobId"):
+        try:
+            results.extend(_scontrol_job(record, cluster=cluster, at=at, zone=timezone))
+        except (ValueError, KeyError) as exc:
+            job_key = record.split(None, 1)[0].replace("JobId=", "job ")
+            results.append(Rejected(SOURCE, origin, job_key, str(exc) or type(exc).__name__, record))
+    return results
+
+
+def _scontrol_job(record: str, *, cluster: str, at: datetime, zone: tzinfo) -> list[JobRecord]:
+    pairs = _pairs(record)
+    fields: dict[str, str] = {}
+    for key, value in pairs:
+        fields.setdefault(key, value)
+    job_id_raw = int(fields["JobId"])
+    state = fields.get("JobState", "")
+    submit_at = _local_time(fields.get("SubmitTime"), zone)
+    if submit_at is None:
+        raise ValueError(f"job {job_id_raw} has no SubmitTime")
+
+    if state == "PENDING":
+        job_id = _job_display_id(
+            job_id_raw,
+            _int(fields.get("ArrayJobId")),
+            fields.get("ArrayTaskId", ""),
+            _int(fields.get("HetJobId")),
+            _int(fields.get("HetJobOffset")),
+        )
+        return [
+            PendingJob(
+                cluster=cluster,
+                job_id_raw=job_id_raw,
+                job_id=job_id,
+                submit_at=submit_at,
+                observed_at=at,
+                user=_user_name(fields.get("UserId", "")),
+                account=fields.get("Account", ""),
+                partition=fields.get("Partition", ""),
+                reason=fields.get("Reason", ""),
+                gpus_requested=_requested_gpus(
+                    fields.get("ReqTRES") or fields.get("TRES", ""),
+                    fields.get("TresPerJob", ""),
+                    fields.get("TresPerNode", ""),
+                    fields.get("TresPerTask", ""),
+                    _min_count(fields.get("NumNodes")),
+                    _min_count(fields.get("NumTasks")),
+                ),
+                eligible_at=_local_time(fields.get("EligibleTime"), zone),
+            )
+        ]
+
+    # the detail entries: each "Nodes=" starts one, its "GRES=" follows
+    allocations: list[JobRecord] = []
+    detail_nodes: str | None = None
+    for key, value in pairs:
+        if key == "Nodes":
+            detail_nodes = value
+        elif key == "GRES" and detail_nodes is not None:
+            if value:
+                allocations.extend(
+                    _allocations_from_detail(
+                        value,
+                        expand_nodelist(detail_nodes),
+                        cluster=cluster,
+                        job_id_raw=job_id_raw,
+                        submit_at=submit_at,
+                        at=at,
+                    )
+                )
+            detail_nodes = None
+    return allocations
+
+
+def _int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    value = value.strip()
+    return int(value) if value.isdigit() else None
+
+
+# --------------------------------------------------------------------------- JSON jobs
+
+
+def _load_json(raw: str | bytes, origin: str, key: str) -> list[Any]:
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ParseError(f"{origin}: not JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise ParseError(f"{origin}: expected a JSON object, got {type(document).__name__}")
+    errors = document.get("errors") or []
+    if errors:
+        # an error document also carries an empty list: reading it as "nothing there" would be wrong
+        first = errors[0]
+        detail = first.get("error") or first.get("description") if isinstance(first, dict) else first
+        raise ParseError(f"{origin}: Slurm reported {len(errors)} error(s): {detail}")
+    if key not in document:
+        if key == "nodes" and "sinfo" in document:
+            raise ParseError(
+                f"{origin}: this is the 'sinfo' document of sinfo --json from Slurm 23.02+, which "
+                "groups nodes and has no per-node GPU use; use `scontrol show nodes --json` instead"
+            )
+        raise ParseError(f"{origin}: no '{key}' list in the document (keys: {sorted(document)[:10]})")
+    items = document[key]
+    if not isinstance(items, list):
+        raise ParseError(f"{origin}: '{key}' is {type(items).__name__}, not a list")
+    return items
+
+
+def _epoch(value: Any) -> datetime | None:
+    number = unwrap_number(value)
+    if not number:
+        return None
+    return datetime.fromtimestamp(number, UTC)
+
+
+def _state_words(state: Any, flags: Any = None) -> tuple[str, ...]:
+    """ "mixed" + ["DRAIN"] (v0.0.37/38) or ["IDLE", "DRAIN"] (v0.0.40+) -> ("MIXED", "DRAIN")."""
+    words: list[str] = []
+    parts: list[Any] = [state] if isinstance(state, str) else list(state or [])
+    parts.extend(flags or [])
+    for part in parts:
+        if not isinstance(part, str):
+            continue
+        for word in part.split("+"):
+            word = word.strip().upper()
+            # scontrol marks a node that does not respond with "*": "DOWN*"
+            if word.endswith("*"):
+                word = word.rstrip("*")
+                if word and word not in words:
+                    words.append(word)
+                word = "NOT_RESPONDING"
+            if word and word not in words:
+                words.append(word)
+    return tuple(words)
+
+
+def _base_state(words: tuple[str, ...]) -> str:
+    for word in words:
+        if word in _BASE_STATES:
+            return word
+    return words[0] if words else ""
+
+
+def parse_squeue_json(
+    raw: str | bytes,
+    *,
+    cluster: str,
+    at: datetime,
+    origin: str = "squeue --json",
+) -> list[JobRecord]:
+    """`squeue --json` / slurmrestd `/slurm/vX/jobs` and `/job/<id>` -> allocations and pending jobs."""
+    results: list[JobRecord] = []
+    for job in _load_json(raw, origin, "jobs"):
+        try:
+            results.extend(_json_job(job, cluster=cluster, at=at))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            job_id = job.get("job_id") if isinstance(job, dict) else None
+            results.append(
+                Rejected(
+                    SOURCE,
+                    origin,
+                    f"job {job_id}" if job_id is not None else "job ?",
+                    str(exc) or type(exc).__name__,
+                    orjson.dumps(job).decode(),
+                )
+            )
+    return results
+
+
+def _json_job(job: Mapping[str, Any], *, cluster: str, at: datetime) -> list[JobRecord]:
+    job_id_raw = unwrap_number(job["job_id"])
+    if job_id_raw is None:
+        raise ValueError("no job_id")
+    state = _base_state(_state_words(job.get("job_state")))
+    submit_at = _epoch(job.get("submit_time"))
+    if submit_at is None:
+        raise ValueError(f"job {job_id_raw} has no submit_time")
+
+    if state == "PENDING":
+        array_task = unwrap_number(job.get("array_task_id"))
+        job_id = _job_display_id(
+            job_id_raw,
+            unwrap_number(job.get("array_job_id")),
+            str(array_task) if array_task is not None else (job.get("array_task_string") or ""),
+            unwrap_number(job.get("het_job_id")),
+            unwrap_number(job.get("het_job_offset")),
+        )
+        return [
+            PendingJob(
+                cluster=cluster,
+                job_id_raw=job_id_raw,
+                job_id=job_id,
+                submit_at=submit_at,
+                observed_at=at,
+                user=job.get("user_name") or "",
+                account=job.get("account") or "",
+                partition=job.get("partition") or "",
+                reason=job.get("state_reason") or "",
+                gpus_requested=_requested_gpus(
+                    job.get("tres_req_str") or "",
+                    job.get("tres_per_job") or "",
+                    job.get("tres_per_node") or "",
+                    job.get("tres_per_task") or "",
+                    unwrap_number(job.get("node_count")) or 0,
+                    unwrap_number(job.get("tasks")) or 0,
+                ),
+                eligible_at=_epoch(job.get("eligible_time")),
+            )
+        ]
+
+    details = job.get("gres_detail") or []
+    if not details:
+        return []
+    nodes = expand_nodelist(job.get("nodes") or "")
+    if len(details) != len(nodes):
+        raise ValueError(
+            f"gres_detail has {len(details)} entries for {len(nodes)} nodes in {job.get('nodes')!r}"
+        )
+    allocations: list[JobRecord] = []
+    for node, gres in zip(nodes, details, strict=True):
+        allocations.extend(
+            _allocations_from_detail(
+                gres, (node,), cluster=cluster, job_id_raw=job_id_raw, submit_at=submit_at, at=at
+            )
+        )
+    return allocations
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def _node_state(
+    *,
+    cluster: str,
+    at: datetime,
+    name: str,
+    states: tuple[str, ...],
+    gres: str,
+    gres_used: str | None,
+    cfg_tres: str,
+    alloc_tres: str,
+    partitions: Iterable[str],
+    reason: str,
+) -> NodeState:
+    configured = gpu_items(gres)
+    total = sum(item.count for item in configured)
+    if not configured:
+        total = tres_gpu_count(parse_tres_string(cfg_tres))
+    if gres_used is not None and (gpu_items(gres_used) or not alloc_tres):
+        allocated = sum(item.count for item in gpu_items(gres_used))
+    else:
+        # `scontrol show node` without -d prints no GresUsed; AllocTRES has the count
+        allocated = tres_gpu_count(parse_tres_string(alloc_tres))
+    return NodeState(
+        cluster=cluster,
+        node=name,
+        observed_at=at,
+        states=states,
+        gpus_total=total,
+        gpus_allocated=allocated,
+        partitions=tuple(p for p in partitions if p and p != "(null)"),
+        gpu_model=single_gpu_type(configured) or single_gpu_type(gpu_items(gres_used)),
+        reason=_REASON_STAMP.sub("", reason or "").strip(),
+    )
+
+
+def parse_scontrol_nodes(
+    raw: str,
+    *,
+    cluster: str,
+    at: datetime,
+    origin: str = "scontrol show node -d",
+) -> list[NodeRecord]:
+    """`scontrol show node -d` (or without -d, or -o) -> one NodeState per node."""
+    text = _check_text(raw, "NodeName", origin, ("No nodes in the system",))
+    results: list[NodeRecord] = []
+    for record in _records(text, "NodeName"):
+        fields: dict[str, str] = {}
+        for key, value in _pairs(record):
+            fields.setdefault(key, value)
+        name = fields.get("NodeName", "")
+        try:
+            if not name:
+                raise ValueError("empty NodeName")
+            # "Gres=justarandomfield" names no GPU and is no error; "gpu:a:b:4" is one
+            gres = fields.get("Gres", "")
+            results.append(
+                _node_state(
+                    cluster=cluster,
+                    at=at,
+                    name=name,
+                    states=_state_words(fields.get("State", "")),
+                    gres=gres,
+                    gres_used=fields.get("GresUsed"),
+                    cfg_tres=fields.get("CfgTRES", ""),
+                    alloc_tres=fields.get("AllocTRES", ""),
+                    partitions=fields.get("Partitions", "").split(","),
+                    reason=fields.get("Reason", ""),
+                )
+            )
+        except ValueError as exc:
+            results.append(Rejected(SOURCE, origin, f"node {name or '?'}", str(exc), record))
+    return results
+
+
+def parse_sinfo_json(
+    raw: str | bytes,
+    *,
+    cluster: str,
+    at: datetime,
+    origin: str = "sinfo --json",
+) -> list[NodeRecord]:
+    """`sinfo --json` (21.08/22.05), slurmrestd `/slurm/vX/nodes` and `scontrol show nodes --json`
+    (`{"nodes": [...]}`) -> one NodeState per node."""
+    results: list[NodeRecord] = []
+    for node in _load_json(raw, origin, "nodes"):
+        name = node.get("name") if isinstance(node, dict) else None
+        try:
+            if not name:
+                raise ValueError("node without a name")
+            results.append(
+                _node_state(
+                    cluster=cluster,
+                    at=at,
+                    name=name,
+                    states=_state_words(node.get("state"), node.get("state_flags")),
+                    gres=node.get("gres") or "",
+                    gres_used=node.get("gres_used"),
+                    cfg_tres=node.get("tres") or "",
+                    alloc_tres=node.get("tres_used") or "",
+                    partitions=node.get("partitions") or (),
+                    reason=node.get("reason") or "",
+                )
+            )
+        except (ValueError, TypeError, AttributeError) as exc:
+            results.append(
+                Rejected(
+                    SOURCE,
+                    origin,
+                    f"node {name or '?'}",
+                    str(exc) or type(exc).__name__,
+                    orjson.dumps(node).decode(),
+                )
+            )
+    return results
