@@ -7,66 +7,17 @@ window cut by a job's start or end is exact, and the expected figures follow by 
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import Engine, text
 
 from slurmtel.attribution import run_attribution
 from slurmtel.config import Config, config_from_dict
-from slurmtel.records import GpuAllocation, GpuInventory, GpuSummary
+from slurmtel.records import GpuAllocation
 from slurmtel.store.jobs import write_attempts
 from slurmtel.store.telemetry import write_allocations, write_inventory, write_summaries
-from tests.factories import at, attempt
-
-T0 = at("2026-11-01T10:00:00")
-
-
-def windows(
-    uuid: str,
-    start: datetime,
-    count: int,
-    busy: set[int] | None = None,
-    *,
-    job: str = "",
-    node: str = "gpu01",
-    no_process: set[int] | None = None,
-    energy: float = 300.0,
-) -> list[GpuSummary]:
-    """COUNT 30 s windows from START; windows in BUSY are at 80 %, the rest idle at 0 %."""
-    busy = busy or set()
-    no_process = no_process or set()
-    result = []
-    for i in range(count):
-        is_busy = i in busy
-        result.append(
-            GpuSummary(
-                source="agent",
-                node=node,
-                gpu_uuid=uuid,
-                window_start_at=start + timedelta(seconds=30 * i),
-                window_seconds=30.0,
-                util_metric="gr_engine_active",
-                sample_count=30,
-                covered_seconds=30.0,
-                util_mean_percent=80.0 if is_busy else 0.0,
-                util_max_percent=95.0 if is_busy else 0.0,
-                idle_seconds=0.0 if is_busy else 30.0,
-                no_process_seconds=30.0 if i in no_process else 0.0,
-                memory_used_max_bytes=(40 if is_busy else 1) * 2**30,
-                energy_joules=energy,
-                energy_method="counter",
-                job_ids=(job,) if job and i not in no_process else (),
-            )
-        )
-    return result
-
-
-def inventory(node: str, uuids: list[str], seen: datetime = T0) -> list[GpuInventory]:
-    return [
-        GpuInventory(node=node, gpu_uuid=u, index=i, model="NVIDIA H100", observed_at=seen)
-        for i, u in enumerate(uuids)
-    ]
+from tests.factories import T0, at, attempt, inventory, windows
 
 
 def rows(engine: Engine, job_id_raw: int | None = None) -> list[dict]:
