@@ -28,8 +28,8 @@ ENV_DATABASE_URL = "SLURMTEL_DATABASE_URL"
 
 @dataclass(frozen=True)
 class SiteConfig:
-    # cluster name used when a record does not carry one (sacct -P without a Cluster column)
-    cluster: str = "cluster"
+    # the Slurm cluster's name; "" = ask the controller (scontrol show config: ClusterName)
+    cluster: str = ""
     # reports cut days and months in this zone; -S/-E without a zone are read in it
     timezone: str = "UTC"
     # embedded PostgreSQL, agent spool and other local state; "" = /var/lib/slurmtel when
@@ -102,8 +102,62 @@ class OutcomeConfig:
 
 
 @dataclass(frozen=True)
+class SlurmctldSourceConfig:
+    enabled: bool = True
+    interval_seconds: int = 60
+    squeue_command: str = "squeue"
+    scontrol_command: str = "scontrol"
+    # running jobs' GPU indices and pending jobs from "squeue_json" (squeue -a --json, its
+    # gres_detail) or "scontrol_text" (scontrol show job -d)
+    job_view: str = "squeue_json"
+    timeout_seconds: int = 60
+
+
+@dataclass(frozen=True)
+class ScrapeTargetsConfig:
+    """Where the head finds per-node HTTP endpoints (dcgm-exporter, slurmtel-agent)."""
+
+    enabled: bool = False
+    interval_seconds: int = 30
+    # "node" (host = node name), "node=host:port" or "http://host:port/path" entries
+    targets: list[str] = field(default_factory=list)
+    # add every Slurm node that has GPUs (sinfo), reached at its NodeAddr on `port`
+    discover_nodes: bool = False
+    sinfo_command: str = "sinfo"
+    port: int = 9400
+    timeout_seconds: int = 10
+
+
+@dataclass(frozen=True)
+class DcgmSourceConfig(ScrapeTargetsConfig):
+    path: str = "/metrics"
+
+
+@dataclass(frozen=True)
+class AgentSourceConfig(ScrapeTargetsConfig):
+    interval_seconds: int = 60
+    port: int = 9767
+    # file holding the agents' shared token (agent.token_file on the nodes)
+    token_file: str = ""
+    # items per pull request
+    page_size: int = 5000
+
+
+@dataclass(frozen=True)
 class SourcesConfig:
     sacct: SacctSourceConfig = field(default_factory=SacctSourceConfig)
+    slurmctld: SlurmctldSourceConfig = field(default_factory=SlurmctldSourceConfig)
+    dcgm: DcgmSourceConfig = field(default_factory=DcgmSourceConfig)
+    agent: AgentSourceConfig = field(default_factory=AgentSourceConfig)
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    # raw window summaries are kept this many days (daily partitions are dropped after it);
+    # per attempt and GPU rollups are kept forever
+    retention_days: int = 90
+    # daily partitions are created this many days ahead
+    partitions_ahead_days: int = 7
 
 
 @dataclass(frozen=True)
@@ -167,6 +221,7 @@ class Config:
     database: DatabaseConfig = field(default_factory=DatabaseConfig)
     sources: SourcesConfig = field(default_factory=SourcesConfig)
     outcomes: OutcomeConfig = field(default_factory=OutcomeConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
     access: AccessConfig = field(default_factory=AccessConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -310,9 +365,14 @@ def _validated(config: Config) -> Config:
         raise ConfigError(f"site.timezone: unknown time zone '{config.site.timezone}'") from exc
     if config.sources.sacct.format not in ("json", "parsable"):
         raise ConfigError("sources.sacct.format must be 'json' or 'parsable'")
-    for name in ("interval_seconds", "timeout_seconds"):
-        if getattr(config.sources.sacct, name) <= 0:
-            raise ConfigError(f"sources.sacct.{name} must be positive")
+    if config.sources.slurmctld.job_view not in ("squeue_json", "scontrol_text"):
+        raise ConfigError("sources.slurmctld.job_view must be 'squeue_json' or 'scontrol_text'")
+    for source in ("sacct", "slurmctld", "dcgm", "agent"):
+        for name in ("interval_seconds", "timeout_seconds"):
+            if getattr(getattr(config.sources, source), name) <= 0:
+                raise ConfigError(f"sources.{source}.{name} must be positive")
+    if config.telemetry.retention_days < 1 or config.telemetry.partitions_ahead_days < 0:
+        raise ConfigError("telemetry.retention_days must be >= 1 and partitions_ahead_days >= 0")
     seen: dict[str, str] = {}
     for f in dataclasses.fields(config.outcomes):
         for state in getattr(config.outcomes, f.name):

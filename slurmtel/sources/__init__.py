@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 
 from slurmtel.sources.base import Source
+from slurmtel.sources.dcgm import DcgmSource
 from slurmtel.sources.sacct import SacctSource
+from slurmtel.sources.slurmctld import SlurmctldSource
 
-SOURCES: dict[str, Source] = {source.name: source for source in (SacctSource(),)}
+SOURCES: dict[str, Source] = {
+    source.name: source for source in (SacctSource(), SlurmctldSource(), DcgmSource())
+}
 
 
 def get_source(name: str) -> Source:

@@ -35,6 +35,8 @@ class RunResult:
     window_end_at: datetime | None = None
     # human-readable lines for the CLI and the run record
     notes: list[str] = field(default_factory=list)
+    # parts that failed while the rest went on (an unreachable node); the run is 'partial'
+    errors: list[str] = field(default_factory=list)
 
 
 class Source(Protocol):

@@ -43,9 +43,11 @@ def run_recorded(ctx: RunContext, source: str, mode: str, work: Callable[[], Run
     status, kind, message = "ok", "", ""
     try:
         result = work()
-        if result.rows_quarantined:
-            status = "partial"
-            message = f"{result.rows_quarantined} record(s) quarantined"
+        problems = [f"{result.rows_quarantined} record(s) quarantined"] if result.rows_quarantined else []
+        problems += result.errors
+        if problems:
+            status, kind = "partial", "source_unavailable" if result.errors else ""
+            message = "; ".join(problems)
     except SlurmtelError as exc:
         status, kind, message = "error", exc.kind, str(exc)
     except OperationalError as exc:

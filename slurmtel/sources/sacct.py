@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +20,7 @@ from slurmtel.parsers.sacct_json import parse_sacct_json
 from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, SACCT_FIELDS, parse_sacct_parsable
 from slurmtel.records import JobAttempt, Rejected
 from slurmtel.sources.base import RunContext, RunResult
+from slurmtel.sources.io import run_command
 from slurmtel.store.jobs import sync_outcome_classes, write_attempts
 from slurmtel.store.quarantine import quarantine
 from slurmtel.store.runs import get_cursor, set_cursor
@@ -91,7 +91,8 @@ class SacctSource:
         zone = config.zone
         explicit_start = _time_option(options.start, now, zone, "-S")
         explicit_end = _time_option(options.end, now, zone, "-E")
-        clusters = _split(options.clusters) or list(config.sources.sacct.clusters) or [None]
+        # None = no -M: sacct's own cluster
+        clusters: list[str | None] = [*(_split(options.clusters) or config.sources.sacct.clusters)] or [None]
         result = RunResult()
         for cluster in clusters:
             scope = cluster or LOCAL_SCOPE
@@ -151,6 +152,8 @@ class SacctSource:
                 timezone=zone,
                 default_cluster=options.input_cluster or config.site.cluster,
             )
+        if any(isinstance(r, JobAttempt) and not r.cluster for r in records):
+            raise ConfigError(f"{path} has no Cluster column: give --cluster NAME (or set site.cluster)")
         result = RunResult()
         store_records(ctx, records, result, cursor_scope=None, cursor_at=None)
         return result
@@ -185,7 +188,8 @@ def store_records(
 
 def run_sacct(config: SacctSourceConfig, start: datetime, end: datetime, cluster: str | None) -> bytes:
     """Run one bulk sacct call for the window; raise SourceUnavailable when it fails."""
-    argv = [config.command, "-a", "-D", "-S", _sacct_time(start), "-E", _sacct_time(end)]
+    # -X: allocations only; the steps sacct would print are not attempts and only cost time
+    argv = [config.command, "-a", "-D", "-X", "-S", _sacct_time(start), "-E", _sacct_time(end)]
     if cluster:
         argv += ["-M", cluster]
     env = dict(os.environ, TZ="UTC")
@@ -195,16 +199,7 @@ def run_sacct(config: SacctSourceConfig, start: datetime, end: datetime, cluster
         # epoch times (no zone ambiguity), a delimiter that cannot occur, free text last
         env["SLURM_TIME_FORMAT"] = "%s"
         argv += ["-P", f"--delimiter={SACCT_DELIMITER}", "--format=" + ",".join(SACCT_FIELDS)]
-    try:
-        proc = subprocess.run(argv, capture_output=True, env=env, timeout=config.timeout_seconds, check=False)
-    except FileNotFoundError as exc:
-        raise SourceUnavailable(f"sacct not found: {config.command}") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise SourceUnavailable(f"sacct did not answer within {config.timeout_seconds} s") from exc
-    if proc.returncode != 0:
-        err = proc.stderr.decode("utf-8", "replace").strip() or f"exit status {proc.returncode}"
-        raise SourceUnavailable(f"sacct failed: {err}")
-    return proc.stdout
+    return run_command(argv, timeout_seconds=config.timeout_seconds, env=env)
 
 
 def _window_start(config: SacctSourceConfig, cursor: datetime | None, now: datetime) -> datetime:

@@ -1,0 +1,319 @@
+"""`sacct -P` (--parsable2) text -> JobAttempt records.
+
+When slurmtel runs sacct itself it asks for SACCT_FIELDS, delimited by SACCT_DELIMITER (a
+control character no name contains), with epoch times (SLURM_TIME_FORMAT=%s) and the only free
+text, JobName, last. Captures made by others are read too: any field order (from the header line,
+or `fields=` for `--noheader` output), "|" as delimiter, local times in a given zone.
+
+sacct prints a record per physical line and escapes nothing, so names are repaired by field
+count. A job name holding a newline splits its record over physical lines that are each too
+short to be a record, and they are joined back. When the free text stands last (and no other
+column holds a name), a name holding the delimiter splits into extra fields that the last column
+takes back, and a short line after a complete record is the rest of its name. Rows that cannot be
+repaired become Rejected records with their line number.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, tzinfo
+
+from slurmtel.errors import ParseError
+from slurmtel.parsers.slurm_common import (
+    expand_nodelist,
+    gpu_count,
+    gpu_model,
+    minutes_to_seconds,
+    normalize_state,
+    parse_duration_seconds,
+    parse_tres_string,
+)
+from slurmtel.records import JobAttempt, Rejected
+
+SOURCE = "sacct"
+# ASCII unit separator: what slurmtel passes as --delimiter; no job name or path holds it
+SACCT_DELIMITER = "\x1f"
+# what slurmtel asks for with --format; JobName (free text) must stay last
+SACCT_FIELDS: tuple[str, ...] = (
+    "JobIDRaw",
+    "JobID",
+    "Cluster",
+    "DBIndex",
+    "Submit",
+    "Eligible",
+    "Start",
+    "End",
+    "State",
+    "Reason",
+    "ExitCode",
+    "User",
+    "UID",
+    "Account",
+    "Partition",
+    "QOS",
+    "WCKey",
+    "AllocCPUS",
+    "AllocTRES",
+    "ReqTRES",
+    "NodeList",
+    "Timelimit",
+    "WorkDir",
+    "JobName",
+)
+# columns of user-chosen text that can hold anything, the delimiter and newlines included
+NAME_FIELDS = frozenset({"jobname", "submitline", "comment", "admincomment", "systemcomment"})
+# free text that may stand last and take back what its stray delimiters split off
+FREE_TEXT_FIELDS = NAME_FIELDS | {"workdir"}
+_NO_TIME = frozenset({"", "unknown", "none", "n/a"})
+_ARRAY_ID = re.compile(r"(\d+)_(?:(\d+)|\[[^\]]*\])")
+_HET_ID = re.compile(r"(\d+)\+(\d+)")
+# how a record's first value looks when it is a job id (1, 10_4, 10_[1-4%2], 123+1, 1.batch)
+_ROW_START = re.compile(r"\d+(?:_(?:\d+|\[[^\]]*\]))?(?:\+\d+)?(?:\.\w+)?")
+
+
+def parse_sacct_parsable(
+    raw: str,
+    *,
+    origin: str = "<input>",
+    fields: Sequence[str] | None = None,
+    delimiter: str = "|",
+    timezone: tzinfo = UTC,
+    default_cluster: str = "",
+) -> list[JobAttempt | Rejected]:
+    """Parse `sacct -P` output into attempts; step rows are skipped, bad rows become Rejected.
+
+    FIELDS names the columns of `--noheader` output; without it the first line is the header.
+    Field names are case-insensitive. Times are epoch seconds or ISO local times in TIMEZONE.
+    Raises ParseError when a column every attempt needs (JobIDRaw or JobID, Submit, State) is
+    missing.
+    """
+    if not delimiter:
+        raise ParseError(f"{origin}: empty delimiter")
+    lines = raw.split("\n")
+    while lines and not lines[-1].strip("\r"):
+        lines.pop()
+    first = 0
+    if fields is None:
+        while first < len(lines) and not lines[first].strip():
+            first += 1
+        if first == len(lines):
+            return []
+        fields = lines[first].rstrip("\r").split(delimiter)
+        first += 1
+        what = "header"
+    else:
+        what = "field list"
+    names = [f.strip().lower() for f in fields]
+    column = {name: i for i, name in reversed(list(enumerate(names)))}
+    missing = [
+        label
+        for label, present in (
+            ("JobIDRaw or JobID", "jobidraw" in column or "jobid" in column),
+            ("Submit", "submit" in column),
+            ("State", "state" in column),
+        )
+        if not present
+    ]
+    if missing:
+        raise ParseError(
+            f"{origin}: sacct -P {what} lacks column(s) {', '.join(missing)} "
+            f"(has: {', '.join(f.strip() for f in fields) or 'nothing'})"
+        )
+    reader = _RowReader(column, timezone, default_cluster, origin)
+    out: list[JobAttempt | Rejected] = []
+    # repairs are only safe when the last column is the only one a name can spill out of
+    last_is_free = names[-1] in FREE_TEXT_FIELDS and not NAME_FIELDS.intersection(names[:-1])
+    id_first = names[0] in ("jobid", "jobidraw")
+    for lineno, text in _records(lines, first, len(names), delimiter, last_is_free, id_first):
+        values = text.split(delimiter)
+        if len(values) != len(names):
+            if len(values) > len(names) and last_is_free:
+                values[len(names) - 1 :] = [delimiter.join(values[len(names) - 1 :])]
+            else:
+                out.append(
+                    Rejected(
+                        source=SOURCE,
+                        origin=origin,
+                        record_key=f"line {lineno}",
+                        reason=f"expected {len(names)} fields, found {len(values)}",
+                        raw=text,
+                    )
+                )
+                continue
+        record = reader.read(values, lineno, text)
+        if record is not None:
+            out.append(record)
+    return out
+
+
+def _records(
+    lines: list[str], first: int, width: int, delimiter: str, last_is_free: bool, id_first: bool
+) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each logical record: physical lines joined where a newline split one.
+
+    A line with fewer fields than the header is a piece of a record: it continues the record
+    before it while that one is short, or (the free text being last) ends in the free text.
+    A short line that starts like a row of its own (a job id, then fields) is a broken row
+    rather than the rest of a job name, so it stays apart and gets rejected.
+    """
+    current: str | None = None
+    current_line = 0
+    current_width = 0
+    for index in range(first, len(lines)):
+        line = lines[index]
+        if line.endswith("\r"):
+            line = line[:-1]
+        count = line.count(delimiter) + 1
+        if count >= width:
+            if current is not None:
+                yield current_line, current
+            current, current_line, current_width = line, index + 1, count
+        elif current is not None and (
+            current_width < width
+            or (last_is_free and not (id_first and count > 2 and _looks_like_row(line, delimiter)))
+        ):
+            current += "\n" + line
+            current_width += count - 1
+        elif not line.strip():
+            continue
+        else:
+            if current is not None:
+                yield current_line, current
+            current, current_line, current_width = line, index + 1, count
+    if current is not None:
+        yield current_line, current
+
+
+def _looks_like_row(line: str, delimiter: str) -> bool:
+    return _ROW_START.fullmatch(line.split(delimiter, 1)[0]) is not None
+
+
+class _RowReader:
+    """Turns one row's values into a JobAttempt (or Rejected, or None for a step)."""
+
+    def __init__(self, column: dict[str, int], zone: tzinfo, default_cluster: str, origin: str) -> None:
+        self.column = column
+        self.zone = zone
+        self.default_cluster = default_cluster
+        self.origin = origin
+
+    def read(self, values: list[str], lineno: int, text: str) -> JobAttempt | Rejected | None:
+        column = self.column
+
+        def get(name: str) -> str:
+            i = column.get(name)
+            return values[i] if i is not None else ""
+
+        job_id = get("jobid").strip()
+        raw_id = get("jobidraw").strip()
+        if "." in job_id or "." in raw_id:
+            return None  # a step: 1.batch, 3.0, 10_1.batch, 123+0.extern
+        key = f"job {raw_id or job_id}"
+        try:
+            return self._attempt(get, job_id, raw_id)
+        except (ValueError, OverflowError, OSError) as exc:
+            key = f"{key} (line {lineno})"
+            return Rejected(source=SOURCE, origin=self.origin, record_key=key, reason=str(exc), raw=text)
+
+    def _attempt(self, get: Callable[[str], str], job_id: str, raw_id: str) -> JobAttempt:
+        array_job_id = array_task_id = het_job_id = het_job_offset = None
+        if m := _ARRAY_ID.fullmatch(job_id):
+            array_job_id = int(m.group(1))
+            array_task_id = int(m.group(2)) if m.group(2) is not None else None
+        elif m := _HET_ID.fullmatch(job_id):
+            het_job_id, het_job_offset = int(m.group(1)), int(m.group(2))
+        if raw_id:
+            if not raw_id.isdigit():
+                raise ValueError(f"JobIDRaw '{raw_id}' is not a number")
+            job_id_raw = int(raw_id)
+        elif job_id.isdigit():
+            job_id_raw = int(job_id)
+        elif het_job_offset == 0:
+            # a heterogeneous job's leader has its own id as the het job id
+            job_id_raw = het_job_id  # type: ignore[assignment]
+        else:
+            raise ValueError(f"no JobIDRaw column, and job id '{job_id}' does not give the raw id")
+        submit_at = self._time(get("submit"), "Submit")
+        if submit_at is None:
+            raise ValueError("no submission time")
+        start_at = self._time(get("start"), "Start")
+        end_at = self._time(get("end"), "End")
+        if start_at is not None and end_at is not None and end_at < start_at:
+            raise ValueError(f"end {end_at.isoformat()} precedes start {start_at.isoformat()}")
+        alloc_tres = parse_tres_string(get("alloctres").strip())
+        req_tres = parse_tres_string(get("reqtres").strip())
+        alloc_cpus = alloc_tres.get("cpu")
+        if alloc_cpus is None:
+            alloc_cpus = _int(get("alloccpus")) or _int(get("ncpus")) or 0
+        nodelist = get("nodelist").strip()
+        try:
+            nodes = expand_nodelist(nodelist)
+        except ValueError:
+            # the allocation still counts; only the per-node view is lost (nodelist keeps the text)
+            nodes = ()
+        else:
+            if not nodes:
+                nodelist = ""
+        if "timelimitraw" in self.column:
+            raw_limit = get("timelimitraw").strip()
+            time_limit = minutes_to_seconds(int(raw_limit)) if raw_limit.isdigit() else None
+        else:
+            time_limit = parse_duration_seconds(get("timelimit"))
+        return JobAttempt(
+            cluster=get("cluster").strip() or self.default_cluster,
+            job_id_raw=job_id_raw,
+            submit_at=submit_at,
+            job_id=job_id or str(job_id_raw),
+            name=get("jobname"),
+            user=get("user").strip(),
+            account=get("account").strip(),
+            partition=get("partition").strip(),
+            state=normalize_state(get("state")),
+            eligible_at=self._time(get("eligible"), "Eligible"),
+            start_at=start_at,
+            end_at=end_at,
+            alloc_gpus=gpu_count(alloc_tres),
+            alloc_tres=alloc_tres,
+            req_tres=req_tres,
+            alloc_cpus=alloc_cpus,
+            qos=get("qos").strip(),
+            wckey=get("wckey").strip(),
+            gpu_model=gpu_model(alloc_tres),
+            array_job_id=array_job_id,
+            array_task_id=array_task_id,
+            het_job_id=het_job_id,
+            het_job_offset=het_job_offset,
+            db_index=_int(get("dbindex")),
+            exit_code=get("exitcode").strip(),
+            state_reason=get("reason").strip(),
+            time_limit_seconds=time_limit,
+            nodelist=nodelist,
+            nodes=nodes,
+            uid=_int(get("uid")),
+            work_dir=get("workdir"),
+            submit_line=get("submitline"),
+        )
+
+    def _time(self, text: str, label: str) -> datetime | None:
+        text = text.strip()
+        if text.lower() in _NO_TIME:
+            return None
+        if text.isdigit():
+            epoch = int(text)
+            return datetime.fromtimestamp(epoch, UTC) if epoch else None
+        try:
+            at = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"cannot read {label} time '{text}'") from None
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=self.zone)
+        return at.astimezone(UTC)
+
+
+def _int(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isdigit() else None
+
+
+__all__ = ["SACCT_DELIMITER", "SACCT_FIELDS", "parse_sacct_parsable"]

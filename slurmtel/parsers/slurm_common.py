@@ -1,0 +1,233 @@
+"""Helpers shared by the Slurm parsers: Slurm's number objects, TRES, job states, node lists.
+
+Pure functions of their arguments; no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+import hostlist
+
+# Slurm's "no value" and "infinite" sentinels for 32-bit fields, as the pre-23.02 JSON prints them
+NO_VAL32 = 0xFFFFFFFE
+INFINITE32 = 0xFFFFFFFF
+
+# the state flags sacct prints instead of the base state, in the order slurm's
+# job_state_string() tests them (src/common/slurm_protocol_defs.c)
+SACCT_STATE_FLAGS = (
+    "COMPLETING",
+    "STAGE_OUT",
+    "CONFIGURING",
+    "RESIZING",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "SPECIAL_EXIT",
+    "STOPPED",
+    "REVOKED",
+    "RESV_DEL_HOLD",
+    "SIGNALING",
+)
+BASE_STATES = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
+# what sacct prints in NodeList (and JSON in "nodes") when a job has no nodes
+NO_NODES = frozenset({"", "None assigned", "(null)", "None"})
+
+GPU_KEY = "gres/gpu"
+_GPU_TYPED_PREFIX = "gres/gpu:"
+# TRES counted in megabytes (sacct JSON's unit); a suffixed value is converted to these
+_MEGABYTE_TRES = frozenset({"mem", "vmem"})
+_SUFFIX_POWER = {"K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+_TRES_VALUE = re.compile(r"(\d+(?:\.\d+)?)([KMGTPE]?)", re.IGNORECASE)
+_DURATION = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?")
+
+
+def unwrap_number(value: Any) -> int | None:
+    """Slurm's `{"set", "infinite", "number"}` object (or a plain number) -> int, None if unset/infinite."""
+    if value is None or type(value) is int:
+        return value
+    if isinstance(value, dict):
+        if value.get("infinite") or not value.get("set", True):
+            return None
+        value = value.get("number")
+        if value is None:
+            return None
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int | float):
+        return int(value)
+    return None
+
+
+def parse_tres_string(text: str) -> dict[str, int]:
+    """ "billing=1,cpu=1,gres/gpu:h100=1,gres/gpu=1,mem=256M,node=1" -> {"billing": 1, ..., "mem": 256}.
+
+    mem/vmem become megabytes (the unit sacct JSON uses): 256M -> 256, 125G -> 128000, 3260K -> 3.
+    Other suffixed counts are multiplied out (1K -> 1024). Entries whose value is not a count
+    (TRESUsage's "cpu=00:00:05") or is negative are left out.
+    """
+    tres: dict[str, int] = {}
+    if not text:
+        return tres
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            continue
+        count = _tres_count(key, value.strip())
+        if count is not None:
+            tres[key] = count
+    return tres
+
+
+def _tres_count(key: str, value: str) -> int | None:
+    if value.isdigit():
+        return int(value)
+    m = _TRES_VALUE.fullmatch(value)
+    if not m:
+        return None
+    number, suffix = float(m.group(1)), m.group(2).upper()
+    power = _SUFFIX_POWER.get(suffix, 0)
+    if key in _MEGABYTE_TRES:
+        # megabytes are power 2; K rounds to the nearest megabyte
+        return round(number * 1024.0 ** (power - 2)) if suffix else round(number)
+    return round(number * 1024.0**power)
+
+
+def tres_key(tres_type: str, name: str | None) -> str:
+    """JSON TRES item type/name -> the key sacct -P prints: ("gres", "gpu:h100") -> "gres/gpu:h100"."""
+    return f"{tres_type}/{name}" if name else tres_type
+
+
+def parse_tres_list(items: Iterable[Mapping[str, Any]] | None) -> dict[str, int]:
+    """sacct JSON `tres.allocated` / `tres.requested` ([{type, name, id, count}]) -> name -> count.
+
+    Counts that are null or negative (energy -2 = not measured) are left out.
+    """
+    tres: dict[str, int] = {}
+    if not items:
+        return tres
+    for item in items:
+        try:
+            # the hot path of a bulk parse: subscripts, no method calls
+            count = item["count"]
+            name = item["name"]
+            tres_type = item["type"]
+        except (KeyError, TypeError):
+            count = unwrap_number(item.get("count"))
+            name = item.get("name")
+            tres_type = item.get("type")
+        if type(count) is not int:
+            count = unwrap_number(count)
+            if count is None:
+                continue
+        if count < 0 or not tres_type:
+            continue
+        tres[f"{tres_type}/{name}" if name else tres_type] = count
+    return tres
+
+
+def gpu_count(tres: Mapping[str, int]) -> int:
+    """GPUs in a TRES map: gres/gpu, else the sum of the typed gres/gpu:<type> counts."""
+    total = tres.get(GPU_KEY)
+    if total is not None:
+        return total
+    return sum(count for key, count in tres.items() if key.startswith(_GPU_TYPED_PREFIX))
+
+
+def gpu_model(tres: Mapping[str, int]) -> str:
+    """The GPU type when the TRES name exactly one (gres/gpu:h100 -> "h100"), else ""."""
+    models = [key[len(_GPU_TYPED_PREFIX) :] for key in tres if key.startswith(_GPU_TYPED_PREFIX)]
+    return models[0] if len(models) == 1 else ""
+
+
+def normalize_state(value: str | Sequence[str] | None) -> str:
+    """A job state as sacct prints it, without decorations.
+
+    "CANCELLED by 0" -> "CANCELLED"; "completed" -> "COMPLETED"; unknown words are kept ("FOO").
+    A list (sacct JSON v0.0.40+: base state plus flags) -> what sacct's text output shows: a
+    flag sacct reports instead of the base state (["PENDING", "REQUEUED"] -> "REQUEUED"), else
+    the base state (["RUNNING"] -> "RUNNING").
+    """
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        words = value.split(None, 1)
+        return words[0].upper() if words else ""
+    states = [normalize_state(v) for v in value if isinstance(v, str)]
+    states = [s for s in states if s]
+    if not states:
+        return ""
+    if len(states) == 1:
+        return states[0]
+    for flag in SACCT_STATE_FLAGS:
+        if flag in states:
+            return flag
+    for state in states:
+        if state in BASE_STATES:
+            return state
+    return states[0]
+
+
+def expand_nodelist(nodelist: str | None) -> tuple[str, ...]:
+    """ "gpu[01-02,07]" -> ("gpu01", "gpu02", "gpu07"); "None assigned", "(null)", "" -> ().
+
+    Raises ValueError for a list that python-hostlist cannot read.
+    """
+    if not nodelist:
+        return ()
+    return _expand_cached(nodelist.strip())
+
+
+@lru_cache(maxsize=4096)
+def _expand_cached(nodelist: str) -> tuple[str, ...]:
+    # node lists repeat a lot across a bulk sacct call; expanding is ~10 us each
+    if nodelist in NO_NODES:
+        return ()
+    try:
+        return tuple(hostlist.expand_hostlist(nodelist))
+    except hostlist.BadHostlist as exc:
+        raise ValueError(f"bad node list '{nodelist}': {exc}") from None
+
+
+def parse_duration_seconds(text: str | None) -> int | None:
+    """A Slurm time span as sacct prints it -> seconds; None for UNLIMITED, Partition_Limit, "".
+
+    Forms: "D-HH:MM:SS", "HH:MM:SS", "MM:SS". Raises ValueError for anything else.
+    """
+    if text is None:
+        return None
+    text = text.strip()
+    if not text or text.upper() in ("UNLIMITED", "PARTITION_LIMIT", "INVALID", "NONE", "UNKNOWN"):
+        return None
+    m = _DURATION.fullmatch(text)
+    if not m:
+        raise ValueError(f"cannot read time span '{text}'")
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def minutes_to_seconds(value: Any) -> int | None:
+    """A time limit in minutes (int or Slurm number object) -> seconds; None when unset or infinite."""
+    minutes = unwrap_number(value)
+    if minutes is None or minutes < 0 or minutes >= NO_VAL32:
+        return None
+    return minutes * 60

@@ -1,0 +1,140 @@
+"""The dcgm source: scrape each GPU node's dcgm-exporter `/metrics`.
+
+A scrape is one sample per GPU standing for one collection interval; it is stored in the same
+shape as the node agent's window summaries. Energy is the delta of the GPU's total-energy
+counter since the previous scrape this process made of it; without one (the first scrape after
+a start, or a counter that went backwards) it is power x interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from datetime import datetime
+from pathlib import Path
+
+from slurmtel.config import Config
+from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
+from slurmtel.parsers.dcgm import DcgmScrape, dcgm_inventory, dcgm_summaries, parse_dcgm_metrics
+from slurmtel.records import GpuSummary
+from slurmtel.sources.base import RunContext, RunResult
+from slurmtel.sources.io import http_request
+from slurmtel.sources.targets import Target, resolve_targets
+from slurmtel.store.quarantine import quarantine
+from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory, write_summaries
+from slurmtel.timeparse import parse_slurm_time
+
+NAME = "dcgm"
+
+
+class DcgmSource:
+    name = NAME
+    description = "GPU utilisation, memory, power and energy scraped from dcgm-exporter /metrics"
+
+    def __init__(self) -> None:
+        # (gpu_uuid) -> (scrape time, energy counter in joules) of the last scrape
+        self._last_energy: dict[str, tuple[datetime, float]] = {}
+
+    def enabled(self, config: Config) -> bool:
+        return config.sources.dcgm.enabled
+
+    def interval_seconds(self, config: Config) -> int:
+        return config.sources.dcgm.interval_seconds
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--target",
+            dest="extra_targets",
+            action="append",
+            default=[],
+            help="scrape this target too ('node', 'node=host:port' or a URL); repeatable",
+        )
+        parser.add_argument(
+            "--node", dest="input_node", default=None, help="with --input: the node it was scraped from"
+        )
+        parser.add_argument(
+            "--at", dest="input_at", default=None, help="with --input: when it was scraped (sacct time forms)"
+        )
+
+    def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
+        cfg = ctx.config.sources.dcgm
+        targets = resolve_targets(cfg, options.extra_targets)
+        if not targets:
+            raise ConfigError("sources.dcgm: no targets (set targets, or discover_nodes = true)")
+        result = RunResult()
+        failures = []
+        for target in targets:
+            try:
+                raw = http_request(_metrics_url(target, cfg.path), timeout_seconds=cfg.timeout_seconds)
+                at = ctx.clock()
+                self._store(
+                    ctx, parse_dcgm_metrics(raw.decode("utf-8", "replace"), node=target.node, at=at), result
+                )
+            except SlurmtelError as exc:
+                # one unreachable node never stops the others
+                failures.append(f"{target.node}: {exc}")
+        result.errors.extend(failures)
+        if failures and len(failures) == len(targets):
+            raise SourceUnavailable("no dcgm-exporter answered: " + "; ".join(failures[:5]))
+        return result
+
+    def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
+        if not options.input_node or not options.input_at:
+            raise ConfigError("--input needs --node NODE and --at TIME")
+        try:
+            at = parse_slurm_time(options.input_at, now=ctx.clock(), zone=ctx.config.zone)
+        except ValueError as exc:
+            raise ConfigError(f"--at: {exc}") from exc
+        try:
+            raw = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise SourceUnavailable(f"cannot read {path}: {exc.strerror}") from exc
+        result = RunResult()
+        self._store(ctx, parse_dcgm_metrics(raw, node=options.input_node, at=at), result)
+        return result
+
+    def _store(self, ctx: RunContext, scrape: DcgmScrape, result: RunResult) -> None:
+        window = float(ctx.config.sources.dcgm.interval_seconds)
+        summaries = [
+            self._with_energy(s, scrape)
+            for s in dcgm_summaries(
+                scrape,
+                window_seconds=window,
+                idle_threshold_percent=ctx.config.attribution.idle_threshold_percent,
+            )
+        ]
+        with ctx.engine.begin() as conn:
+            write_inventory(conn, dcgm_inventory(scrape), source=NAME)
+            stats = write_summaries(conn, summaries, source=NAME, node=scrape.node)
+            resolve_allocation_uuids(conn)
+            quarantine(conn, scrape.rejected)
+        result.rows_read += scrape.sample_lines
+        result.rows_written += stats.inserted
+        result.rows_quarantined += len(scrape.rejected)
+        dropped = ", ".join(f"{k} {v}" for k, v in sorted(scrape.dropped.items()))
+        result.notes.append(
+            f"{scrape.node}: {len(scrape.gpus)} GPUs, {stats.inserted} new windows"
+            + (f"; impossible values dropped: {dropped}" if dropped else "")
+        )
+
+    def _with_energy(self, summary: GpuSummary, scrape: DcgmScrape) -> GpuSummary:
+        sample = next((g for g in scrape.gpus if g.gpu_uuid == summary.gpu_uuid), None)
+        total = sample.energy_joules_total if sample is not None else None
+        previous = self._last_energy.get(summary.gpu_uuid)
+        if total is not None:
+            self._last_energy[summary.gpu_uuid] = (scrape.at, total)
+        if total is not None and previous is not None and total >= previous[1] and scrape.at > previous[0]:
+            return dataclasses.replace(summary, energy_joules=total - previous[1], energy_method="counter")
+        if summary.power_mean_watts is not None:
+            return dataclasses.replace(
+                summary,
+                energy_joules=summary.power_mean_watts * summary.window_seconds,
+                energy_method="power_integral",
+            )
+        return summary
+
+
+def _metrics_url(target: Target, path: str) -> str:
+    if target.base_url.count("/") > 2:  # a full URL with its own path
+        return target.base_url
+    return target.base_url + path

@@ -1,0 +1,49 @@
+"""The I/O the sources do: run a Slurm command, fetch a URL. Failures are SourceUnavailable."""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+
+from slurmtel.errors import SourceUnavailable
+
+
+def run_command(
+    argv: Sequence[str], *, timeout_seconds: float, env: Mapping[str, str] | None = None
+) -> bytes:
+    """Run ARGV and return its stdout; a missing binary, a timeout or a non-zero exit raise."""
+    name = argv[0]
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, env=env, timeout=timeout_seconds, check=False)
+    except FileNotFoundError as exc:
+        raise SourceUnavailable(f"{name} not found") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SourceUnavailable(f"{name} did not answer within {timeout_seconds:g} s") from exc
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip() or f"exit status {proc.returncode}"
+        raise SourceUnavailable(f"{name} failed: {err}")
+    return proc.stdout
+
+
+def http_request(
+    url: str,
+    *,
+    timeout_seconds: float,
+    data: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> bytes:
+    """GET (or POST with DATA) URL and return the body; any failure raises SourceUnavailable."""
+    request = urllib.request.Request(
+        url, data=data, headers=dict(headers or {}), method="POST" if data else "GET"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_seconds) as response:
+            body: bytes = response.read()
+            return body
+    except urllib.error.HTTPError as exc:
+        raise SourceUnavailable(f"{url}: HTTP {exc.code} {exc.reason}") from exc
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise SourceUnavailable(f"{url}: {reason}") from exc
