@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from sqlalchemy import Engine, text
@@ -315,9 +316,9 @@ def test_dcgm_input_stores_summaries_and_inventory(cli_env: Engine) -> None:
 
 
 class _Exporter(http.server.BaseHTTPRequestHandler):
-    bodies: list[bytes] = []
+    bodies: ClassVar[list[bytes]] = []
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         body = self.bodies.pop(0) if len(self.bodies) > 1 else self.bodies[0]
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
