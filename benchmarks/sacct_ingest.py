@@ -94,7 +94,7 @@ def main() -> int:
 
         rows = attempt_rows(attempts)
         with engine.begin() as conn:
-            conn.execute(text("TRUNCATE job_attempt"))
+            conn.execute(text("TRUNCATE job_attempt CASCADE"))
         t0 = time.perf_counter()
         with engine.begin() as conn:
             for i in range(0, len(rows), args.batch):

@@ -1,0 +1,307 @@
+"""`slurmtel-agent`: sample NVML, summarise, spool, serve, until SIGTERM.
+
+    slurmtel-agent [--config FILE] [--fake-nvml CAPTURE [--fake-state load|idle]]
+
+Exit status: 0 after a clean stop, 1 when NVML or the spool cannot be used, 2 for a
+configuration or usage error (including a port that cannot be bound).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+from slurmtel import __version__
+from slurmtel.agent.metrics import AgentMetrics
+from slurmtel.agent.nvml import NvmlApi, NvmlError
+from slurmtel.agent.protocol import AgentRecord
+from slurmtel.agent.sampler import Sampler
+from slurmtel.agent.server import AgentHttpServer
+from slurmtel.agent.spool import Spool
+from slurmtel.agent.summarize import WindowSummarizer
+from slurmtel.config import Config, load_config
+from slurmtel.errors import ConfigError, SlurmtelError
+from slurmtel.records import GpuEvent, GpuInventory, GpuSummary
+
+log = logging.getLogger("slurmtel.agent")
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+# GPUs and MIG layouts are looked at again this often; inventory is spooled when it changed,
+# and at least once a day so the head always has a recent one
+REDISCOVER_SECONDS = 300.0
+INVENTORY_REFRESH_SECONDS = 86400.0
+# longest single wait, so SIGTERM is noticed quickly even inside nvmlEventSetWait
+_MAX_WAIT_SECONDS = 0.5
+_SUMMARIZER_STATE = "summarizer"
+
+
+def node_name(config: Config) -> str:
+    return config.agent.node_name or socket.gethostname().split(".")[0]
+
+
+def spool_path(config: Config) -> Path:
+    return (
+        Path(config.agent.spool_path)
+        if config.agent.spool_path
+        else config.state_dir() / "agent-spool.sqlite"
+    )
+
+
+def _inventory_key(records: Sequence[GpuInventory]) -> list[tuple[object, ...]]:
+    return sorted(
+        (
+            r.gpu_uuid,
+            r.index,
+            r.model,
+            r.memory_total_bytes,
+            r.minor_number,
+            r.pci_bus_id,
+            r.driver_version,
+            r.cuda_version,
+            r.vbios_version,
+            r.mig_mode,
+            r.parent_gpu_uuid,
+            r.mig_profile,
+            r.gpu_fraction,
+        )
+        for r in records
+    )
+
+
+class Agent:
+    """Sampling loop + spool + HTTP server. `run()` blocks until `stop` is set."""
+
+    def __init__(
+        self,
+        config: Config,
+        nvml: NvmlApi,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        agent = config.agent
+        self.config = config
+        self.nvml = nvml
+        self.clock = clock
+        self.monotonic = monotonic
+        self.node = node_name(config)
+        self.metrics = AgentMetrics()
+        self.spool = Spool(spool_path(config), agent.spool_max_bytes)
+        self.metrics.watch_spool(self.spool)
+        self.sampler = Sampler(nvml, self.node, agent.proc_root, self.metrics, clock)
+        self.summarizer = WindowSummarizer(
+            self.node,
+            agent.summary_window_seconds,
+            agent.sample_interval_seconds,
+            agent.idle_threshold_percent,
+        )
+        token = Path(agent.token_file).read_text().strip() if agent.token_file else ""
+        self.server = AgentHttpServer(
+            self.spool, self.metrics, self.node, __version__, agent.listen_address, agent.port, token
+        )
+        self._inventory: list[tuple[object, ...]] = []
+        self._inventory_spooled_at = 0.0
+        self._discovered_at = 0.0
+
+    # lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.nvml.init()
+        self.rediscover(force=True)
+        saved = self.spool.get_state(_SUMMARIZER_STATE)
+        if saved:
+            self._spool_summaries(self.summarizer.restore_state(saved, self.clock()))
+            self.spool.delete_state(_SUMMARIZER_STATE)
+        self.server.start()
+        host, port = self.server.address
+        log.info(
+            "slurmtel-agent %s on %s: %d GPUs/MIG instances, listening on http://%s:%d",
+            __version__,
+            self.node,
+            len(self.sampler.devices),
+            host,
+            port,
+        )
+
+    def close(self) -> None:
+        """Stop serving and keep the open windows for the next start."""
+        self.server.stop()
+        self.sampler.stop_events()
+        self.spool.set_state(_SUMMARIZER_STATE, self.summarizer.export_state())
+        self.spool.close()
+        try:
+            self.nvml.shutdown()
+        except NvmlError as exc:
+            log.warning("NVML shutdown: %s", exc)
+
+    def run(self, stop: threading.Event) -> None:
+        interval = self.config.agent.sample_interval_seconds
+        next_tick = self.monotonic()
+        while not stop.is_set():
+            self.tick()
+            next_tick += interval
+            now = self.monotonic()
+            if next_tick < now:  # fell behind (a slow NVML call): skip, do not burst
+                next_tick = now
+            while not stop.is_set():
+                remaining = next_tick - self.monotonic()
+                if remaining <= 0:
+                    break
+                wait = min(remaining, _MAX_WAIT_SECONDS)
+                if self.sampler.events_enabled:
+                    self._spool_events(self.sampler.wait_events(int(wait * 1000)))
+                else:
+                    stop.wait(wait)
+            if self.monotonic() - self._discovered_at >= REDISCOVER_SECONDS:
+                self.rediscover()
+
+    # one round ----------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = self.clock()
+        closed: list[GpuSummary] = []
+        for sample in self.sampler.sample():
+            closed.extend(self.summarizer.add(now, sample))
+        closed.extend(self.summarizer.flush(now))
+        if self.summarizer.out_of_order:
+            self.metrics.dropped_samples.labels(reason="out_of_order").inc(self.summarizer.out_of_order)
+            self.summarizer.out_of_order = 0
+        if self.summarizer.clock_resets:
+            log.warning("wall clock went back; %d GPU accounts restarted", self.summarizer.clock_resets)
+            self.summarizer.clock_resets = 0
+        self._spool_summaries(closed)
+        self._spool_events(self.sampler.take_counter_events())
+
+    def rediscover(self, force: bool = False) -> None:
+        self._discovered_at = self.monotonic()
+        try:
+            inventory = self.sampler.discover()
+        except NvmlError as exc:
+            if force:
+                raise
+            log.warning("GPU discovery failed, keeping the known devices: %s", exc)
+            return
+        key = _inventory_key(inventory)
+        stale = self.monotonic() - self._inventory_spooled_at >= INVENTORY_REFRESH_SECONDS
+        if force or key != self._inventory or stale:
+            if not force and key != self._inventory:
+                log.info("GPU inventory changed: %d devices", len(inventory))
+            if not self._append(inventory):
+                return
+            self._inventory = key
+            self._inventory_spooled_at = self.monotonic()
+            self.sampler.start_events()
+
+    def _append(self, records: Sequence[AgentRecord]) -> bool:
+        try:
+            self.spool.append_records(records)
+        except sqlite3.Error as exc:
+            # disk full or I/O error: these records are lost, the agent keeps running
+            log.error("spool write failed, %d records lost: %s", len(records), exc)
+            self.metrics.spool_errors.inc()
+            return False
+        return True
+
+    def _spool_summaries(self, summaries: Sequence[GpuSummary]) -> None:
+        if summaries and self._append(summaries):
+            self.metrics.summaries.inc(len(summaries))
+
+    def _spool_events(self, events: Sequence[GpuEvent]) -> None:
+        if events and self._append(events):
+            for event in events:
+                self.metrics.events.labels(kind=event.kind).inc()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slurmtel-agent",
+        description="slurmtel node agent: NVML samples -> summaries -> local spool -> HTTP for the head.",
+    )
+    parser.add_argument("--version", action="version", version=f"slurmtel-agent {__version__}")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="config file (default: $SLURMTEL_CONFIG, else /etc/slurmtel/slurmtel.toml if present); "
+        "the agent reads [agent], [site] and [logging]",
+    )
+    parser.add_argument(
+        "--fake-nvml",
+        metavar="CAPTURE",
+        default=None,
+        help="use a fake NVML built from an nvidia-smi capture (-q, -q -x, or an nvidia_gpu_exporter "
+        "capture) instead of the GPU: for demos and tests",
+    )
+    parser.add_argument(
+        "--fake-state",
+        choices=("load", "idle"),
+        default="load",
+        help="which state of an nvidia_gpu_exporter capture to use (default load)",
+    )
+    parser.add_argument("--log-level", default=None, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"slurmtel-agent: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(
+        level=args.log_level or config.logging.level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    nvml: NvmlApi
+    if args.fake_nvml:
+        from slurmtel.agent.fake_nvml import FakeNvml
+
+        try:
+            nvml = FakeNvml.from_capture(args.fake_nvml, state=args.fake_state)
+        except (OSError, SlurmtelError) as exc:
+            print(f"slurmtel-agent: --fake-nvml {args.fake_nvml}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    else:
+        from slurmtel.agent.nvml import Nvml
+
+        nvml = Nvml()
+    try:
+        agent = Agent(config, nvml)
+    except OSError as exc:  # port in use, spool directory not writable, token unreadable
+        print(f"slurmtel-agent: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        agent.start()
+    except NvmlError as exc:
+        print(f"slurmtel-agent: NVML unavailable: {exc}", file=sys.stderr)
+        agent.server.stop()
+        agent.spool.close()
+        return EXIT_ERROR
+    try:
+        agent.run(stop)
+    finally:
+        agent.close()
+    log.info("stopped at %s", datetime.now(UTC).isoformat())
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

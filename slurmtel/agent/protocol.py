@@ -1,0 +1,353 @@
+"""The wire format between a node agent and the head: pure functions, no NVML, no I/O.
+
+The head pulls `GET /v1/summaries?after=CURSOR&limit=N` from each agent (default port 9767)
+and, once the items are stored, `POST /v1/ack` with `{"cursor": N}`; the agent then drops
+every item up to N. Pulls are idempotent: the same `after` returns the same items until they
+are acked. Response of /v1/summaries:
+
+    {"protocol_version": 1, "node": "gpu01", "agent_version": "0.1.0",
+     "spool_id": "6f1c...", "items": [{"seq": 41, "kind": "summary", "record": {...}}, ...],
+     "next_cursor": 41, "evicted_total": 0, "spool_items": 12, "spool_bytes": 7301}
+
+- `seq` increases strictly and is never reused within a spool; `next_cursor` is the `after`
+  for the next page (the last item's seq, or the request's `after` when there are none).
+- `kind` is "summary" (GpuSummary), "event" (GpuEvent) or "inventory" (GpuInventory);
+  `record` holds that record's fields by name: datetimes as ISO 8601 UTC ("...Z"), tuples as
+  lists. Unknown fields are ignored so newer agents can add fields.
+- `spool_id` is fixed when the spool is created: when it changes (the spool file was lost
+  and recreated), sequence numbers start again at 1 and the head must reset its cursor.
+- `evicted_total` counts items the agent dropped unacked because its spool was full.
+
+A whole response that cannot be read raises ParseError naming the reason; a single bad item
+becomes a `Rejected` in `SummariesPage.rejected` and the rest of the page is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+from urllib.parse import urlencode
+
+from slurmtel.errors import ParseError
+from slurmtel.records import GpuEvent, GpuInventory, GpuSummary, Rejected
+
+PROTOCOL_VERSION = 1
+DEFAULT_PORT = 9767
+SUMMARIES_PATH = "/v1/summaries"
+ACK_PATH = "/v1/ack"
+DEFAULT_PAGE_LIMIT = 1000
+MAX_PAGE_LIMIT = 10000
+
+AgentRecord = GpuSummary | GpuEvent | GpuInventory
+
+RECORD_TYPES: dict[str, type] = {"summary": GpuSummary, "event": GpuEvent, "inventory": GpuInventory}
+_KINDS: dict[type, str] = {cls: kind for kind, cls in RECORD_TYPES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class PageItem:
+    seq: int
+    kind: str
+    record: AgentRecord
+
+
+@dataclass(frozen=True, slots=True)
+class SummariesPage:
+    node: str
+    agent_version: str
+    items: tuple[PageItem, ...]
+    next_cursor: int
+    evicted_total: int
+    spool_items: int
+    spool_bytes: int
+    spool_id: str = ""
+    protocol_version: int = PROTOCOL_VERSION
+    rejected: tuple[Rejected, ...] = ()
+
+    def records(self, kind: str) -> list[AgentRecord]:
+        return [item.record for item in self.items if item.kind == kind]
+
+    @property
+    def summaries(self) -> list[GpuSummary]:
+        return [item.record for item in self.items if isinstance(item.record, GpuSummary)]
+
+    @property
+    def events(self) -> list[GpuEvent]:
+        return [item.record for item in self.items if isinstance(item.record, GpuEvent)]
+
+    @property
+    def inventory(self) -> list[GpuInventory]:
+        return [item.record for item in self.items if isinstance(item.record, GpuInventory)]
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    # the cursor the agent applied (clamped to the last sequence number it assigned)
+    acked_cursor: int
+    spool_items: int
+    spool_bytes: int
+
+
+# ---------------------------------------------------------------------------------------------
+# records
+
+
+def record_kind(record: AgentRecord) -> str:
+    try:
+        return _KINDS[type(record)]
+    except KeyError:
+        raise TypeError(f"not an agent record: {type(record).__name__}") from None
+
+
+def format_datetime(value: datetime) -> str:
+    if value.tzinfo is None:
+        raise ValueError("naive datetime: agent records carry aware UTC datetimes")
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def record_to_dict(record: AgentRecord) -> dict[str, Any]:
+    """The record's fields by name, JSON-ready (datetimes ISO 8601 UTC, tuples as lists)."""
+    result: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if isinstance(value, datetime):
+            value = format_datetime(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        result[f.name] = value
+    return result
+
+
+def record_to_json(record: AgentRecord) -> str:
+    return json.dumps(record_to_dict(record), separators=(",", ":"), allow_nan=False)
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _parse_datetime(value: Any, name: str) -> datetime:
+    if not isinstance(value, str):
+        raise ValueError(f"field '{name}' must be an ISO 8601 string")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"field '{name}' is not an ISO 8601 datetime: {value!r}") from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"field '{name}' has no time zone: {value!r}")
+    return parsed.astimezone(UTC)
+
+
+def _coerce(hint: Any, value: Any, name: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None:
+            if type(None) in args:
+                return None
+            raise ValueError(f"field '{name}' must not be null")
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(inner, value, name)
+    if origin is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"field '{name}' must be a list of strings")
+        return tuple(value)
+    if hint is datetime:
+        return _parse_datetime(value, name)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"field '{name}' must be true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"field '{name}' must be an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"field '{name}' must be a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ValueError(f"field '{name}' must be a string")
+        return value
+    raise ValueError(f"field '{name}' has an unsupported type {hint!r}")
+
+
+def record_from_dict(kind: str, data: Mapping[str, Any]) -> AgentRecord:
+    """Rebuild a record of KIND from record_to_dict() output; ValueError names the bad field."""
+    cls = RECORD_TYPES.get(kind)
+    if cls is None:
+        raise ValueError(f"unknown kind {kind!r}")
+    if not isinstance(data, Mapping):
+        raise ValueError("record must be an object")
+    hints = _hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"missing field '{f.name}'")
+            continue
+        values[f.name] = _coerce(hints[f.name], data[f.name], f.name)
+    record: AgentRecord = cls(**values)
+    return record
+
+
+# ---------------------------------------------------------------------------------------------
+# GET /v1/summaries
+
+
+def summaries_query(after: int, limit: int = DEFAULT_PAGE_LIMIT) -> str:
+    """The path and query the head requests: "/v1/summaries?after=41&limit=1000"."""
+    return f"{SUMMARIES_PATH}?{urlencode({'after': after, 'limit': limit})}"
+
+
+def encode_summaries_response(
+    *,
+    node: str,
+    agent_version: str,
+    items: Iterable[tuple[int, str, str]],
+    next_cursor: int,
+    evicted_total: int,
+    spool_items: int,
+    spool_bytes: int,
+    spool_id: str,
+) -> bytes:
+    """The /v1/summaries body. ITEMS are (seq, kind, record JSON text) as the spool holds them."""
+    head = {
+        "protocol_version": PROTOCOL_VERSION,
+        "node": node,
+        "agent_version": agent_version,
+        "spool_id": spool_id,
+        "next_cursor": next_cursor,
+        "evicted_total": evicted_total,
+        "spool_items": spool_items,
+        "spool_bytes": spool_bytes,
+    }
+    # the spool stores each record's JSON already: splice it in rather than re-encoding
+    parts = [
+        f'{{"seq":{int(seq)},"kind":{json.dumps(kind)},"record":{payload}}}' for seq, kind, payload in items
+    ]
+    body = json.dumps(head, separators=(",", ":"))
+    return (body[:-1] + ',"items":[' + ",".join(parts) + "]}").encode()
+
+
+def _require(data: Mapping[str, Any], key: str, kind: type, origin: str) -> Any:
+    if key not in data:
+        raise ParseError(f"{origin}: summaries response has no '{key}'")
+    value = data[key]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ParseError(f"{origin}: '{key}' must be an integer, not {type(value).__name__}")
+    if kind is not int and not isinstance(value, kind):
+        raise ParseError(f"{origin}: '{key}' must be a {kind.__name__}, not {type(value).__name__}")
+    return value
+
+
+def decode_summaries_response(raw: bytes | str, origin: str = "agent") -> SummariesPage:
+    """Parse a /v1/summaries body. ORIGIN (e.g. "gpu01:9767") names the agent in errors."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ParseError(f"{origin}: summaries response is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ParseError(f"{origin}: summaries response is not a JSON object")
+    version = data.get("protocol_version", PROTOCOL_VERSION)
+    if isinstance(version, bool) or not isinstance(version, int) or version != PROTOCOL_VERSION:
+        raise ParseError(
+            f"{origin}: unsupported agent protocol version {version!r} (expected {PROTOCOL_VERSION})"
+        )
+    node = _require(data, "node", str, origin)
+    agent_version = _require(data, "agent_version", str, origin)
+    raw_items = _require(data, "items", list, origin)
+    next_cursor = _require(data, "next_cursor", int, origin)
+    evicted_total = _require(data, "evicted_total", int, origin)
+    spool_items = _require(data, "spool_items", int, origin)
+    spool_bytes = _require(data, "spool_bytes", int, origin)
+    spool_id = data.get("spool_id", "")
+    if not isinstance(spool_id, str):
+        raise ParseError(f"{origin}: 'spool_id' must be a string")
+    items: list[PageItem] = []
+    rejected: list[Rejected] = []
+    last_seq: int | None = None
+    for position, item in enumerate(raw_items):
+        seq = item.get("seq") if isinstance(item, dict) else None
+        if isinstance(seq, bool) or not isinstance(seq, int):
+            raise ParseError(f"{origin}: item {position} has no integer 'seq'")
+        if last_seq is not None and seq <= last_seq:
+            raise ParseError(f"{origin}: item seq {seq} does not follow {last_seq}")
+        last_seq = seq
+        try:
+            kind = item.get("kind")
+            if not isinstance(kind, str):
+                raise ValueError("no 'kind'")
+            record = record_from_dict(kind, item.get("record"))
+        except (ValueError, TypeError) as exc:
+            rejected.append(
+                Rejected(
+                    source="agent",
+                    origin=f"{origin} ({node})" if node and node not in origin else origin,
+                    record_key=f"seq {seq}",
+                    reason=str(exc),
+                    raw=json.dumps(item, sort_keys=True)[:10000],
+                )
+            )
+            continue
+        items.append(PageItem(seq, kind, record))
+    if last_seq is not None and next_cursor < last_seq:
+        raise ParseError(f"{origin}: next_cursor {next_cursor} is before the last item's seq {last_seq}")
+    return SummariesPage(
+        node=node,
+        agent_version=agent_version,
+        items=tuple(items),
+        next_cursor=next_cursor,
+        evicted_total=evicted_total,
+        spool_items=spool_items,
+        spool_bytes=spool_bytes,
+        spool_id=spool_id,
+        protocol_version=version,
+        rejected=tuple(rejected),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# POST /v1/ack
+
+
+def encode_ack_request(cursor: int) -> bytes:
+    return json.dumps({"cursor": int(cursor)}).encode()
+
+
+def decode_ack_request(raw: bytes | str) -> int:
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ParseError(f"ack request is not JSON: {exc}") from exc
+    cursor = data.get("cursor") if isinstance(data, dict) else None
+    if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
+        raise ParseError("ack request needs a non-negative integer 'cursor'")
+    return cursor
+
+
+def encode_ack_response(result: AckResult) -> bytes:
+    return json.dumps(dataclasses.asdict(result)).encode()
+
+
+def decode_ack_response(raw: bytes | str, origin: str = "agent") -> AckResult:
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ParseError(f"{origin}: ack response is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ParseError(f"{origin}: ack response is not a JSON object")
+    return AckResult(
+        acked_cursor=_require(data, "acked_cursor", int, origin),
+        spool_items=_require(data, "spool_items", int, origin),
+        spool_bytes=_require(data, "spool_bytes", int, origin),
+    )

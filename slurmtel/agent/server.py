@@ -1,0 +1,196 @@
+"""The agent's HTTP server: the head pulls summaries and acks them; Prometheus scrapes /metrics.
+
+GET  /v1/summaries?after=CURSOR&limit=N   spooled items with seq > CURSOR (protocol.py)
+POST /v1/ack  {"cursor": N}               drop items with seq <= N (idempotent, clamped)
+GET  /metrics                             the agent's own health (private registry)
+GET  /healthz                             "ok"
+
+With a token configured, /v1/* need "Authorization: Bearer <token>"; /metrics and /healthz
+stay open like any exporter's.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from slurmtel.agent.metrics import AgentMetrics
+from slurmtel.agent.protocol import (
+    ACK_PATH,
+    DEFAULT_PAGE_LIMIT,
+    MAX_PAGE_LIMIT,
+    SUMMARIES_PATH,
+    AckResult,
+    decode_ack_request,
+    encode_ack_response,
+    encode_summaries_response,
+)
+from slurmtel.agent.spool import Spool
+from slurmtel.errors import ParseError
+
+log = logging.getLogger(__name__)
+
+_MAX_BODY = 4096
+_ROUTES = {SUMMARIES_PATH, ACK_PATH, "/metrics", "/healthz"}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    app: AgentHttpServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    # a client that stops sending cannot hold a thread for ever
+    timeout = 30
+    protocol_version = "HTTP/1.1"
+    server_version = "slurmtel-agent"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        path = urlsplit(self.path).path
+        self.server.app.metrics.http_requests.labels(
+            method=self.command, path=path if path in _ROUTES else "other", code=str(status)
+        ).inc()
+
+    def _error(self, status: int, message: str) -> None:
+        self._send(status, json.dumps({"error": message}).encode())
+
+    def _authorized(self) -> bool:
+        token = self.server.app.token
+        if not token:
+            return True
+        given = self.headers.get("Authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        app = self.server.app
+        if url.path == "/metrics":
+            self._send(HTTPStatus.OK, generate_latest(app.metrics.registry), CONTENT_TYPE_LATEST)
+        elif url.path == "/healthz":
+            self._send(HTTPStatus.OK, b"ok\n", "text/plain")
+        elif url.path == SUMMARIES_PATH:
+            if not self._authorized():
+                self._error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
+                return
+            try:
+                after, limit = _page_args(url.query)
+            except ValueError as exc:
+                self._error(HTTPStatus.BAD_REQUEST, str(exc))
+                return
+            self._send(HTTPStatus.OK, app.summaries(after, limit))
+        else:
+            self._error(HTTPStatus.NOT_FOUND, f"no such path: {url.path}")
+
+    def do_POST(self) -> None:
+        url = urlsplit(self.path)
+        if url.path != ACK_PATH:
+            self._error(HTTPStatus.NOT_FOUND, f"no such path: {url.path}")
+            return
+        if not self._authorized():
+            self._error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
+            return
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self._error(HTTPStatus.LENGTH_REQUIRED, "Content-Length required")
+            return
+        if not 0 <= length <= _MAX_BODY:
+            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {_MAX_BODY} bytes")
+            return
+        try:
+            cursor = decode_ack_request(self.rfile.read(length))
+        except ParseError as exc:
+            self._error(HTTPStatus.BAD_REQUEST, str(exc))
+            return
+        self._send(HTTPStatus.OK, self.server.app.ack(cursor))
+
+
+def _page_args(query: str) -> tuple[int, int]:
+    args = parse_qs(query)
+    try:
+        after = int(args.get("after", ["0"])[-1])
+        limit = int(args.get("limit", [str(DEFAULT_PAGE_LIMIT)])[-1])
+    except ValueError:
+        raise ValueError("after and limit must be integers") from None
+    if after < 0 or limit < 1:
+        raise ValueError("after must be >= 0 and limit >= 1")
+    return after, min(limit, MAX_PAGE_LIMIT)
+
+
+class AgentHttpServer:
+    """Serves the spool and the metrics; start() runs it in a daemon thread."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        metrics: AgentMetrics,
+        node: str,
+        agent_version: str,
+        address: str = "0.0.0.0",
+        port: int = 9767,
+        token: str = "",
+    ) -> None:
+        self.spool = spool
+        self.metrics = metrics
+        self.node = node
+        self.agent_version = agent_version
+        self.token = token
+        self._server = _Server((address, port), _Handler)
+        self._server.app = self
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def summaries(self, after: int, limit: int) -> bytes:
+        # stats first: a page never claims fewer evictions than happened before its items
+        stats = self.spool.stats()
+        items = self.spool.read(after, limit)
+        return encode_summaries_response(
+            node=self.node,
+            agent_version=self.agent_version,
+            items=[(i.seq, i.kind, i.payload) for i in items],
+            next_cursor=items[-1].seq if items else after,
+            evicted_total=stats.evicted_total,
+            spool_items=stats.items,
+            spool_bytes=stats.bytes,
+            spool_id=stats.spool_id,
+        )
+
+    def ack(self, cursor: int) -> bytes:
+        acked = self.spool.ack(cursor)
+        stats = self.spool.stats()
+        return encode_ack_response(AckResult(acked, stats.items, stats.bytes))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="agent-http", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._server.server_close()

@@ -1,0 +1,172 @@
+"""The agent source: pull window summaries, events and inventory from each node's slurmtel-agent.
+
+Per node: GET /v1/summaries?after=CURSOR, store the page and the new cursor in one
+transaction, then POST /v1/ack so the agent can trim its spool. A crash between storing and
+acking only makes the next pull ask again after the stored cursor; the agent keeps what was
+not acked, so nothing is lost while the head or PostgreSQL is down, and the natural keys keep
+a replayed page from being stored twice. A new spool_id (the agent's spool was recreated)
+resets the cursor.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sqlalchemy import Connection
+
+from slurmtel.agent.protocol import (
+    ACK_PATH,
+    SummariesPage,
+    decode_ack_response,
+    decode_summaries_response,
+    encode_ack_request,
+    summaries_query,
+)
+from slurmtel.config import AgentSourceConfig, Config
+from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
+from slurmtel.sources.base import RunContext, RunResult
+from slurmtel.sources.io import http_request
+from slurmtel.sources.targets import Target, resolve_targets
+from slurmtel.store.quarantine import quarantine
+from slurmtel.store.telemetry import (
+    get_agent_cursor,
+    resolve_allocation_uuids,
+    set_agent_cursor,
+    write_events,
+    write_inventory,
+    write_summaries,
+)
+
+NAME = "agent"
+# pages per node and run: bounds one run when an agent has a long backlog (the rest comes next run)
+MAX_PAGES_PER_RUN = 50
+
+
+class AgentSource:
+    name = NAME
+    description = "per-GPU window summaries, XID/ECC events and inventory pulled from slurmtel-agent"
+
+    def enabled(self, config: Config) -> bool:
+        return config.sources.agent.enabled
+
+    def interval_seconds(self, config: Config) -> int:
+        return config.sources.agent.interval_seconds
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--target",
+            dest="extra_targets",
+            action="append",
+            default=[],
+            help="pull this agent too ('node', 'node=host:port' or a URL); repeatable",
+        )
+
+    def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
+        cfg = ctx.config.sources.agent
+        targets = resolve_targets(cfg, options.extra_targets)
+        if not targets:
+            raise ConfigError("sources.agent: no targets (set targets, or discover_nodes = true)")
+        headers = _auth_headers(cfg)
+        result = RunResult()
+        failures = []
+        for target in targets:
+            try:
+                pull_agent(ctx, target, headers, result)
+            except SlurmtelError as exc:
+                # one unreachable node never stops the others; its spool keeps the data
+                failures.append(f"{target.node}: {exc}")
+        result.errors.extend(failures)
+        if failures and len(failures) == len(targets):
+            raise SourceUnavailable("no agent answered: " + "; ".join(failures[:5]))
+        return result
+
+    def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
+        """Store a saved /v1/summaries response (no cursor is moved, nothing is acked)."""
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise SourceUnavailable(f"cannot read {path}: {exc.strerror}") from exc
+        result = RunResult()
+        page = decode_summaries_response(raw, origin=str(path))
+        with ctx.engine.begin() as conn:
+            _store_page(conn, page, result)
+        return result
+
+
+def pull_agent(ctx: RunContext, target: Target, headers: dict[str, str], result: RunResult) -> None:
+    cfg = ctx.config.sources.agent
+    with ctx.engine.connect() as conn:
+        stored = get_agent_cursor(conn, target.node)
+    spool_id = stored.spool_id if stored else ""
+    cursor = stored.cursor if stored else 0
+    pages = 0
+    while pages < MAX_PAGES_PER_RUN:
+        url = target.base_url + summaries_query(cursor, cfg.page_size)
+        origin = f"agent {target.node}"
+        page = decode_summaries_response(
+            http_request(url, timeout_seconds=cfg.timeout_seconds, headers=headers), origin=origin
+        )
+        if page.spool_id != spool_id:
+            if spool_id and cursor:
+                result.notes.append(
+                    f"{target.node}: the agent's spool was recreated; reading it from the start"
+                )
+                cursor = 0
+                spool_id = page.spool_id
+                continue
+            spool_id = page.spool_id
+        with ctx.engine.begin() as conn:
+            _store_page(conn, page, result)
+            set_agent_cursor(
+                conn,
+                target.node,
+                spool_id=spool_id,
+                cursor=page.next_cursor,
+                evicted_total=page.evicted_total,
+                spool_items=page.spool_items,
+                spool_bytes=page.spool_bytes,
+            )
+        pages += 1
+        # ack every time, even an empty page: an ack lost after the last store is repeated here
+        if page.next_cursor > 0:
+            ack = http_request(
+                target.base_url + ACK_PATH,
+                timeout_seconds=cfg.timeout_seconds,
+                data=encode_ack_request(page.next_cursor),
+                headers={**headers, "Content-Type": "application/json"},
+            )
+            decode_ack_response(ack, origin=origin)
+        if not page.items or page.next_cursor <= cursor:
+            break
+        cursor = page.next_cursor
+    if pages == MAX_PAGES_PER_RUN:
+        result.notes.append(f"{target.node}: backlog left for the next run")
+
+
+def _store_page(conn: Connection, page: SummariesPage, result: RunResult) -> None:
+    summaries = page.summaries
+    write_inventory(conn, page.inventory, source=NAME)
+    stats = write_summaries(conn, summaries, source=NAME, node=page.node)
+    events = write_events(conn, page.events)
+    if page.inventory:
+        resolve_allocation_uuids(conn)
+    quarantine(conn, page.rejected)
+    result.rows_read += len(page.items) + len(page.rejected)
+    result.rows_written += stats.inserted + events + len(page.inventory)
+    result.rows_quarantined += len(page.rejected)
+    if page.items or page.rejected:
+        result.notes.append(
+            f"{page.node}: {len(summaries)} windows ({stats.inserted} new), {len(page.events)} events, "
+            f"{len(page.inventory)} inventory; spool {page.spool_items} items, {page.evicted_total} evicted"
+        )
+
+
+def _auth_headers(cfg: AgentSourceConfig) -> dict[str, str]:
+    if not cfg.token_file:
+        return {}
+    try:
+        token = Path(cfg.token_file).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"sources.agent.token_file: cannot read {cfg.token_file}: {exc.strerror}") from exc
+    return {"Authorization": f"Bearer {token}"}

@@ -1,0 +1,221 @@
+"""`slurmtel-agent` as a process: fake NVML from a real capture, a fake /proc, SIGTERM.
+
+Deadlines below only stop a hung test; nothing asserts how fast anything is.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from slurmtel.agent.protocol import (
+    SummariesPage,
+    decode_ack_response,
+    decode_summaries_response,
+    encode_ack_request,
+    summaries_query,
+)
+from tests.conftest import fixture_path
+from tests.test_agent_procmap import CGROUP_V2, write_proc
+
+CAPTURE = fixture_path("nvidia_smi", "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
+GPU0 = "GPU-00000000-0000-0000-0000-000000000000"
+HANG_GUARD_SECONDS = 60
+
+
+def write_config(tmp_path: Path, port: int = 0) -> Path:
+    proc = tmp_path / "proc"
+    # gpu_burn, pid 11345 in the H100 capture, runs in job 4242
+    write_proc(proc, 11345, CGROUP_V2.replace("job_123", "job_4242"))
+    config = tmp_path / "slurmtel.toml"
+    config.write_text(
+        f"""
+[site]
+state_dir = "{tmp_path / "state"}"
+
+[logging]
+level = "INFO"
+
+[agent]
+listen_address = "127.0.0.1"
+port = {port}
+sample_interval_seconds = 0.2
+summary_window_seconds = 1
+node_name = "gpu01"
+proc_root = "{proc}"
+"""
+    )
+    return config
+
+
+class AgentProcess:
+    def __init__(self, tmp_path: Path, config: Path, *extra: str) -> None:
+        self.log = tmp_path / f"agent-{time.monotonic_ns()}.log"
+        self.log_file = self.log.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "slurmtel.agent.main", "--config", str(config), *extra],
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        self.base = ""
+
+    def wait_listening(self) -> str:
+        deadline = time.monotonic() + HANG_GUARD_SECONDS
+        while time.monotonic() < deadline:
+            match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", self.log.read_text())
+            if match:
+                self.base = match.group(1)
+                return self.base
+            assert self.process.poll() is None, self.log.read_text()
+            time.sleep(0.05)
+        raise AssertionError("agent did not start listening")
+
+    def get(self, path: str) -> bytes:
+        with urllib.request.urlopen(self.base + path, timeout=30) as response:
+            return bytes(response.read())
+
+    def post(self, path: str, body: bytes) -> bytes:
+        with urllib.request.urlopen(
+            urllib.request.Request(self.base + path, data=body), timeout=30
+        ) as response:
+            return bytes(response.read())
+
+    def pull_until(self, predicate: Callable[[SummariesPage], bool], after: int = 0) -> SummariesPage:
+        deadline = time.monotonic() + HANG_GUARD_SECONDS
+        while time.monotonic() < deadline:
+            page = decode_summaries_response(self.get(summaries_query(after, 1000)))
+            if predicate(page):
+                return page
+            time.sleep(0.1)
+        raise AssertionError(f"no matching page; log:\n{self.log.read_text()}")
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=HANG_GUARD_SECONDS)
+        self.log_file.close()
+        return code
+
+
+def covered_job_summary(page: SummariesPage) -> bool:
+    return any(s.job_ids == ("4242",) and s.covered_seconds == 1.0 for s in page.summaries)
+
+
+def test_agent_samples_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    agent = AgentProcess(tmp_path, config, "--fake-nvml", str(CAPTURE))
+    try:
+        agent.wait_listening()
+        page = agent.pull_until(covered_job_summary)
+        assert page.node == "gpu01"
+        first = page.items[0]
+        assert (first.seq, first.kind) == (1, "inventory")
+        assert page.inventory[0].gpu_uuid == GPU0
+        full = next(s for s in page.summaries if s.covered_seconds == 1.0)
+        assert (full.util_metric, full.util_mean_percent, full.idle_seconds) == (
+            "gr_engine_active",
+            100.0,
+            0.0,
+        )
+        assert full.energy_method == "counter"
+        assert full.power_mean_watts == 629.45
+        seqs = [i.seq for i in page.items]
+        assert seqs == list(range(1, len(seqs) + 1))
+        acked = decode_ack_response(agent.post("/v1/ack", encode_ack_request(page.next_cursor))).acked_cursor
+        assert acked == page.next_cursor
+        metrics = agent.get("/metrics").decode()
+        assert "slurmtel_agent_samples_total" in metrics
+    finally:
+        code = agent.stop()
+    assert code == 0, agent.log.read_text()
+    assert "stopped at" in agent.log.read_text()
+
+    # a restart continues the same spool: nothing acked comes back, sequence numbers go on
+    again = AgentProcess(tmp_path, config, "--fake-nvml", str(CAPTURE))
+    try:
+        again.wait_listening()
+        later = again.pull_until(lambda p: any(i.seq > acked and i.kind == "summary" for i in p.items))
+        assert later.items[0].seq == acked + 1
+        assert later.spool_id == page.spool_id
+        assert all(i.seq > acked for i in later.items)
+    finally:
+        assert again.stop() == 0
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[agent]\nsample_interval_seconds = 0\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "slurmtel.agent.main", "--config", str(bad), "--fake-nvml", str(CAPTURE)],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_SECONDS,
+    )
+    assert run.returncode == 2
+    assert "agent.sample_interval_seconds must be positive" in run.stderr
+
+    config = write_config(tmp_path)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slurmtel.agent.main",
+            "--config",
+            str(config),
+            "--fake-nvml",
+            str(tmp_path / "no"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_SECONDS,
+    )
+    assert run.returncode == 2
+    assert "--fake-nvml" in run.stderr
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        config = write_config(tmp_path, port=busy.getsockname()[1])
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "slurmtel.agent.main",
+                "--config",
+                str(config),
+                "--fake-nvml",
+                str(CAPTURE),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=HANG_GUARD_SECONDS,
+        )
+    assert run.returncode == 2
+    assert "Address already in use" in run.stderr
+
+
+def test_without_a_gpu_the_real_nvml_fails_cleanly(tmp_path: Path) -> None:
+    """No --fake-nvml: the real seam. Here (no driver) NVML init fails with exit 1 and a message;
+    on a GPU machine the agent starts and stops like with the fake."""
+    config = write_config(tmp_path)
+    agent = AgentProcess(tmp_path, config)
+    deadline = time.monotonic() + HANG_GUARD_SECONDS
+    while agent.process.poll() is None and time.monotonic() < deadline:
+        if "listening on" in agent.log.read_text():
+            break
+        time.sleep(0.05)
+    if agent.process.poll() is None:
+        agent.base = re.search(r"listening on (\S+)", agent.log.read_text()).group(1)  # type: ignore[union-attr]
+        assert decode_summaries_response(agent.get(summaries_query(0))).inventory
+        assert agent.stop() == 0
+    else:
+        agent.log_file.close()
+        assert agent.process.returncode == 1
+        assert "NVML unavailable: nvmlInit" in agent.log.read_text()

@@ -1,0 +1,234 @@
+"""The agent <-> head wire format (slurmtel.agent.protocol): pure encode/decode."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+import pytest
+
+from slurmtel.agent.protocol import (
+    AckResult,
+    AgentRecord,
+    decode_ack_request,
+    decode_ack_response,
+    decode_summaries_response,
+    encode_ack_request,
+    encode_ack_response,
+    encode_summaries_response,
+    record_from_dict,
+    record_to_dict,
+    record_to_json,
+    summaries_query,
+)
+from slurmtel.errors import ParseError
+from slurmtel.records import GpuEvent, GpuInventory, GpuSummary
+
+AT = datetime(2026, 12, 2, 14, 0, 30, tzinfo=UTC)
+
+SUMMARY = GpuSummary(
+    source="agent",
+    node="gpu01",
+    gpu_uuid="GPU-00000000-0000-0000-0000-000000000000",
+    window_start_at=AT,
+    window_seconds=30.0,
+    util_metric="gr_engine_active",
+    sample_count=30,
+    covered_seconds=29.0,
+    util_mean_percent=41.5,
+    util_max_percent=100.0,
+    idle_seconds=12.0,
+    no_process_seconds=None,
+    memory_used_mean_bytes=1 << 30,
+    memory_used_max_bytes=2 << 30,
+    memory_total_bytes=81559 << 20,
+    power_mean_watts=432.21,
+    energy_joules=12966.3,
+    energy_method="counter",
+    temperature_max_celsius=53.0,
+    sm_clock_max_mhz=1980.0,
+    job_ids=("123", "124"),
+)
+EVENT = GpuEvent("gpu01", "MIG-00000001-0000-0000-0000-000000000001", AT, "xid", 43, "gpu_instance_id=3")
+INVENTORY = GpuInventory(
+    node="gpu01",
+    gpu_uuid="MIG-00000000-0000-0000-0000-000000000000",
+    index=0,
+    model="NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+    observed_at=AT,
+    memory_total_bytes=40448 << 20,
+    parent_gpu_uuid="GPU-00000000-0000-0000-0000-000000000000",
+    mig_profile="3g.40gb",
+    gpu_fraction=3 / 7,
+)
+
+
+def page(*records: tuple[str, AgentRecord], after: int = 0, **overrides: object) -> bytes:
+    items = [(after + i + 1, kind, record_to_json(r)) for i, (kind, r) in enumerate(records)]
+    fields: dict[str, object] = {
+        "node": "gpu01",
+        "agent_version": "0.1.0",
+        "items": items,
+        "next_cursor": items[-1][0] if items else after,
+        "evicted_total": 2,
+        "spool_items": len(items),
+        "spool_bytes": 999,
+        "spool_id": "abc",
+    }
+    fields.update(overrides)
+    return encode_summaries_response(**fields)  # type: ignore[arg-type]
+
+
+def test_record_fields_on_the_wire() -> None:
+    data = record_to_dict(SUMMARY)
+    assert data["window_start_at"] == "2026-12-02T14:00:30Z"
+    assert data["job_ids"] == ["123", "124"]
+    assert data["no_process_seconds"] is None
+    assert list(data) == [f for f in GpuSummary.__dataclass_fields__]
+    for record, kind in ((SUMMARY, "summary"), (EVENT, "event"), (INVENTORY, "inventory")):
+        assert record_from_dict(kind, json.loads(record_to_json(record))) == record
+
+
+def test_page_round_trip() -> None:
+    raw = page(("inventory", INVENTORY), ("summary", SUMMARY), ("event", EVENT), after=40)
+    decoded = decode_summaries_response(raw, origin="gpu01:9767")
+    assert [(i.seq, i.kind) for i in decoded.items] == [(41, "inventory"), (42, "summary"), (43, "event")]
+    assert decoded.summaries == [SUMMARY]
+    assert decoded.events == [EVENT]
+    assert decoded.inventory == [INVENTORY]
+    assert (decoded.node, decoded.agent_version, decoded.spool_id) == ("gpu01", "0.1.0", "abc")
+    assert (decoded.next_cursor, decoded.evicted_total, decoded.spool_items, decoded.spool_bytes) == (
+        43,
+        2,
+        3,
+        999,
+    )
+    assert decoded.rejected == ()
+    body = json.loads(raw)
+    assert body["items"][1] == {"seq": 42, "kind": "summary", "record": record_to_dict(SUMMARY)}
+
+
+def test_empty_page_keeps_the_cursor() -> None:
+    decoded = decode_summaries_response(page(after=17))
+    assert (decoded.items, decoded.next_cursor) == ((), 17)
+
+
+def test_bad_item_is_rejected_and_the_rest_kept() -> None:
+    body = json.loads(page(("summary", SUMMARY), ("event", EVENT)))
+    body["items"][0]["record"]["window_start_at"] = "2026-12-02T14:00:30"  # no zone
+    body["items"][1]["record"]["value"] = "43"
+    body["items"].append({"seq": 3, "kind": "sample", "record": {}})
+    body["items"].append({"seq": 4, "kind": "inventory", "record": record_to_dict(INVENTORY)})
+    body["next_cursor"] = 4
+    decoded = decode_summaries_response(json.dumps(body).encode(), origin="gpu01:9767")
+    assert [i.seq for i in decoded.items] == [4]
+    assert [(r.source, r.origin, r.record_key, r.reason) for r in decoded.rejected] == [
+        ("agent", "gpu01:9767", "seq 1", "field 'window_start_at' has no time zone: '2026-12-02T14:00:30'"),
+        ("agent", "gpu01:9767", "seq 2", "field 'value' must be an integer"),
+        ("agent", "gpu01:9767", "seq 3", "unknown kind 'sample'"),
+    ]
+
+
+def test_unknown_record_fields_are_ignored_missing_required_ones_rejected() -> None:
+    data = record_to_dict(EVENT) | {"new_field": 1}
+    assert record_from_dict("event", data) == EVENT
+    del data["gpu_uuid"]
+    with pytest.raises(ValueError, match="missing field 'gpu_uuid'"):
+        record_from_dict("event", data)
+    # a field with a default may be absent (an older agent)
+    minimal = {k: v for k, v in record_to_dict(EVENT).items() if k != "detail"}
+    restored = record_from_dict("event", minimal)
+    assert isinstance(restored, GpuEvent)
+    assert restored.detail == ""
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"{not json", "not JSON"),
+        (b"[]", "not a JSON object"),
+        (b'{"node": "gpu01"}', "has no 'agent_version'"),
+        (json.dumps({"protocol_version": 2}).encode(), "unsupported agent protocol version 2"),
+        (
+            json.dumps(
+                {
+                    "node": "n",
+                    "agent_version": "v",
+                    "items": [],
+                    "next_cursor": "5",
+                    "evicted_total": 0,
+                    "spool_items": 0,
+                    "spool_bytes": 0,
+                }
+            ).encode(),
+            "'next_cursor' must be an integer",
+        ),
+        (
+            json.dumps(
+                {
+                    "node": "n",
+                    "agent_version": "v",
+                    "items": [{"kind": "event"}],
+                    "next_cursor": 5,
+                    "evicted_total": 0,
+                    "spool_items": 0,
+                    "spool_bytes": 0,
+                }
+            ).encode(),
+            "item 0 has no integer 'seq'",
+        ),
+        (
+            json.dumps(
+                {
+                    "node": "n",
+                    "agent_version": "v",
+                    "items": [{"seq": 3}, {"seq": 3}],
+                    "next_cursor": 5,
+                    "evicted_total": 0,
+                    "spool_items": 0,
+                    "spool_bytes": 0,
+                }
+            ).encode(),
+            "seq 3 does not follow 3",
+        ),
+        (
+            json.dumps(
+                {
+                    "node": "n",
+                    "agent_version": "v",
+                    "items": [{"seq": 9}],
+                    "next_cursor": 5,
+                    "evicted_total": 0,
+                    "spool_items": 0,
+                    "spool_bytes": 0,
+                }
+            ).encode(),
+            "next_cursor 5 is before the last item's seq 9",
+        ),
+    ],
+)
+def test_unreadable_page_raises_parse_error(raw: bytes, reason: str) -> None:
+    with pytest.raises(ParseError, match=f"^gpu01:9767: .*{reason}"):
+        decode_summaries_response(raw, origin="gpu01:9767")
+
+
+def test_ack_messages() -> None:
+    assert decode_ack_request(encode_ack_request(41)) == 41
+    for bad in (b"{}", b'{"cursor": -1}', b'{"cursor": "4"}', b'{"cursor": true}', b"nope"):
+        with pytest.raises(ParseError):
+            decode_ack_request(bad)
+    result = AckResult(41, 3, 1200)
+    assert decode_ack_response(encode_ack_response(result)) == result
+    assert summaries_query(41, 500) == "/v1/summaries?after=41&limit=500"
+
+
+def test_protocol_imports_no_nvml() -> None:
+    """The head imports protocol.py: it must not pull in pynvml or the agent's NVML code."""
+    code = (
+        "import sys, slurmtel.agent.protocol; "
+        "print(sorted(m for m in sys.modules if 'nvml' in m or m.startswith('slurmtel.agent.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['slurmtel.agent.protocol']"

@@ -1,0 +1,138 @@
+"""The head pulling real node agents over HTTP (the agent's own server and spool, on 127.0.0.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, text
+
+from slurmtel.agent.metrics import AgentMetrics
+from slurmtel.agent.server import AgentHttpServer
+from slurmtel.agent.spool import Spool
+from slurmtel.config import config_from_dict
+from slurmtel.errors import SourceUnavailable
+from slurmtel.records import GpuEvent
+from slurmtel.sources import default_options, get_source
+from slurmtel.sources.base import RunContext
+from slurmtel.sources.runner import RunOutcome, run_recorded
+from tests.factories import T0, inventory, windows
+
+
+class RunningAgent:
+    def __init__(self, spool_path: Path, node: str = "gpu01", token: str = "") -> None:
+        self.spool = Spool(spool_path)
+        self.server = AgentHttpServer(self.spool, AgentMetrics(), node, "0.1.0", "127.0.0.1", 0, token)
+        self.server.start()
+        self.port = self.server.address[1]
+
+    def close(self) -> None:
+        self.server.stop()
+        self.spool.close()
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[RunningAgent]:
+    running = RunningAgent(tmp_path / "spool.sqlite")
+    yield running
+    running.close()
+
+
+def pull(ctx: RunContext, *targets: str, **agent_config: object) -> RunOutcome:
+    config = config_from_dict({"sources": {"agent": {"targets": list(targets), **agent_config}}})
+    c = replace(ctx, config=config)
+    source = get_source("agent")
+    return run_recorded(c, "agent", "once", lambda: source.collect(c, default_options(source)))
+
+
+def count(engine: Engine, sql: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text(sql)).scalar_one())
+
+
+def backlog(agent: RunningAgent, minutes: int = 10) -> int:
+    """What an agent spools while the head is away: inventory, 2 GPUs' windows, one XID."""
+    records = [*inventory("gpu01", ["GPU-0", "GPU-1"])]
+    records += windows("GPU-0", T0, minutes * 2, busy={1, 2}, job="17") + windows("GPU-1", T0, minutes * 2)
+    records.append(
+        GpuEvent("gpu01", "GPU-1", T0 + timedelta(minutes=3), "xid", 79, "GPU has fallen off the bus")
+    )
+    agent.spool.append_records(records)
+    return len(records)
+
+
+def test_a_backlog_is_pulled_in_pages_stored_once_and_acked(ctx: RunContext, agent: RunningAgent) -> None:
+    total = backlog(agent, minutes=10)
+    outcome = pull(ctx, f"gpu01=127.0.0.1:{agent.port}", page_size=7)
+    assert outcome.status == "ok", outcome.message
+    assert count(ctx.engine, "SELECT count(*) FROM gpu_summary WHERE source = 'agent'") == 40
+    assert count(ctx.engine, "SELECT count(*) FROM gpu_event") == 1
+    assert count(ctx.engine, "SELECT count(*) FROM gpu_inventory") == 2
+    with ctx.engine.connect() as conn:
+        cursor = conn.execute(text("SELECT cursor, spool_items FROM agent_cursor WHERE node = 'gpu01'")).one()
+    assert cursor.cursor == total
+    # everything acked: the agent's spool is empty
+    assert agent.spool.stats().items == 0
+    # a second pull finds nothing and stores nothing
+    assert pull(ctx, f"gpu01=127.0.0.1:{agent.port}").result.rows_written == 0
+
+
+def test_a_lost_ack_is_repeated_and_nothing_is_stored_twice(
+    ctx: RunContext, agent: RunningAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backlog(agent, minutes=2)
+    import slurmtel.sources.agent as agent_source
+
+    real_request = agent_source.http_request
+
+    def ack_fails(url: str, **kw: object) -> bytes:
+        if url.endswith("/v1/ack"):
+            raise SourceUnavailable(f"{url}: connection reset")
+        return real_request(url, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(agent_source, "http_request", ack_fails)
+    failed = pull(ctx, f"gpu01=127.0.0.1:{agent.port}")
+    assert failed.status == "error"  # the only agent failed: nothing acked
+    stored = count(ctx.engine, "SELECT count(*) FROM gpu_summary")
+    assert stored == 8 and agent.spool.stats().items > 0
+    monkeypatch.setattr(agent_source, "http_request", real_request)
+    again = pull(ctx, f"gpu01=127.0.0.1:{agent.port}")
+    assert again.status == "ok"
+    assert count(ctx.engine, "SELECT count(*) FROM gpu_summary") == stored
+    assert agent.spool.stats().items == 0
+
+
+def test_a_recreated_spool_resets_the_cursor(ctx: RunContext, tmp_path: Path) -> None:
+    first = RunningAgent(tmp_path / "a.sqlite")
+    backlog(first, minutes=1)
+    assert pull(ctx, f"gpu01=127.0.0.1:{first.port}").status == "ok"
+    first.close()
+    # the node was reinstalled: a new spool whose sequence numbers start at 1 again
+    second = RunningAgent(tmp_path / "b.sqlite")
+    try:
+        second.spool.append_records(windows("GPU-0", T0 + timedelta(hours=1), 2))
+        outcome = pull(ctx, f"gpu01=127.0.0.1:{second.port}")
+        assert outcome.status == "ok"
+        assert any("spool was recreated" in n for n in outcome.result.notes)
+        assert count(ctx.engine, "SELECT count(*) FROM gpu_summary") == 4 + 2
+    finally:
+        second.close()
+
+
+def test_token_and_an_unreachable_agent(ctx: RunContext, tmp_path: Path) -> None:
+    secured = RunningAgent(tmp_path / "s.sqlite", token="s3cret")
+    try:
+        backlog(secured, minutes=1)
+        refused = pull(ctx, f"gpu01=127.0.0.1:{secured.port}")
+        assert refused.status == "error" and "401" in refused.message
+        token = tmp_path / "token"
+        token.write_text("s3cret\n")
+        outcome = pull(ctx, f"gpu01=127.0.0.1:{secured.port}", "gpu09=127.0.0.1:1", token_file=str(token))
+        # the reachable agent was pulled; the dead one made the run partial
+        assert outcome.status == "partial" and "gpu09" in outcome.message
+        assert count(ctx.engine, "SELECT count(*) FROM gpu_summary") == 4
+    finally:
+        secured.close()
