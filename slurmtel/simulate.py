@@ -45,9 +45,11 @@ class SimJob:
     cluster: str = "sim"
 
 
-def _template() -> tuple[dict[str, Any], bytes]:
+def _template(with_steps: bool) -> tuple[dict[str, Any], bytes]:
     document = orjson.loads(resources.files("slurmtel").joinpath(_TEMPLATE_FILE).read_bytes())
     job = document["jobs"][0]
+    if not with_steps:
+        job["steps"] = []
     return document, orjson.dumps(job)
 
 
@@ -112,9 +114,13 @@ def _job_object(template: bytes, sim: SimJob) -> dict[str, Any]:
     return job
 
 
-def render_sacct_json(jobs: Iterable[SimJob], *, cluster: str = "sim") -> bytes:
-    """The `sacct --json` output (Slurm 24.11, data_parser v0.0.42) for JOBS."""
-    document, template = _template()
+def render_sacct_json(jobs: Iterable[SimJob], *, cluster: str = "sim", with_steps: bool = False) -> bytes:
+    """The `sacct --json` output (Slurm 24.11, data_parser v0.0.42) for JOBS.
+
+    Without steps by default: slurmtel runs `sacct -X` (allocations only), whose JSON carries
+    empty step lists; WITH_STEPS keeps the template's batch step, as plain `sacct --json` does.
+    """
+    document, template = _template(with_steps)
     document = dict(document)
     document["jobs"] = [_job_object(template, job) for job in jobs]
     document["meta"]["slurm"]["cluster"] = cluster

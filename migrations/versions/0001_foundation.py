@@ -16,7 +16,6 @@ def upgrade() -> None:
     op.execute(
         """
         CREATE TABLE job_attempt (
-            id bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
             cluster text NOT NULL,
             job_id_raw bigint NOT NULL,
             submit_at timestamptz NOT NULL,
@@ -61,8 +60,6 @@ def upgrade() -> None:
         )
         """
     )
-    op.execute("CREATE INDEX job_attempt_start_at ON job_attempt (start_at)")
-    op.execute("CREATE INDEX job_attempt_end_at ON job_attempt (end_at)")
     op.execute("CREATE INDEX job_attempt_updated_at ON job_attempt (updated_at)")
     op.execute("CREATE INDEX job_attempt_user ON job_attempt (user_name, start_at)")
     op.execute("CREATE INDEX job_attempt_account ON job_attempt (account, start_at)")

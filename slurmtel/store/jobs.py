@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -16,47 +16,46 @@ from slurmtel.store.copy import copy_rows
 REQUEUE_STATES = ("REQUEUED", "NODE_FAIL", "PREEMPTED", "REQUEUE_FED", "REQUEUE_HOLD")
 
 
-def _tres(value: Mapping[str, int]) -> str:
-    return json.dumps(dict(sorted(value.items())), separators=(",", ":"))
-
-
-# (column, PostgreSQL type for binary COPY, value from the record) - the one column list
-# that the staging table, the COPY and the upsert share.
-COLUMNS: tuple[tuple[str, str, Callable[[JobAttempt], Any]], ...] = (
-    ("cluster", "text", lambda a: a.cluster),
-    ("job_id_raw", "int8", lambda a: a.job_id_raw),
-    ("submit_at", "timestamptz", lambda a: a.submit_at),
-    ("job_id", "text", lambda a: a.job_id),
-    ("name", "text", lambda a: a.name),
-    ("user_name", "text", lambda a: a.user),
-    ("uid", "int4", lambda a: a.uid),
-    ("account", "text", lambda a: a.account),
-    ("partition", "text", lambda a: a.partition),
-    ("qos", "text", lambda a: a.qos),
-    ("wckey", "text", lambda a: a.wckey),
-    ("state", "text", lambda a: a.state),
-    ("state_reason", "text", lambda a: a.state_reason),
-    ("exit_code", "text", lambda a: a.exit_code),
-    ("eligible_at", "timestamptz", lambda a: a.eligible_at),
-    ("start_at", "timestamptz", lambda a: a.start_at),
-    ("end_at", "timestamptz", lambda a: a.end_at),
-    ("time_limit_seconds", "int8", lambda a: a.time_limit_seconds),
-    ("alloc_gpus", "int4", lambda a: a.alloc_gpus),
-    ("alloc_cpus", "int4", lambda a: a.alloc_cpus),
-    ("gpu_model", "text", lambda a: a.gpu_model),
-    ("alloc_tres", "jsonb", lambda a: _tres(a.alloc_tres)),
-    ("req_tres", "jsonb", lambda a: _tres(a.req_tres)),
-    ("array_job_id", "int8", lambda a: a.array_job_id),
-    ("array_task_id", "int4", lambda a: a.array_task_id),
-    ("het_job_id", "int8", lambda a: a.het_job_id),
-    ("het_job_offset", "int4", lambda a: a.het_job_offset),
-    ("db_index", "int8", lambda a: a.db_index),
-    ("nodelist", "text", lambda a: a.nodelist),
-    ("nodes", "text[]", lambda a: list(a.nodes)),
-    ("work_dir", "text", lambda a: a.work_dir),
-    ("submit_line", "text", lambda a: a.submit_line),
+# (column, PostgreSQL type for binary COPY, JobAttempt attribute) - the one column list that
+# the staging table, the COPY and the upsert share. tres maps go in as dicts (jsonb), node
+# tuples as text[].
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("cluster", "text", "cluster"),
+    ("job_id_raw", "int8", "job_id_raw"),
+    ("submit_at", "timestamptz", "submit_at"),
+    ("job_id", "text", "job_id"),
+    ("name", "text", "name"),
+    ("user_name", "text", "user"),
+    ("uid", "int4", "uid"),
+    ("account", "text", "account"),
+    ("partition", "text", "partition"),
+    ("qos", "text", "qos"),
+    ("wckey", "text", "wckey"),
+    ("state", "text", "state"),
+    ("state_reason", "text", "state_reason"),
+    ("exit_code", "text", "exit_code"),
+    ("eligible_at", "timestamptz", "eligible_at"),
+    ("start_at", "timestamptz", "start_at"),
+    ("end_at", "timestamptz", "end_at"),
+    ("time_limit_seconds", "int8", "time_limit_seconds"),
+    ("alloc_gpus", "int4", "alloc_gpus"),
+    ("alloc_cpus", "int4", "alloc_cpus"),
+    ("gpu_model", "text", "gpu_model"),
+    ("alloc_tres", "jsonb", "alloc_tres"),
+    ("req_tres", "jsonb", "req_tres"),
+    ("array_job_id", "int8", "array_job_id"),
+    ("array_task_id", "int4", "array_task_id"),
+    ("het_job_id", "int8", "het_job_id"),
+    ("het_job_offset", "int4", "het_job_offset"),
+    ("db_index", "int8", "db_index"),
+    ("nodelist", "text", "nodelist"),
+    ("work_dir", "text", "work_dir"),
+    ("submit_line", "text", "submit_line"),
+    # last: binary COPY of text[] needs a list, the record holds a tuple
+    ("nodes", "text[]", "nodes"),
 )
 COLUMN_NAMES = tuple(c for c, _, _ in COLUMNS)
+_ROW_BUT_NODES = attrgetter(*(attribute for _, _, attribute in COLUMNS[:-1]))
 KEY = ("cluster", "job_id_raw", "submit_at")
 
 
@@ -76,8 +75,7 @@ def attempt_rows(attempts: Iterable[JobAttempt]) -> list[tuple[Any, ...]]:
     by_key: dict[tuple[str, int, Any], JobAttempt] = {}
     for attempt in attempts:
         by_key[(attempt.cluster, attempt.job_id_raw, attempt.submit_at)] = attempt
-    getters = [g for _, _, g in COLUMNS]
-    return [tuple(g(a) for g in getters) for a in by_key.values()]
+    return [(*_ROW_BUT_NODES(a), list(a.nodes)) for a in by_key.values()]
 
 
 def copy_attempt_rows(conn: Connection, table: str, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -111,8 +109,8 @@ def write_attempts(conn: Connection, attempts: Iterable[JobAttempt]) -> WriteSta
         text(
             f"""
             WITH written AS (
-                INSERT INTO job_attempt ({cols})
-                SELECT {cols} FROM attempt_stage
+                INSERT INTO job_attempt ({cols}, job_submit_at, attempt_number)
+                SELECT {cols}, submit_at, 1 FROM attempt_stage
                 ON CONFLICT (cluster, job_id_raw, submit_at) DO UPDATE
                 SET {assignments}, updated_at = now()
                 WHERE ({current}) IS DISTINCT FROM ({incoming})
@@ -134,12 +132,18 @@ def link_jobs(conn: Connection) -> None:
     Attempts with the same (cluster, job_id_raw) belong to one job while each one follows an
     attempt that ended in a requeue state for the same user; anything else (a reused id)
     starts a new job. Sets job_submit_at (the first attempt's submit time) and attempt_number.
+    A new attempt starts as its own job (attempt 1); only ids with several attempts are relinked.
     """
     requeue = ", ".join(f"'{s}'" for s in REQUEUE_STATES)
     conn.execute(
         text(
             f"""
-            WITH touched AS (SELECT DISTINCT cluster, job_id_raw FROM attempt_stage),
+            WITH touched AS (
+                SELECT a.cluster, a.job_id_raw
+                FROM job_attempt a JOIN (SELECT DISTINCT cluster, job_id_raw FROM attempt_stage) s
+                     USING (cluster, job_id_raw)
+                GROUP BY a.cluster, a.job_id_raw HAVING count(*) > 1
+            ),
             ordered AS (
                 SELECT a.cluster, a.job_id_raw, a.submit_at,
                        CASE WHEN lag(a.state) OVER w IN ({requeue})
