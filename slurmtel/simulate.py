@@ -8,14 +8,20 @@ the values.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
+import uuid
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
 
 import orjson
+
+from slurmtel.records import GpuInventory, GpuSummary
 
 _TEMPLATE_FILE = "data/sacct-v0.0.42-job-completed.json"
 
@@ -186,3 +192,415 @@ def synthetic_jobs(
             array_task_id=array_task,
             exit_code=1 if state == "FAILED" else 0,
         )
+
+
+# ---------------------------------------------------------------- a small cluster over time
+#
+# A scheduling model: jobs arrive, wait for free GPUs (FIFO with a little backfill), run on
+# concrete GPU indices, end in every outcome Slurm has, and are requeued after a node failure.
+# Every GPU has a utilisation story (busy, one GPU of four used, stalled on data, never used)
+# that the node agent's window summaries tell, so attribution has something real to find.
+
+
+@dataclass(frozen=True)
+class SimNode:
+    name: str
+    gpus: int
+    partitions: tuple[str, ...]
+    gpu_model: str = "h100"
+
+
+@dataclass(frozen=True)
+class SimOutage:
+    node: str
+    start_at: datetime
+    end_at: datetime
+    reason: str
+
+
+@dataclass(frozen=True)
+class SimAttempt:
+    job: SimJob
+    # node -> GPU indices the attempt holds there
+    placement: dict[str, tuple[int, ...]]
+    # how the job uses its GPUs: busy | one_gpu | dataloader | idle
+    profile: str
+    # seconds after start before the job's processes touch the GPUs
+    setup_seconds: int
+
+
+@dataclass(frozen=True)
+class SimPending:
+    job: SimJob
+    reason: str
+
+
+@dataclass(frozen=True)
+class Simulation:
+    cluster: str
+    nodes: tuple[SimNode, ...]
+    start_at: datetime
+    end_at: datetime
+    attempts: tuple[SimAttempt, ...]
+    outages: tuple[SimOutage, ...]
+    pending_at_end: tuple[SimPending, ...]
+
+
+def demo_nodes() -> tuple[SimNode, ...]:
+    """4 nodes of 4 H100s: three in `gpu`, one shared by `gpu` and `debug`."""
+    return (
+        SimNode("gpu01", 4, ("gpu",)),
+        SimNode("gpu02", 4, ("gpu",)),
+        SimNode("gpu03", 4, ("gpu",)),
+        SimNode("gpu04", 4, ("debug", "gpu")),
+    )
+
+
+_PROFILES = (("busy", 0.55), ("one_gpu", 0.15), ("dataloader", 0.2), ("idle", 0.1))
+_OUTCOMES = (
+    ("COMPLETED", 0.74),
+    ("FAILED", 0.1),
+    ("TIMEOUT", 0.05),
+    ("OUT_OF_MEMORY", 0.04),
+    ("CANCELLED", 0.07),
+)
+_JOB_NAMES = ("train", "finetune", "eval", "md-sim", "docking", "preprocess", "sweep")
+
+
+def simulate_cluster(
+    *,
+    start: datetime,
+    days: int = 7,
+    nodes: tuple[SimNode, ...] | None = None,
+    cluster: str = "demo",
+    seed: int = 7,
+    jobs_per_hour: float = 4.5,
+    first_job_id: int = 5000,
+) -> Simulation:
+    """Simulate DAYS of a small GPU cluster from START, minute by minute."""
+    rng = random.Random(seed)
+    nodes = nodes or demo_nodes()
+    end = start + timedelta(days=days)
+    minute = timedelta(minutes=1)
+    # one maintenance window (drained, then down) on the last node, mid-week
+    outage_start = start + timedelta(days=days // 2, hours=9)
+    outages = (SimOutage(nodes[-1].name, outage_start, outage_start + timedelta(hours=6), "firmware update"),)
+    free: dict[str, set[int]] = {n.name: set(range(n.gpus)) for n in nodes}
+    partitions_of = {n.name: n.partitions for n in nodes}
+    queue: list[tuple[SimJob, int, float, bool]] = []  # job, gpus per node, planned seconds, requeue
+    running: list[tuple[SimAttempt, datetime, str]] = []  # attempt, planned end, final state
+    finished: list[SimAttempt] = []
+    next_id = first_job_id
+    accounts = list(USERS)
+    now = start
+    while now < end:
+        # arrivals
+        for _ in range(_poisson(rng, jobs_per_hour / 60)):
+            account = rng.choice(accounts)
+            user = rng.choice(USERS[account])
+            partition = "debug" if rng.random() < 0.15 else "gpu"
+            per_node = rng.choice((1, 1, 2, 2, 4)) if partition == "gpu" else 1
+            node_count = 2 if per_node == 4 and rng.random() < 0.25 else 1
+            limit = 30 if partition == "debug" else rng.choice((240, 480, 720, 1440))
+            planned = min(limit * 60.0, rng.lognormvariate(7.5, 1.0) + 120)
+            job = SimJob(
+                job_id_raw=next_id, user=user, account=account, partition=partition,
+                name=rng.choice(_JOB_NAMES), state="PENDING", submit_at=now, eligible_at=now,
+                start_at=None, end_at=None, gpus=per_node * node_count, nodes=(),
+                cpus=8 * per_node * node_count, time_limit_minutes=limit, cluster=cluster,
+            )  # fmt: skip
+            next_id += 1
+            queue.append((job, per_node, planned, rng.random() < 0.8))
+        # endings (planned, or a node going down under the job)
+        down_now = {o.node for o in outages if o.start_at <= now < o.end_at}
+        still: list[tuple[SimAttempt, datetime, str]] = []
+        for attempt, planned_end, final in running:
+            failed_node = next((n for n in attempt.placement if n in down_now), None)
+            if failed_node is None and now < planned_end:
+                still.append((attempt, planned_end, final))
+                continue
+            state = "NODE_FAIL" if failed_node else final
+            ended = dataclasses.replace(
+                attempt, job=dataclasses.replace(attempt.job, state=state, end_at=now,
+                                                 exit_code=1 if state in ("FAILED", "OUT_OF_MEMORY") else 0)
+            )  # fmt: skip
+            finished.append(ended)
+            for node, indices in attempt.placement.items():
+                free[node].update(indices)
+            if failed_node:
+                # requeued: a new attempt, same job id, submit time reset, eligible after cred_expire
+                job = dataclasses.replace(
+                    attempt.job, state="PENDING", submit_at=now, eligible_at=now + timedelta(seconds=20),
+                    start_at=None, end_at=None, nodes=(),
+                )  # fmt: skip
+                per_node = len(next(iter(attempt.placement.values())))
+                remaining = max(60.0, (planned_end - now).total_seconds())
+                queue.insert(0, (job, per_node, remaining, True))
+        running = still
+        # scheduling: FIFO, the first 5 waiting jobs may start out of order (backfill)
+        started = 0
+        for item in list(queue):
+            job, per_node, planned, _ = item
+            if started >= 5 or (job.eligible_at and job.eligible_at > now):
+                continue
+            need = job.gpus // per_node
+            usable = [
+                n.name for n in nodes
+                if job.partition in partitions_of[n.name] and n.name not in down_now
+                and not _draining(outages, n.name, now) and len(free[n.name]) >= per_node
+            ]  # fmt: skip
+            if len(usable) < need:
+                started += 1
+                continue
+            chosen = usable[:need]
+            placement = {n: tuple(sorted(free[n])[:per_node]) for n in chosen}
+            for n, indices in placement.items():
+                free[n].difference_update(indices)
+            final = _pick(rng, _OUTCOMES)
+            seconds = planned
+            if final == "TIMEOUT":
+                seconds = job.time_limit_minutes * 60.0
+            elif final in ("FAILED", "OUT_OF_MEMORY"):
+                seconds = min(planned, rng.uniform(60, 1800))
+            elif final == "CANCELLED":
+                seconds = planned * rng.uniform(0.1, 0.9)
+            attempt = SimAttempt(
+                job=dataclasses.replace(job, start_at=now, nodes=tuple(chosen), state="RUNNING"),
+                placement=placement,
+                profile=_pick(rng, _PROFILES) if job.gpus > 1 else _pick(rng, _PROFILES[:1] + _PROFILES[2:]),
+                setup_seconds=rng.choice((30, 60, 120, 300)),
+            )
+            running.append((attempt, now + timedelta(seconds=int(seconds)), final))
+            queue.remove(item)
+        now += minute
+    for attempt, _, _ in running:
+        finished.append(attempt)  # still running when the simulation ends
+    reasons = ("Resources", "Priority", "AssocGrpGRES", "QOSMaxGRESPerUser")
+    pending = tuple(
+        SimPending(job, "Resources" if i == 0 else rng.choice(reasons))
+        for i, (job, *_rest) in enumerate(queue)
+    )
+    attempts = tuple(sorted(finished, key=lambda a: (a.job.job_id_raw, a.job.submit_at)))
+    return Simulation(cluster, nodes, start, end, attempts, outages, pending)
+
+
+def _poisson(rng: random.Random, rate: float) -> int:
+    count, threshold, product = 0, math.exp(-rate), rng.random()
+    while product > threshold:
+        count += 1
+        product *= rng.random()
+    return count
+
+
+def _pick(rng: random.Random, weighted: Sequence[tuple[str, float]]) -> str:
+    return rng.choices([v for v, _ in weighted], [w for _, w in weighted])[0]
+
+
+def _draining(outages: Sequence[SimOutage], node: str, now: datetime) -> bool:
+    return any(o.node == node and o.start_at - timedelta(minutes=20) <= now < o.start_at for o in outages)
+
+
+def gpu_uuid(cluster: str, node: str, index: int) -> str:
+    """A stable, UUID-shaped GPU UUID for a simulated GPU."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{cluster}.{node}.gpu{index}"))
+
+
+def sim_inventory(sim: Simulation, *, at: datetime) -> list[GpuInventory]:
+    return [
+        GpuInventory(
+            node=node.name,
+            gpu_uuid=gpu_uuid(sim.cluster, node.name, i),
+            index=i,
+            model="NVIDIA H100 80GB HBM3",
+            observed_at=at,
+            memory_total_bytes=81559 * 2**20,
+            minor_number=i,
+            pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
+            driver_version="550.90.07" if node.name != "gpu03" else "535.183.01",
+            cuda_version="12.4",
+            vbios_version="96.00.99.00.01",
+            mig_mode="disabled",
+        )
+        for node in sim.nodes
+        for i in range(node.gpus)
+    ]
+
+
+def sim_summaries(
+    sim: Simulation, node: str, *, window_seconds: int = 30, seed: int = 11
+) -> Iterator[GpuSummary]:
+    """The node agent's window summaries for NODE over the whole simulation."""
+    rng = random.Random(f"{seed}.{node}")
+    spec = next(n for n in sim.nodes if n.name == node)
+    down = [(o.start_at, o.end_at) for o in sim.outages if o.node == node]
+    # (gpu index) -> list of (start, end, attempt, rank of the GPU within the attempt's GPUs)
+    busy: dict[int, list[tuple[datetime, datetime, SimAttempt, int]]] = {i: [] for i in range(spec.gpus)}
+    for attempt in sim.attempts:
+        indices = attempt.placement.get(node)
+        if not indices or attempt.job.start_at is None:
+            continue
+        rank_base = sum(len(v) for n, v in attempt.placement.items() if n < node)
+        for rank, index in enumerate(indices):
+            busy[index].append(
+                (attempt.job.start_at, attempt.job.end_at or sim.end_at, attempt, rank_base + rank)
+            )
+    step = timedelta(seconds=window_seconds)
+    for index in range(spec.gpus):
+        uuid_ = gpu_uuid(sim.cluster, node, index)
+        spans = sorted(busy[index], key=lambda s: s[0])
+        t = sim.start_at
+        while t < sim.end_at:
+            if any(lo <= t < hi for lo, hi in down):
+                t += step  # the node is down: the agent reports nothing
+                continue
+            span = next((s for s in spans if s[0] <= t < s[1]), None)
+            util, no_process = 0.0, float(window_seconds)
+            job_ids: tuple[str, ...] = ()
+            if span is not None:
+                start_at, _, attempt, rank = span
+                if (t - start_at).total_seconds() >= attempt.setup_seconds:
+                    util = _utilisation(rng, attempt.profile, rank, t)
+                    job_ids = (str(attempt.job.job_id_raw),)
+                    no_process = 0.0
+            power = 70.0 + 6.2 * util
+            yield GpuSummary(
+                source="agent", node=node, gpu_uuid=uuid_, window_start_at=t, window_seconds=float(window_seconds),
+                util_metric="gr_engine_active", sample_count=window_seconds, covered_seconds=float(window_seconds),
+                util_mean_percent=round(util, 1), util_max_percent=round(min(100.0, util * 1.15), 1),
+                idle_seconds=float(window_seconds) if util < 5.0 else 0.0, no_process_seconds=no_process,
+                memory_used_mean_bytes=int((2 + util * 0.6) * 2**30), memory_used_max_bytes=int((2 + util * 0.7) * 2**30),
+                memory_total_bytes=81559 * 2**20, power_mean_watts=round(power, 1),
+                energy_joules=round(power * window_seconds, 1), energy_method="counter",
+                temperature_max_celsius=round(32 + util * 0.4, 1), sm_clock_max_mhz=1980.0, job_ids=job_ids,
+            )  # fmt: skip
+            t += step
+
+
+def _utilisation(rng: random.Random, profile: str, rank: int, t: datetime) -> float:
+    if profile == "idle" or (profile == "one_gpu" and rank > 0):
+        return 0.0
+    if profile == "dataloader":
+        # stalls on input every other minute
+        return rng.uniform(35, 60) if (t.minute % 2 == 0) else rng.uniform(0, 3)
+    return min(100.0, max(5.0, rng.gauss(86, 8)))
+
+
+def sim_sacct_json(sim: Simulation, *, until: datetime) -> bytes:
+    """What `sacct --json -a -D -X` prints for every attempt submitted before UNTIL, as of UNTIL."""
+    jobs = []
+    for attempt in sim.attempts:
+        job = attempt.job
+        if job.submit_at >= until:
+            continue
+        if job.start_at is not None and job.start_at >= until:
+            job = dataclasses.replace(job, state="PENDING", start_at=None, end_at=None, nodes=())
+        elif job.end_at is None or job.end_at > until:
+            job = dataclasses.replace(job, state="RUNNING", end_at=None)
+        jobs.append(job)
+    jobs += [p.job for p in sim.pending_at_end if p.job.submit_at < until]
+    return render_sacct_json(jobs, cluster=sim.cluster)
+
+
+def _slurm_time(at: datetime | None) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") if at else "Unknown"
+
+
+def _uid(user: str) -> int:
+    return 1000 + zlib.crc32(user.encode()) % 9000
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    parts, run = [], [indices[0]]
+    for i in indices[1:]:
+        if i == run[-1] + 1:
+            run.append(i)
+        else:
+            parts.append(run)
+            run = [i]
+    parts.append(run)
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in parts)
+
+
+def sim_scontrol_jobs(sim: Simulation, *, at: datetime) -> str:
+    """`scontrol show job -d` (times in UTC) at AT: running jobs with their GRES indices, pending jobs."""
+    blocks = []
+    for attempt in sim.attempts:
+        job = attempt.job
+        if job.start_at is None or not (job.start_at <= at < (job.end_at or sim.end_at)):
+            continue
+        lines = [
+            f"JobId={job.job_id_raw} JobName={job.name}",
+            f"   UserId={job.user}({_uid(job.user)}) GroupId={job.user}(1000) MCS_label=N/A",
+            f"   Priority=1 Nice=0 Account={job.account} QOS=normal",
+            "   JobState=RUNNING Reason=None Dependency=(null)",
+            f"   SubmitTime={_slurm_time(job.submit_at)} EligibleTime={_slurm_time(job.eligible_at)}",
+            f"   StartTime={_slurm_time(job.start_at)} EndTime=Unknown Deadline=N/A",
+            f"   Partition={job.partition} AllocNode:Sid=login1:1234",
+            f"   NodeList={','.join(job.nodes)}",
+            f"   NumNodes={len(job.nodes)} NumCPUs={job.cpus} NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:*",
+            f"   TRES=cpu={job.cpus},mem={job.cpus * 4096}M,node={len(job.nodes)},billing={job.cpus},"
+            f"gres/gpu={job.gpus},gres/gpu:{job.gpu_model}={job.gpus}",
+            f"   JOB_GRES=gpu:{job.gpu_model}:{job.gpus}",
+        ]
+        for node, indices in attempt.placement.items():
+            lines.append(
+                f"     Nodes={node} CPU_IDs=0-{len(indices) * 8 - 1} Mem={len(indices) * 32768} "
+                f"GRES=gpu:{job.gpu_model}:{len(indices)}(IDX:{_ranges(indices)})"
+            )
+        lines.append(f"   TresPerNode=gres:gpu:{len(next(iter(attempt.placement.values())))}")
+        blocks.append("\n".join(lines))
+    for pending in sim.pending_at_end:
+        job = pending.job
+        if job.submit_at > at:
+            continue
+        blocks.append(
+            "\n".join(
+                [
+                    f"JobId={job.job_id_raw} JobName={job.name}",
+                    f"   UserId={job.user}({_uid(job.user)}) GroupId={job.user}(1000) MCS_label=N/A",
+                    f"   Priority=1 Nice=0 Account={job.account} QOS=normal",
+                    f"   JobState=PENDING Reason={pending.reason} Dependency=(null)",
+                    f"   SubmitTime={_slurm_time(job.submit_at)} EligibleTime={_slurm_time(job.eligible_at)}",
+                    "   StartTime=Unknown EndTime=Unknown Deadline=N/A",
+                    f"   Partition={job.partition} AllocNode:Sid=login1:1234",
+                    "   NodeList=",
+                    f"   TRES=cpu={job.cpus},mem={job.cpus * 4096}M,node=1,billing={job.cpus},gres/gpu={job.gpus}",
+                    f"   TresPerJob=gres:gpu:{job.gpus}",
+                ]
+            )
+        )
+    return "\n\n".join(blocks) + "\n" if blocks else "No jobs in the system\n"
+
+
+def sim_scontrol_nodes(sim: Simulation, *, at: datetime) -> str:
+    """`scontrol show node -d` at AT (states, GPU capacity and use, partitions, reasons)."""
+    blocks = []
+    for node in sim.nodes:
+        used: list[int] = []
+        for attempt in sim.attempts:
+            job = attempt.job
+            if job.start_at is not None and job.start_at <= at < (job.end_at or sim.end_at):
+                used += attempt.placement.get(node.name, ())
+        outage = next((o for o in sim.outages if o.node == node.name and o.start_at <= at < o.end_at), None)
+        draining = _draining(sim.outages, node.name, at)
+        if outage:
+            state = "DOWN+DRAIN"
+        elif draining:
+            state = ("MIXED" if used else "IDLE") + "+DRAIN"
+        else:
+            state = "ALLOCATED" if len(used) == node.gpus else "MIXED" if used else "IDLE"
+        gres_used = f"gpu:{node.gpu_model}:{len(used)}(IDX:{_ranges(sorted(used)) if used else 'N/A'})"
+        lines = [
+            f"NodeName={node.name} Arch=x86_64 CoresPerSocket=32 ",
+            f"   Gres=gpu:{node.gpu_model}:{node.gpus}",
+            f"   GresUsed={gres_used}",
+            f"   NodeAddr={node.name} NodeHostName={node.name} Version=24.11.5",
+            f"   State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A",
+            f"   Partitions={','.join(node.partitions)} ",
+            f"   CfgTRES=cpu=64,mem=512000M,billing=64,gres/gpu={node.gpus},gres/gpu:{node.gpu_model}={node.gpus}",
+        ]
+        if outage or draining:
+            reason = outage.reason if outage else "firmware update"
+            lines.append(f"   Reason={reason} [root@{_slurm_time(at)}]")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
