@@ -1,0 +1,201 @@
+"""Attribution throughput: incremental rollups and a full recompute of a generated month.
+
+A cluster of --gpus GPUs (8 per node) runs back-to-back single-GPU jobs of --job-hours each;
+its node agents' 30 s window summaries (sample_count 30, so one window = 30 samples) are
+generated inside PostgreSQL with generate_series, straight into the partitioned table, in the
+shape slurmtel's store writes (one ingest batch per node and day), and the jobs go through
+the real store (write_attempts). Then, measured in one run:
+
+  incremental: one more hour of telemetry arrives for every GPU; the attribution run that
+               folds it in (it recomputes every attempt the new windows touch) -> new samples/s
+               and windows read/s (target >= 500,000 samples/s);
+  full:        `run_attribution(full=True)` over the whole period -> seconds, windows/s.
+
+    python benchmarks/attribution.py [--gpus 1024] [--days 30] [--dsn URL]
+
+The defaults are the issue's month (1,024 GPUs x 30 days = 88 million windows, ~25 GB with
+indexes); --days 3 gives the same rates in minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+from slurmtel.attribution import run_attribution
+from slurmtel.config import Config
+from slurmtel.records import JobAttempt
+from slurmtel.store.engine import make_engine, normalize_url
+from slurmtel.store.jobs import write_attempts
+from slurmtel.store.migrate import upgrade
+from slurmtel.store.telemetry import ensure_partitions
+
+TARGET_SAMPLES_PER_SECOND = 500_000
+GPUS_PER_NODE = 8
+WINDOW = 30
+START = datetime(2026, 10, 1, tzinfo=UTC)
+
+
+def node_of(gpu: int) -> str:
+    return f"n{gpu // GPUS_PER_NODE:04d}"
+
+
+def jobs_for(gpus: int, start: datetime, end: datetime, job_hours: int) -> list[JobAttempt]:
+    jobs = []
+    slots = int((end - start) / timedelta(hours=job_hours))
+    for gpu in range(gpus):
+        for slot in range(slots):
+            begin = start + timedelta(hours=job_hours * slot)
+            job_id = gpu * 10_000 + slot + 1
+            jobs.append(
+                JobAttempt(
+                    cluster="bench",
+                    job_id_raw=job_id,
+                    submit_at=begin - timedelta(minutes=5),
+                    job_id=str(job_id),
+                    name="train",
+                    user=f"u{gpu % 50}",
+                    account=f"acct{gpu % 7}",
+                    partition="gpu",
+                    state="COMPLETED",
+                    eligible_at=begin - timedelta(minutes=5),
+                    start_at=begin,
+                    end_at=begin + timedelta(hours=job_hours),
+                    alloc_gpus=1,
+                    alloc_tres={"gres/gpu": 1},
+                    nodes=(node_of(gpu),),
+                    nodelist=node_of(gpu),
+                    gpu_model="h100",
+                )  # fmt: skip
+            )
+    return jobs
+
+
+def generate_windows(engine: Engine, gpus: int, lo: datetime, hi: datetime, job_hours: int) -> int:
+    """Insert every GPU's windows in [lo, hi), one ingest batch per node and day; return windows."""
+    total = 0
+    day = lo
+    while day < hi:
+        day_end = min(hi, day + timedelta(days=1))
+        with engine.begin() as conn:
+            ensure_partitions(conn, day.date(), (day_end - timedelta(microseconds=1)).date())
+            for first in range(0, gpus, GPUS_PER_NODE):
+                batch = conn.execute(
+                    text(
+                        "INSERT INTO ingest_batch (source, node, window_min_at, window_max_at, rows) "
+                        "VALUES ('agent', :node, :lo, :hi, :rows) RETURNING id"
+                    ),
+                    {"node": node_of(first), "lo": day, "hi": day_end - timedelta(seconds=WINDOW),
+                     "rows": GPUS_PER_NODE * int((day_end - day).total_seconds() // WINDOW)},
+                ).scalar_one()  # fmt: skip
+                total += conn.execute(
+                    text(
+                        """
+                        INSERT INTO gpu_summary (source, node, gpu_uuid, window_start_at, window_seconds,
+                            util_metric, sample_count, covered_seconds, util_mean_percent, util_max_percent,
+                            idle_seconds, no_process_seconds, memory_used_max_bytes, energy_joules,
+                            energy_method, job_ids, batch_id)
+                        SELECT 'agent', :node, 'GPU-' || g, t, 30, 'gr_engine_active', 30, 30, u, least(100, u + 7),
+                               CASE WHEN u < 5 THEN 30 ELSE 0 END, 0, 40::bigint << 30, 300, 'counter',
+                               ARRAY[(g * 10000 + floor(extract(epoch FROM t - CAST(:start AS timestamptz)) / (CAST(:hours AS int) * 3600)) + 1)::bigint::text],
+                               :batch
+                        FROM generate_series(CAST(:g0 AS bigint), CAST(:g1 AS bigint)) AS g,
+                             generate_series(CAST(:lo AS timestamptz), CAST(:hi AS timestamptz) - interval '30 seconds',
+                                             interval '30 seconds') AS t,
+                             LATERAL (SELECT CAST(abs(hashint8(g * 100000000 + extract(epoch FROM t)::bigint)) % 100
+                                                  AS real) AS u) r
+                        """
+                    ),
+                    {"node": node_of(first), "g0": first, "g1": min(gpus, first + GPUS_PER_NODE) - 1,
+                     "lo": day, "hi": day_end, "batch": batch, "start": START, "hours": job_hours},
+                ).rowcount  # fmt: skip
+        day = day_end
+    return total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--gpus", type=int, default=1024)
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--job-hours", type=int, default=6)
+    parser.add_argument("--dsn", default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    args = parser.parse_args()
+    base = args.dsn or os.environ.get("SLURMTEL_TEST_DSN") or os.environ.get("SLURMTEL_DATABASE_URL")
+    if not base:
+        print("give --dsn or SLURMTEL_TEST_DSN: this benchmark needs a PostgreSQL server with room for it")
+        return 2
+    base = normalize_url(base)
+    name = f"slurmtel_bench_attr_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    config = Config()
+    engine = make_engine(config, make_url(base).set(database=name).render_as_string(hide_password=False))
+    try:
+        upgrade(engine)
+        end = START + timedelta(days=args.days)
+        print(
+            f"{args.gpus} GPUs x {args.days} days of {WINDOW} s windows, {args.job_hours} h jobs", flush=True
+        )
+        t0 = time.perf_counter()
+        jobs = jobs_for(args.gpus, START, end + timedelta(hours=args.job_hours), args.job_hours)
+        with engine.begin() as conn:
+            for i in range(0, len(jobs), 50_000):
+                write_attempts(conn, jobs[i : i + 50_000])
+        windows = generate_windows(engine, args.gpus, START, end, args.job_hours)
+        with engine.begin() as conn:
+            # the jobs were written long before the telemetry that is measured arrives: otherwise
+            # every one is still inside the attribution.overlap_seconds re-read window
+            conn.execute(text("UPDATE job_attempt SET updated_at = now() - interval '1 day'"))
+        with engine.connect() as conn:
+            conn.execute(text("ANALYZE"))
+        print(
+            f"  generated {len(jobs):,} attempts and {windows:,} windows in {time.perf_counter() - t0:.0f} s"
+        )
+
+        t0 = time.perf_counter()
+        first = run_attribution(engine, config, now=end)
+        first_seconds = time.perf_counter() - t0
+        print(f"first run (everything new): {first.attempts:,} attempts, {first_seconds:.1f} s, "
+              f"{windows * 30 / first_seconds:,.0f} samples/s")  # fmt: skip
+
+        with engine.begin() as conn:
+            # a day passes: later runs have moved the job watermark on (the jobs, written a day
+            # ago, are outside attribution.overlap_seconds) - the steady state of the daemon
+            conn.execute(text("UPDATE attribution_watermark SET value_at = now() WHERE name = 'jobs'"))
+        hour = generate_windows(engine, args.gpus, end, end + timedelta(hours=1), args.job_hours)
+        t0 = time.perf_counter()
+        step = run_attribution(engine, config, now=end + timedelta(hours=1))
+        step_seconds = time.perf_counter() - t0
+        rate = hour * 30 / step_seconds
+        print(f"incremental (1 h of new telemetry, {hour:,} windows = {hour * 30:,} samples): "
+              f"{step.attempts:,} attempts recomputed in {step_seconds:.2f} s -> {rate:,.0f} new samples/s")  # fmt: skip
+        verdict = "met" if rate >= TARGET_SAMPLES_PER_SECOND else "NOT met"
+        print(f"target: >= {TARGET_SAMPLES_PER_SECOND:,} samples/s incremental: {verdict}")
+
+        t0 = time.perf_counter()
+        full = run_attribution(engine, config, now=end + timedelta(hours=1), full=True)
+        full_seconds = time.perf_counter() - t0
+        print(f"full recompute: {full.attempts:,} attempts, {full.rows:,} rows in {full_seconds:.1f} s "
+              f"({(windows + hour) / full_seconds:,.0f} windows/s, {(windows + hour) * 30 / full_seconds:,.0f} samples/s)")  # fmt: skip
+        return 0
+    finally:
+        engine.dispose()
+        if not args.keep:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
