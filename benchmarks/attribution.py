@@ -73,7 +73,7 @@ def jobs_for(gpus: int, start: datetime, end: datetime, job_hours: int) -> list[
                     nodes=(node_of(gpu),),
                     nodelist=node_of(gpu),
                     gpu_model="h100",
-                )  # fmt: skip
+                )
             )
     return jobs
 

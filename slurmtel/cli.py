@@ -7,7 +7,6 @@ quarantined (see `slurmtel quarantine list`).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -16,6 +15,7 @@ from slurmtel.commands import COMMAND_MODULES
 from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from slurmtel.config import load_config
 from slurmtel.errors import ConfigError, SlurmtelError
+from slurmtel.logs import configure_logging
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,11 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"slurmtel: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    logging.basicConfig(
-        level=args.log_level or config.logging.level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_level or config.logging.level)
     try:
         return int(args.handler(args, config))
     except ConfigError as exc:

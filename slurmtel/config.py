@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import types
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import date
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -63,6 +66,9 @@ class SacctSourceConfig:
     initial_lookback_seconds: int = 86400
     # a sacct call that takes longer is killed and the run counts as "source unavailable"
     timeout_seconds: int = 600
+    # a longer window (a backfill, collect --once -S ...) is read in sacct calls of at most
+    # this many seconds, each stored in its own transaction; 0 = one call for the whole window
+    chunk_seconds: int = 86400
 
 
 @dataclass(frozen=True)
@@ -210,6 +216,66 @@ class AgentConfig:
 
 
 @dataclass(frozen=True)
+class ChargebackRate:
+    """One [[chargeback.rates]] table: a price per GPU-hour from a date on."""
+
+    # Slurm partition, or "*" for any
+    partition: str = "*"
+    # GPU model as AllocTRES names it (gres/gpu:h100 -> "h100"), "unknown" (no model), or "*"
+    gpu_model: str = "*"
+    # price per GPU-hour as a string, e.g. "2.50" (TOML floats are binary, money is not)
+    price_per_gpu_hour: str = ""
+    # "YYYY-MM-DD": applies to months whose first day is on or after it
+    valid_from: str = ""
+
+    def price(self) -> Decimal:
+        return Decimal(self.price_per_gpu_hour)
+
+    def valid_from_date(self) -> date:
+        return date.fromisoformat(self.valid_from)
+
+
+@dataclass(frozen=True)
+class ChargebackConfig:
+    """[chargeback]: monthly statements (`slurmtel chargeback`)."""
+
+    # ISO 4217 code; amounts are rounded to its minor unit
+    currency: str = "EUR"
+    # attempts classed system_failure are waived (charged nothing)
+    waive_system_failures: bool = True
+    # the daemon closes the previous month on this day of the month (site.timezone); 0 = never
+    close_day_of_month: int = 5
+    # price Slurm's billing TRES x hours x billing_rate instead of GPU-hours x rates
+    use_billing_tres: bool = False
+    # price per billing-TRES-hour as a string, e.g. "0.04"; needed with use_billing_tres
+    billing_rate: str = ""
+    rates: list[ChargebackRate] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """[daemon]: `slurmtel run`, the head daemon."""
+
+    # the daemon's HTTP server binds here: GET /metrics (its own Prometheus metrics) and
+    # POST /v1/job-ended (the EpilogSlurmctld hook)
+    listen_address: str = "0.0.0.0"
+    # 9768: next to slurmtel-agent's 9767; 0 = any free port
+    port: int = 9768
+    # sacct runs this many seconds after the epilog hook reports a job end; ends within that
+    # window share one run
+    job_end_delay_seconds: float = 5.0
+    # a job that failed waits its interval x 2^(failures-1), at most this long, before it runs again
+    backoff_max_seconds: int = 300
+    # seconds between partition maintenance and retention runs
+    maintenance_interval_seconds: int = 3600
+    # on SIGTERM, running jobs get this long to finish; then the daemon exits anyway
+    stop_timeout_seconds: float = 5.0
+    # a job running longer than this stops the systemd watchdog pings, so systemd restarts
+    # the daemon (WatchdogSec= in the unit); 0 = never
+    stuck_job_seconds: int = 3600
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     # DEBUG, INFO, WARNING, ERROR
     level: str = "INFO"
@@ -226,6 +292,8 @@ class Config:
     access: AccessConfig = field(default_factory=AccessConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    chargeback: ChargebackConfig = field(default_factory=ChargebackConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
     # where the config was read from (None = built-in defaults); not a TOML key
     path: Path | None = field(default=None, compare=False, metadata={"toml": False})
 
@@ -292,8 +360,20 @@ def iter_keys(cls: type = Config, prefix: str = "") -> Iterator[str]:
         name = f"{prefix}{f.name}"
         if dataclasses.is_dataclass(hint):
             yield from iter_keys(typing.cast(type, hint), prefix=f"{name}.")
+        elif (item := _table_list_item(hint)) is not None:
+            # a list of tables ([[name]]): its keys are documented as name.key
+            yield from iter_keys(item, prefix=f"{name}.")
         else:
             yield name
+
+
+def _table_list_item(hint: Any) -> type | None:
+    """The dataclass of a list[SomeDataclass] field (a TOML array of tables), else None."""
+    if typing.get_origin(hint) is list:
+        (item,) = typing.get_args(hint)
+        if dataclasses.is_dataclass(item):
+            return typing.cast(type, item)
+    return None
 
 
 def _build(cls: type, data: Mapping[str, Any], prefix: str, source: str) -> Any:
@@ -321,6 +401,10 @@ def _coerce(hint: Any, value: Any, dotted: str, source: str) -> Any:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):
             raise ConfigError(f"{source}: '{dotted}' must be a list")
+        if dataclasses.is_dataclass(item):
+            # an array of tables: errors name the entry, e.g. 'chargeback.rates[1].pric'
+            table = typing.cast(type, item)
+            return [_build(table, v, prefix=f"{dotted}[{i}].", source=source) for i, v in enumerate(value)]
         return [_coerce(item, v, dotted, source) for v in value]
     if origin is dict:
         _, item = typing.get_args(hint)
@@ -358,6 +442,61 @@ def _validate_agent(agent: AgentConfig) -> None:
         raise ConfigError("agent.spool_max_bytes must be at least 65536")
 
 
+def _decimal(text: str, key: str) -> Decimal:
+    try:
+        value = Decimal(text.strip())
+    except InvalidOperation:
+        raise ConfigError(
+            f"{key} must be a decimal number in a string, e.g. \"2.50\", not '{text}'"
+        ) from None
+    if not value.is_finite() or value < 0:
+        raise ConfigError(f"{key} must be a non-negative decimal number, not '{text}'")
+    return value
+
+
+def _validate_chargeback(chargeback: ChargebackConfig) -> None:
+    if not re.fullmatch(r"[A-Z]{3}", chargeback.currency):
+        raise ConfigError(
+            f"chargeback.currency must be an ISO 4217 code such as EUR, not '{chargeback.currency}'"
+        )
+    if not 0 <= chargeback.close_day_of_month <= 28:
+        raise ConfigError("chargeback.close_day_of_month must be between 0 (never) and 28")
+    if chargeback.use_billing_tres or chargeback.billing_rate:
+        if not chargeback.billing_rate:
+            raise ConfigError("chargeback.billing_rate is needed with chargeback.use_billing_tres = true")
+        _decimal(chargeback.billing_rate, "chargeback.billing_rate")
+    seen: dict[tuple[str, str, date], int] = {}
+    for i, rate in enumerate(chargeback.rates):
+        key = f"chargeback.rates[{i}]"
+        for name in ("partition", "gpu_model", "price_per_gpu_hour", "valid_from"):
+            if not getattr(rate, name).strip():
+                raise ConfigError(f"{key}.{name} is required")
+        _decimal(rate.price_per_gpu_hour, f"{key}.price_per_gpu_hour")
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", rate.valid_from):
+            raise ConfigError(f"{key}.valid_from must be a date YYYY-MM-DD, not '{rate.valid_from}'")
+        try:
+            valid_from = rate.valid_from_date()
+        except ValueError:
+            raise ConfigError(f"{key}.valid_from is not a valid date: '{rate.valid_from}'") from None
+        other = seen.setdefault((rate.partition, rate.gpu_model.lower(), valid_from), i)
+        if other != i:
+            raise ConfigError(
+                f"{key} repeats chargeback.rates[{other}] (partition '{rate.partition}', "
+                f"gpu_model '{rate.gpu_model}', valid_from {rate.valid_from})"
+            )
+
+
+def _validate_daemon(daemon: DaemonConfig) -> None:
+    if not 0 <= daemon.port <= 65535:
+        raise ConfigError("daemon.port must be between 0 and 65535")
+    for name in ("backoff_max_seconds", "maintenance_interval_seconds"):
+        if getattr(daemon, name) <= 0:
+            raise ConfigError(f"daemon.{name} must be positive")
+    for name in ("job_end_delay_seconds", "stop_timeout_seconds", "stuck_job_seconds"):
+        if getattr(daemon, name) < 0:
+            raise ConfigError(f"daemon.{name} must not be negative")
+
+
 def _validated(config: Config) -> Config:
     try:
         ZoneInfo(config.site.timezone)
@@ -365,6 +504,8 @@ def _validated(config: Config) -> Config:
         raise ConfigError(f"site.timezone: unknown time zone '{config.site.timezone}'") from exc
     if config.sources.sacct.format not in ("json", "parsable"):
         raise ConfigError("sources.sacct.format must be 'json' or 'parsable'")
+    if config.sources.sacct.chunk_seconds < 0:
+        raise ConfigError("sources.sacct.chunk_seconds must not be negative")
     if config.sources.slurmctld.job_view not in ("squeue_json", "scontrol_text"):
         raise ConfigError("sources.slurmctld.job_view must be 'squeue_json' or 'scontrol_text'")
     for source in ("sacct", "slurmctld", "dcgm", "agent"):
@@ -382,4 +523,6 @@ def _validated(config: Config) -> Config:
     if config.logging.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError("logging.level must be DEBUG, INFO, WARNING or ERROR")
     _validate_agent(config.agent)
+    _validate_chargeback(config.chargeback)
+    _validate_daemon(config.daemon)
     return config

@@ -16,26 +16,25 @@ what that cluster would print through the real parsers and the real daemon jobs:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TextIO
 
 from sqlalchemy import Engine, create_engine, text
 
-from slurmtel.access import EVERYTHING
 from slurmtel.agent.metrics import AgentMetrics
 from slurmtel.agent.server import AgentHttpServer
 from slurmtel.agent.spool import Spool
 from slurmtel.attribution import run_attribution
-from slurmtel.config import Config, config_from_dict
-from slurmtel.reports.render import render
+from slurmtel.config import Config, load_config
 from slurmtel.simulate import (
     Simulation,
     sim_inventory,
@@ -51,7 +50,6 @@ from slurmtel.sources.runner import run_recorded
 from slurmtel.store.embedded import embedded_url
 from slurmtel.store.engine import make_engine
 from slurmtel.store.migrate import upgrade
-from slurmtel.store.usage import usage_report
 
 STEPS = 7
 
@@ -98,10 +96,14 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
     upgrade(engine)
     end = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     start = end - timedelta(days=days)
-    progress.step(2, f"simulating {days} days of a 4-node, 16-GPU cluster ({start:%Y-%m-%d} .. {end:%Y-%m-%d})")
+    progress.step(
+        2, f"simulating {days} days of a 4-node, 16-GPU cluster ({start:%Y-%m-%d} .. {end:%Y-%m-%d})"
+    )
     sim = simulate_cluster(start=start, days=days)
     failed = sum(a.job.state in ("FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL") for a in sim.attempts)
-    progress.note(f"{len(sim.attempts)} job attempts ({failed} failed), {len(sim.pending_at_end)} still pending")
+    progress.note(
+        f"{len(sim.attempts)} job attempts ({failed} failed), {len(sim.pending_at_end)} still pending"
+    )
 
     captures, bin_dir, out_dir = home / "captures", home / "bin", home / "out"
     for folder in (captures, bin_dir, out_dir):
@@ -114,19 +116,20 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
         '"show job") exec cat "$SLURMTEL_DEMO_JOBS";;\n'
         '"show node") exec cat "$SLURMTEL_DEMO_NODES";;\n'
         f'"show config") echo "ClusterName             = {sim.cluster}";;\n'
-        "*) echo \"scontrol: demo stand-in: $*\" >&2; exit 1;;\nesac\n",
+        '*) echo "scontrol: demo stand-in: $*" >&2; exit 1;;\nesac\n',
     )
-    demo_config = config_from_dict(
-        {
-            "site": {"cluster": sim.cluster, "timezone": config.site.timezone, "state_dir": str(home)},
-            "sources": {
-                "sacct": {"command": sacct, "initial_lookback_seconds": 86400 * (days + 1)},
-                "slurmctld": {"scontrol_command": scontrol, "job_view": "scontrol_text"},
-                "agent": {"enabled": True, "page_size": 10000},
-            },
-            "chargeback": {"currency": "EUR", "rates": DEMO_RATES},
-        }
+    config_file = home / "slurmtel.toml"
+    config_file.write_text(
+        DEMO_CONFIG.format(
+            cluster=sim.cluster,
+            timezone=config.site.timezone,
+            state_dir=home,
+            sacct=sacct,
+            scontrol=scontrol,
+            lookback=86400 * (days + 1),
+        )
     )
+    demo_config = load_config(config_file)
     clock = _Clock(start)
     ctx = RunContext(config=demo_config, engine=engine, clock=clock)
 
@@ -138,11 +141,15 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
         path.write_bytes(sim_sacct_json(sim, until=at))
         os.environ["SLURMTEL_DEMO_SACCT"] = str(path)
         clock.now = at
-        outcome = run_recorded(ctx, "sacct", "scheduled", lambda: source.collect(ctx, default_options(source)))
+        outcome = run_recorded(
+            ctx, "sacct", "scheduled", lambda: source.collect(ctx, default_options(source))
+        )
         _check(outcome.status, outcome.message)
     progress.note(outcome.result.notes[-1] if outcome.result.notes else "done")
 
-    progress.step(4, "slurmctld: hourly controller snapshots (GPU indices of running jobs, node states, queue)")
+    progress.step(
+        4, "slurmctld: hourly controller snapshots (GPU indices of running jobs, node states, queue)"
+    )
     source = get_source("slurmctld")
     jobs_file, nodes_file = captures / "scontrol-show-job-d.txt", captures / "scontrol-show-node-d.txt"
     os.environ["SLURMTEL_DEMO_JOBS"], os.environ["SLURMTEL_DEMO_NODES"] = str(jobs_file), str(nodes_file)
@@ -151,12 +158,16 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
         jobs_file.write_text(sim_scontrol_jobs(sim, at=at) if at < end else _pending_only(sim, at))
         nodes_file.write_text(sim_scontrol_nodes(sim, at=at))
         clock.now = at
-        outcome = run_recorded(ctx, "slurmctld", "scheduled", lambda: source.collect(ctx, default_options(source)))
+        outcome = run_recorded(
+            ctx, "slurmctld", "scheduled", lambda: source.collect(ctx, default_options(source))
+        )
         _check(outcome.status, outcome.message)
         at += timedelta(hours=1)
     progress.note(f"{days * 24 + 1} snapshots; last: {outcome.result.notes[-1]}")
 
-    progress.step(5, "node agents: a real slurmtel-agent spool and HTTP server per node, pulled by the agent job")
+    progress.step(
+        5, "node agents: a real slurmtel-agent spool and HTTP server per node, pulled by the agent job"
+    )
     agents = []
     try:
         for node in sim.nodes:
@@ -181,7 +192,9 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
         source = get_source("agent")
         pulls = 0
         while any(s.stats().items for s, _ in agents) and pulls < 20:
-            outcome = run_recorded(ctx, "agent", "scheduled", lambda: source.collect(ctx, default_options(source)))
+            outcome = run_recorded(
+                ctx, "agent", "scheduled", lambda: source.collect(ctx, default_options(source))
+            )
             _check(outcome.status, outcome.message)
             pulls += 1
         progress.note(f"pulled in {pulls} daemon runs; every spool acked and empty")
@@ -192,26 +205,113 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
 
     progress.step(6, "attribution: which GPUs each job held, and what they did")
     result = run_attribution(engine, demo_config, now=end)
-    progress.note(f"{result.attempts} attempts, {result.rows} attempt x GPU x day rows, {result.batches} batches")
+    progress.note(
+        f"{result.attempts} attempts, {result.rows} attempt x GPU x day rows, {result.batches} batches"
+    )
     return DemoRun(home, sim, engine, demo_config)
 
 
-# the demo's price list (sites configure their own, see [[chargeback.rates]])
-DEMO_RATES = [
-    {"partition": "*", "gpu_model": "h100", "price_per_gpu_hour": "2.40", "valid_from": "2020-01-01"},
-    {"partition": "debug", "gpu_model": "*", "price_per_gpu_hour": "1.20", "valid_from": "2020-01-01"},
-]
+# The demo's own config: its embedded database under state_dir, the stand-ins for the Slurm
+# commands, and a price list (sites configure their own, see [[chargeback.rates]]).
+DEMO_CONFIG = """\
+# written by `slurmtel demo`; try: slurmtel --config {state_dir}/slurmtel.toml report idle
+[site]
+cluster = "{cluster}"
+timezone = "{timezone}"
+state_dir = "{state_dir}"
+
+[sources.sacct]
+command = "{sacct}"
+initial_lookback_seconds = {lookback}
+
+[sources.slurmctld]
+scontrol_command = "{scontrol}"
+job_view = "scontrol_text"
+
+[sources.agent]
+enabled = true
+page_size = 10000
+
+[chargeback]
+currency = "EUR"
+
+[[chargeback.rates]]
+partition = "*"
+gpu_model = "h100"
+price_per_gpu_hour = "2.40"
+valid_from = "2020-01-01"
+
+[[chargeback.rates]]
+partition = "debug"
+gpu_model = "*"
+price_per_gpu_hour = "1.20"
+valid_from = "2020-01-01"
+"""
 
 
 def show_views(run: DemoRun, out: TextIO) -> None:
-    """Step 7: what an admin, a researcher and finance see."""
-    out.write(f"[7/{STEPS}] the views\n\n")
-    start, end = run.simulation.start_at, run.simulation.end_at
+    """Step 7: what an admin, a researcher and finance see - the real commands, run here."""
+    from slurmtel.cli import main
+
+    out.write(f"[7/{STEPS}] the views (the same commands work on a real cluster)\n")
+    sim, config_file = run.simulation, str(run.directory / "slurmtel.toml")
+    start, end = (f"{t.astimezone(run.config.zone):%Y-%m-%dT%H:%M:%S}" for t in (sim.start_at, sim.end_at))
+    window = ["-S", start, "-E", end]
+    out_dir = run.directory / "out"
+    job = _most_idle_job(run)
+    month = f"{sim.start_at.astimezone(run.config.zone):%Y-%m}"
+    run.outputs["plot"] = out_dir / f"job-{job}.png"
+    run.outputs["chargeback"] = out_dir / f"chargeback-{month}.csv"
+    views = [
+        ("admin: GPU-hours, failures and queue wait by account", ["report", "usage", *window]),
+        ("admin: failed GPU-hours", ["report", "failures", *window, "--top", "5"]),
+        ("admin: GPUs allocated but idle", ["report", "idle", *window, "--top", "5"]),
+        ("admin: where every installed GPU-hour went", ["report", "taxonomy", *window]),
+        ("admin: the queue", ["report", "queue", *window]),
+        ("researcher: one job's GPUs, with advice", ["job", job, "--plot", str(run.outputs["plot"])]),
+        ("researcher: my month", ["me", "--user", _busiest_user(run), "--month", month]),
+        ("finance: the monthly statement", ["chargeback", "--month", month, "--format", "table"]),
+        ("finance: the same as CSV, for the ledger",
+         ["chargeback", "--month", month, "--output", str(run.outputs["chargeback"])]),
+    ]  # fmt: skip
+    for title, argv in views:
+        out.write(f"\n### {title}\n$ slurmtel --config {config_file} {' '.join(argv)}\n")
+        out.flush()
+        with _stdout(out):
+            status = main(["--config", config_file, "--log-level", "WARNING", *argv])
+        if status != 0:
+            out.write(f"(exit status {status})\n")
+
+
+def _most_idle_job(run: DemoRun) -> str:
+    """The multi-GPU job that left the most GPU time idle: the researcher example."""
     with run.engine.connect() as conn:
-        rows = usage_report(conn, start=start, end=end, now=end, by="account", scope=EVERYTHING)
-    columns = ["account", "jobs", "attempts", "requeues", "allocated_gpu_hours", "failed_gpu_seconds",
-               "queue_wait_p50_seconds", "queue_wait_p95_seconds"]  # fmt: skip
-    render(rows, out, "table", columns=columns, title=f"Admin: GPU usage by account, {start:%Y-%m-%d} .. {end:%Y-%m-%d}")
+        row = conn.execute(
+            text(
+                """
+                SELECT a.job_id FROM gpu_attribution g JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
+                WHERE a.alloc_gpus > 1 GROUP BY a.job_id ORDER BY sum(g.idle_seconds) DESC, a.job_id LIMIT 1
+                """
+            )
+        ).first()
+    return str(row[0]) if row else str(run.simulation.attempts[0].job.job_id_raw)
+
+
+def _busiest_user(run: DemoRun) -> str:
+    counts: dict[str, int] = {}
+    for attempt in run.simulation.attempts:
+        counts[attempt.job.user] = counts.get(attempt.job.user, 0) + 1
+    return max(sorted(counts), key=lambda u: counts[u])
+
+
+@contextlib.contextmanager
+def _stdout(out: TextIO) -> Iterator[None]:
+    """The commands print to sys.stdout: send that to OUT while they run."""
+    if out is sys.stdout:
+        yield
+        return
+    with contextlib.redirect_stdout(out):
+        yield
 
 
 class _Clock:
@@ -248,7 +348,3 @@ def _pending_only(sim: Simulation, at: datetime) -> str:
 def _check(status: str, message: str) -> None:
     if status == "error":
         raise RuntimeError(f"demo step failed: {message}")
-
-
-def _unused(_: Callable[..., object]) -> None:  # pragma: no cover
-    sys.exit(1)

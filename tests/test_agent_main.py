@@ -5,6 +5,7 @@ Deadlines below only stop a hung test; nothing asserts how fast anything is.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -24,6 +25,7 @@ from slurmtel.agent.protocol import (
 )
 from tests.conftest import fixture_path
 from tests.test_agent_procmap import CGROUP_V2, write_proc
+from tests.test_daemon import NotifySocket
 
 CAPTURE = fixture_path("nvidia_smi", "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt")
 GPU0 = "GPU-00000000-0000-0000-0000-000000000000"
@@ -56,7 +58,7 @@ proc_root = "{proc}"
 
 
 class AgentProcess:
-    def __init__(self, tmp_path: Path, config: Path, *extra: str) -> None:
+    def __init__(self, tmp_path: Path, config: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.log = tmp_path / f"agent-{time.monotonic_ns()}.log"
         self.log_file = self.log.open("w")
         self.process = subprocess.Popen(
@@ -64,6 +66,7 @@ class AgentProcess:
             stdout=self.log_file,
             stderr=subprocess.STDOUT,
             cwd=Path(__file__).resolve().parents[1],
+            env={**os.environ, **(env or {})},
         )
         self.base = ""
 
@@ -147,6 +150,23 @@ def test_agent_samples_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert all(i.seq > acked for i in later.items)
     finally:
         assert again.stop() == 0
+
+
+def test_agent_tells_systemd_it_is_ready_alive_and_stopping(tmp_path: Path) -> None:
+    notify = NotifySocket(tmp_path / "notify")
+    env = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "400000"}
+    agent = AgentProcess(tmp_path, write_config(tmp_path), "--fake-nvml", str(CAPTURE), env=env)
+    try:
+        deadline = time.monotonic() + HANG_GUARD_SECONDS
+        while notify.states().count("WATCHDOG=1") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "READY=1" in notify.states(), agent.log.read_text()
+        assert notify.states().count("WATCHDOG=1") >= 2
+    finally:
+        assert agent.stop() == 0
+        notify.close()
+    assert "STOPPING=1" in notify.states()
+    assert notify.states().index("READY=1") < notify.states().index("STOPPING=1")
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:

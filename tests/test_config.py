@@ -51,10 +51,16 @@ def test_every_key_is_in_the_example_config_and_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     tables: dict[str, set[str]] = {}
     table = ""
+    # an array of tables ([[chargeback.rates]]) is documented by a commented-out example entry
+    commented_entry = False
     for line in example.splitlines():
         if m := re.match(r"^\[([a-z_.]+)\]", line):
-            table = m.group(1)
-        elif m := re.match(r"^([a-z_]+)\s*=", line):
+            table, commented_entry = m.group(1), False
+        elif m := re.match(r"^(#\s*)?\[\[([a-z_.]+)\]\]", line):
+            table, commented_entry = m.group(2), bool(m.group(1))
+        elif (m := re.match(r"^([a-z_]+)\s*=", line)) or (
+            commented_entry and (m := re.match(r"^#\s*([a-z_]+)\s*=", line))
+        ):
             tables.setdefault(table, set()).add(m.group(1))
     documented = {f"{t}.{k}" for t, keys in tables.items() for k in keys}
     keys = set(iter_keys())

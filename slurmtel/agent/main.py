@@ -31,7 +31,9 @@ from slurmtel.agent.spool import Spool
 from slurmtel.agent.summarize import WindowSummarizer
 from slurmtel.config import Config, load_config
 from slurmtel.errors import ConfigError, SlurmtelError
+from slurmtel.logs import configure_logging
 from slurmtel.records import GpuEvent, GpuInventory, GpuSummary
+from slurmtel.sdnotify import notify, watchdog_seconds
 
 log = logging.getLogger("slurmtel.agent")
 
@@ -146,8 +148,14 @@ class Agent:
     def run(self, stop: threading.Event) -> None:
         interval = self.config.agent.sample_interval_seconds
         next_tick = self.monotonic()
+        watchdog = watchdog_seconds()
+        pinged = self.monotonic()
         while not stop.is_set():
             self.tick()
+            # systemd's watchdog (WatchdogSec=): a sampling loop that stops turning gets restarted
+            if watchdog and self.monotonic() - pinged >= watchdog / 2:
+                notify("WATCHDOG=1")
+                pinged = self.monotonic()
             next_tick += interval
             now = self.monotonic()
             if next_tick < now:  # fell behind (a slow NVML call): skip, do not burst
@@ -257,11 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"slurmtel-agent: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    logging.basicConfig(
-        level=args.log_level or config.logging.level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_level or config.logging.level.upper())
     nvml: NvmlApi
     if args.fake_nvml:
         from slurmtel.agent.fake_nvml import FakeNvml
@@ -295,9 +299,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         agent.server.stop()
         agent.spool.close()
         return EXIT_ERROR
+    notify("READY=1", "STATUS=sampling")
     try:
         agent.run(stop)
     finally:
+        notify("STOPPING=1")
         agent.close()
     log.info("stopped at %s", datetime.now(UTC).isoformat())
     return EXIT_OK

@@ -182,7 +182,7 @@ def _converter(hint: Any, name: str) -> Converter:
         def number(value: Any) -> float:
             kind = type(value)
             if kind is float:
-                return value  # type: ignore[no-any-return]
+                return value
             if kind is int:
                 return float(value)
             raise ValueError(f"field '{name}' must be a number")

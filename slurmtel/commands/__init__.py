@@ -5,6 +5,16 @@
 
 from __future__ import annotations
 
-from slurmtel.commands import collect, db, demo, operations, usage
+from slurmtel.commands import (
+    admin_reports,
+    collect,
+    daemon,
+    db,
+    demo,
+    finance,
+    operations,
+    researcher,
+    usage,
+)
 
-COMMAND_MODULES = (collect, db, usage, operations, demo)
+COMMAND_MODULES = (collect, db, usage, operations, demo, researcher, finance, admin_reports, daemon)

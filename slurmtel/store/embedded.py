@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -19,7 +20,10 @@ def embedded_url(state_dir: Path) -> str:
     The server stops when the last slurmtel process using it exits.
     """
     try:
-        import pgserver
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (root, cron, CI) and falls back to /tmp
+            warnings.simplefilter("ignore")
+            import pgserver
     except ImportError as exc:  # pragma: no cover - pgserver is a runtime dependency
         raise DatabaseUnavailable(
             "no database.url is configured and the embedded PostgreSQL (pgserver) is not installed"
@@ -28,7 +32,9 @@ def embedded_url(state_dir: Path) -> str:
     pgdata = state_dir / "pgdata"
     log.info("starting embedded PostgreSQL in %s", pgdata)
     try:
-        server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server = pgserver.get_server(pgdata, cleanup_mode="stop")
         uri = server.get_uri()
         exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}';")
         if "(1 row)" not in exists:

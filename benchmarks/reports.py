@@ -1,0 +1,263 @@
+"""Admin report latency on 200,000 jobs: each `slurmtel report` query, timed.
+
+Loads N synthetic attempts through the real path (slurmtel.simulate.synthetic_jobs ->
+render_sacct_json -> parse_sacct_json -> write_attempts), then synthetic rollups and
+controller data sized like a 121-node, 8-GPU-per-node cluster:
+  gpu_attribution: one row per attempt x node x GPU x day (what attribution writes when every
+                   GPU is mapped), with busy / idle / no-process / unmeasured parts;
+  node_state:      every node changes state every 2 hours, a few nodes down or drained;
+  pending_job:     2,000 jobs pending in the latest controller snapshot (some over quota);
+  gpu_inventory:   8 GPUs per node, a few nodes on another driver; gpu_event: XID/ECC events.
+Then runs every admin report's store function over the month (first run and best of --repeat)
+and prints seconds per report against the target (< 1 s each).
+
+    python benchmarks/reports.py [--jobs 200000] [--repeat 3] [--dsn URL] [--keep | --reuse DB]
+
+Without --dsn it uses $SLURMTEL_TEST_DSN / $SLURMTEL_DATABASE_URL, else an embedded PostgreSQL;
+it works in a scratch database it creates and drops (--keep keeps it, --reuse times the
+reports on a kept one). Tables are ANALYZEd after loading, as autovacuum would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+from slurmtel.access import EVERYTHING
+from slurmtel.config import Config
+from slurmtel.parsers.sacct_json import parse_sacct_json
+from slurmtel.records import GpuEvent, GpuInventory, JobAttempt, PendingJob
+from slurmtel.simulate import USERS, render_sacct_json, synthetic_jobs
+from slurmtel.store.engine import normalize_url
+from slurmtel.store.jobs import sync_outcome_classes, write_attempts
+from slurmtel.store.migrate import upgrade
+from slurmtel.store.reports_failures import failures_report
+from slurmtel.store.reports_idle import idle_report
+from slurmtel.store.reports_nodes import nodes_report
+from slurmtel.store.reports_queue import queue_report
+from slurmtel.store.reports_retries import retries_report
+from slurmtel.store.reports_taxonomy import capacity_report, taxonomy_report
+from slurmtel.store.telemetry import write_events, write_inventory, write_pending
+from slurmtel.store.usage import usage_report
+
+TARGET_SECONDS = 1.0
+START = datetime(2026, 11, 1, tzinfo=UTC)
+END = datetime(2026, 12, 1, tzinfo=UTC)
+NODES = [f"gpu{i:03d}" for i in range(1, 122)]
+
+
+def server_url(dsn: str | None) -> tuple[str, object | None]:
+    url = dsn or os.environ.get("SLURMTEL_TEST_DSN") or os.environ.get("SLURMTEL_DATABASE_URL")
+    if url:
+        return normalize_url(url), None
+    import pgserver
+
+    from slurmtel.store.embedded import _sqlalchemy_url
+
+    tmp = tempfile.mkdtemp(prefix="slurmtel-bench-")
+    server = pgserver.get_server(Path(tmp) / "pgdata", cleanup_mode="delete")
+    return _sqlalchemy_url(server.get_uri(), "postgres"), server
+
+
+def load_attempts(conn: Connection, jobs: int, batch: int) -> int:
+    sync_outcome_classes(conn, Config().outcomes.mapping())
+    sims = list(synthetic_jobs(jobs, start=START))
+    stored = 0
+    for i in range(0, len(sims), batch):
+        records = parse_sacct_json(render_sacct_json(sims[i : i + batch]), origin="benchmark")
+        attempts = [r for r in records if isinstance(r, JobAttempt)]
+        stored += write_attempts(conn, attempts).inserted
+    return stored
+
+
+ATTRIBUTION_SQL = """
+    INSERT INTO gpu_attribution (cluster, job_id_raw, submit_at, node, gpu_uuid, day, mapping,
+        gpu_fraction, util_metric, allocated_seconds, covered_seconds, busy_seconds, idle_seconds,
+        no_process_seconds, unmeasured_seconds, util_weighted_sum)
+    SELECT a.cluster, a.job_id_raw, a.submit_at, n.node, n.node || '-GPU-' || g, d.day, 'process',
+           1.0, 'gr_engine_active', s.alloc, s.alloc * 0.9, s.alloc * 0.9 * s.b, s.alloc * 0.9 * (1 - s.b),
+           s.alloc * 0.9 * (1 - s.b) * 0.3, s.alloc * 0.1, s.alloc * 0.9 * s.b * 70
+    FROM job_attempt a
+    CROSS JOIN LATERAL unnest(a.nodes) AS n(node)
+    CROSS JOIN LATERAL generate_series(0, greatest(a.alloc_gpus / cardinality(a.nodes), 1) - 1) AS g
+    CROSS JOIN LATERAL (
+        SELECT CAST(t AS date) AS day, greatest(a.start_at, t) AS lo,
+               least(coalesce(a.end_at, CAST(:now AS timestamptz)), t + interval '1 day') AS hi
+        FROM generate_series(date_trunc('day', a.start_at),
+                             date_trunc('day', coalesce(a.end_at, CAST(:now AS timestamptz)) - interval '1 microsecond'),
+                             interval '1 day') AS t
+    ) d
+    CROSS JOIN LATERAL (
+        SELECT extract(epoch FROM d.hi - d.lo) AS alloc, (abs(hashint8(a.job_id_raw)) % 100) / 100.0 AS b
+    ) s
+    WHERE a.start_at IS NOT NULL AND a.alloc_gpus > 0 AND cardinality(a.nodes) > 0 AND d.hi > d.lo
+"""
+
+NODE_STATE_SQL = """
+    INSERT INTO node_state (cluster, node, states, gpus_total, gpus_allocated, partitions, first_seen_at, last_seen_at)
+    SELECT 'sim', node, CASE
+               WHEN node IN ('gpu007', 'gpu042') AND t >= '2026-11-10' AND t < '2026-11-12' THEN ARRAY['DOWN', 'NOT_RESPONDING']
+               WHEN node = 'gpu099' AND t >= '2026-11-20' THEN ARRAY['IDLE', 'DRAIN']
+               WHEN (extract(hour FROM t) / 2)::int % 2 = 0 THEN ARRAY['MIXED']
+               ELSE ARRAY['ALLOCATED'] END,
+           8, 4, ARRAY['gpu'], t, t + interval '119 minutes'
+    FROM unnest(CAST(:nodes AS text[])) AS node,
+         generate_series(CAST(:start AS timestamptz), CAST(:end AS timestamptz) - interval '2 hours', interval '2 hours') AS t
+"""
+
+
+def load_rest(conn: Connection, pending: int) -> None:
+    conn.execute(text(ATTRIBUTION_SQL), {"now": END})
+    conn.execute(text(NODE_STATE_SQL), {"nodes": NODES, "start": START, "end": END})
+    drifted = ("gpu003", "gpu077")
+    inventory = [
+        GpuInventory(
+            node=node,
+            gpu_uuid=f"{node}-GPU-{i}",
+            index=i,
+            model="NVIDIA H100 80GB HBM3",
+            observed_at=END,
+            driver_version="535.129.03" if node in drifted else "550.54.15",
+            cuda_version="12.2" if node in drifted else "12.4",
+        )
+        for node in NODES
+        for i in range(8)
+    ]
+    write_inventory(conn, inventory, source="agent")
+    events = [
+        GpuEvent(
+            NODES[k % 17],
+            f"{NODES[k % 17]}-GPU-{k % 8}",
+            datetime(2026, 11, 1 + k % 29, k % 24, tzinfo=UTC),
+            "xid" if k % 5 else "ecc_single_bit",
+            (79, 48, 94, 13)[k % 4],
+        )
+        for k in range(500)
+    ]
+    write_events(conn, events)
+    accounts = list(USERS)
+    reasons = ("Priority", "Resources", "AssocGrpGRES", "QOSMaxGRESPerUser", "Dependency")
+    jobs = [
+        PendingJob(
+            cluster="sim",
+            job_id_raw=5_000_000 + k,
+            job_id=str(5_000_000 + k),
+            submit_at=datetime(2026, 11, 30, k % 24, tzinfo=UTC),
+            observed_at=END,
+            user=USERS[accounts[k % 4]][0],
+            account=accounts[k % 4],
+            partition="gpu",
+            reason=reasons[k % len(reasons)],
+            gpus_requested=(1, 2, 4, 8)[k % 4],
+            eligible_at=datetime(2026, 11, 30, k % 24, tzinfo=UTC),
+        )
+        for k in range(pending)
+    ]
+    write_pending(conn, jobs, cluster="sim", observed_at=END)
+
+
+def reports() -> dict[str, Callable[[Connection], Any]]:
+    window = {"start": START, "end": END, "now": END}
+    days = {"first_day": date(2026, 11, 1), "last_day": date(2026, 11, 30)}
+    return {
+        "usage (reference)": lambda c: usage_report(c, by="account", scope=EVERYTHING, **window),
+        "failures": lambda c: failures_report(c, scope=EVERYTHING, **window),
+        "idle": lambda c: idle_report(c, scope=EVERYTHING, **days),
+        "queue": lambda c: queue_report(c, scope=EVERYTHING, **window),
+        "taxonomy": lambda c: taxonomy_report(c, scope=EVERYTHING, now=END, timezone="UTC", **days),
+        "nodes": lambda c: nodes_report(c, scope=EVERYTHING, **window),
+        "capacity": lambda c: capacity_report(
+            c, scope=EVERYTHING, now=END, timezone="UTC", target_gpu_hours=100_000, **days
+        ),
+        "retries": lambda c: retries_report(c, scope=EVERYTHING, **window),
+    }
+
+
+def time_reports(engine: Engine, repeat: int) -> int:
+    print(f"\n{'report':<20}{'first s':>10}{'best s':>10}  target < {TARGET_SECONDS:.0f} s")
+    slow = []
+    for label, run in reports().items():
+        timings = []
+        for _ in range(max(1, repeat)):
+            with engine.connect() as conn:
+                t0 = time.perf_counter()
+                run(conn)
+                timings.append(time.perf_counter() - t0)
+        verdict = "met" if min(timings) < TARGET_SECONDS else "NOT met"
+        if verdict != "met":
+            slow.append(label)
+        print(f"{label:<20}{timings[0]:>10.3f}{min(timings):>10.3f}  {verdict}", flush=True)
+    print("\nall reports under target" if not slow else f"\nover target: {', '.join(slow)}")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=200_000)
+    parser.add_argument("--batch", type=int, default=20_000, help="jobs per sacct --json document")
+    parser.add_argument("--pending", type=int, default=2_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dsn", default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database (prints its name)")
+    parser.add_argument("--reuse", metavar="DATABASE", help="time the reports on a database kept by --keep")
+    args = parser.parse_args()
+
+    base, _server = server_url(args.dsn)
+    if args.reuse:
+        engine = create_engine(make_url(base).set(database=args.reuse))
+        try:
+            return time_reports(engine, args.repeat)
+        finally:
+            engine.dispose()
+    name = f"slurmtel_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    engine = create_engine(make_url(base).set(database=name))
+    try:
+        upgrade(engine)
+        t0 = time.perf_counter()
+        with engine.begin() as conn:
+            stored = load_attempts(conn, args.jobs, args.batch)
+        print(
+            f"loaded {stored:,} attempts through the sacct --json parser in {time.perf_counter() - t0:.1f} s"
+        )
+        t0 = time.perf_counter()
+        with engine.begin() as conn:
+            load_rest(conn, args.pending)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("ANALYZE"))
+            counts = {
+                t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one()
+                for t in ("gpu_attribution", "node_state", "pending_job", "gpu_inventory", "gpu_event")
+            }
+        print(
+            f"loaded rollups and controller data in {time.perf_counter() - t0:.1f} s: "
+            + ", ".join(f"{t} {n:,}" for t, n in counts.items())
+        )
+        return time_reports(engine, args.repeat)
+    finally:
+        engine.dispose()
+        if args.keep:
+            print(f"kept database {name}")
+        else:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Chargeback SQL: a month's usage per statement key, completed jobs, stored statements.
+
+Usage comes from the same windowed-attempt query as `report usage` (WINDOWED_ATTEMPTS_SQL),
+so a statement's GPU-hours equal the usage report's for the same month. Seconds stay SQL
+`numeric` (psycopg returns Decimal): money is never computed from a float.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from slurmtel.access import SCOPE_SQL, Scope
+from slurmtel.chargeback import ClosedStatement, UsageFigure, line_from_data, line_to_data
+from slurmtel.store.usage import WINDOWED_ATTEMPTS_SQL, JobFilter
+
+# gpu_model of a statement key: '' (no single typed GPU TRES) is 'unknown', no GPU is 'none'
+MODEL_SQL = "CASE WHEN alloc_gpus = 0 THEN 'none' WHEN gpu_model = '' THEN 'unknown' ELSE gpu_model END"
+
+
+def usage_figures(
+    conn: Connection, *, start: datetime, end: datetime, now: datetime, scope: Scope, billing: bool
+) -> list[UsageFigure]:
+    """Per (cluster, account, user, partition, GPU model): exact GPU- and billing-seconds in
+    [START, END), and those of system_failure attempts. GPU attempts only unless BILLING."""
+    sql = f"""
+        WITH w AS ({WINDOWED_ATTEMPTS_SQL}),
+        x AS (
+            SELECT cluster, account, user_name, partition, {MODEL_SQL} AS model, outcome, gpu_seconds,
+                   CASE WHEN start_at IS NULL THEN 0
+                        ELSE coalesce(CAST(alloc_tres ->> 'billing' AS numeric), 0) * greatest(0, extract(epoch FROM
+                            least(coalesce(end_at, CAST(:now AS timestamptz)), CAST(:end AS timestamptz))
+                            - greatest(start_at, CAST(:start AS timestamptz))))
+                   END AS billing_seconds
+            FROM w
+            WHERE alloc_gpus > 0 OR CAST(:billing AS boolean)
+        )
+        SELECT cluster, account, user_name, partition, model,
+               sum(gpu_seconds) AS gpu_seconds,
+               coalesce(sum(gpu_seconds) FILTER (WHERE outcome = 'system_failure'), 0) AS sf_gpu_seconds,
+               sum(billing_seconds) AS billing_seconds,
+               coalesce(sum(billing_seconds) FILTER (WHERE outcome = 'system_failure'), 0) AS sf_billing_seconds
+        FROM x
+        GROUP BY cluster, account, user_name, partition, model
+        HAVING sum(gpu_seconds) > 0 OR sum(billing_seconds) > 0
+    """
+    params: dict[str, Any] = {"start": start, "end": end, "now": now, "billing": billing}
+    params.update(scope.sql_params())
+    params.update(JobFilter().sql_params())
+    return [
+        UsageFigure(
+            cluster=r.cluster,
+            account=r.account,
+            user=r.user_name,
+            partition=r.partition,
+            gpu_model=r.model,
+            gpu_seconds=Decimal(r.gpu_seconds),
+            system_failure_gpu_seconds=Decimal(r.sf_gpu_seconds),
+            billing_seconds=Decimal(r.billing_seconds),
+            system_failure_billing_seconds=Decimal(r.sf_billing_seconds),
+        )
+        for r in conn.execute(text(sql), params)
+    ]
+
+
+def completed_jobs_by_account(
+    conn: Connection, *, start: datetime, end: datetime, scope: Scope, billing: bool
+) -> dict[str, int]:
+    """Jobs whose last attempt ended in [START, END) classed completed, per account."""
+    sql = f"""
+        -- the last attempt of a requeued job is the one submitted last (few jobs are requeued:
+        -- a hash join on them beats probing every completed attempt for a later one)
+        WITH requeued AS (
+            SELECT cluster, job_id_raw, job_submit_at, max(submit_at) AS last_submit_at
+            FROM job_attempt WHERE attempt_number > 1
+            GROUP BY cluster, job_id_raw, job_submit_at
+        )
+        -- one last attempt per job, so count(*) counts jobs
+        SELECT a.account, count(*) AS n
+        FROM job_attempt_outcome a
+        LEFT JOIN requeued r
+          ON r.cluster = a.cluster AND r.job_id_raw = a.job_id_raw AND r.job_submit_at = a.job_submit_at
+        WHERE a.outcome = 'completed'
+          AND a.end_at >= CAST(:start AS timestamptz) AND a.end_at < CAST(:end AS timestamptz)
+          AND (a.alloc_gpus > 0 OR CAST(:billing AS boolean))
+          AND {SCOPE_SQL}
+          AND (r.last_submit_at IS NULL OR r.last_submit_at = a.submit_at)
+        GROUP BY a.account
+    """
+    params: dict[str, Any] = {"start": start, "end": end, "billing": billing}
+    params.update(scope.sql_params())
+    return {r.account: int(r.n) for r in conn.execute(text(sql), params)}
+
+
+def closed_months(conn: Connection) -> list[str]:
+    return list(conn.execute(text("SELECT month FROM chargeback_statement ORDER BY month")).scalars())
+
+
+def get_statements(conn: Connection, months: Sequence[str]) -> dict[str, ClosedStatement]:
+    rows = conn.execute(
+        text(
+            """
+            SELECT month, closed_at, closed_by, csv, json, csv_sha256, json_sha256, lines, totals,
+                   completed_jobs, settings
+            FROM chargeback_statement WHERE month = ANY(CAST(:months AS text[])) ORDER BY month
+            """
+        ),
+        {"months": list(months)},
+    )
+    return {
+        r.month: ClosedStatement(
+            month=r.month,
+            closed_at=r.closed_at,
+            closed_by=r.closed_by,
+            csv=bytes(r.csv),
+            json=bytes(r.json),
+            csv_sha256=r.csv_sha256,
+            json_sha256=r.json_sha256,
+            lines=tuple(line_from_data(d) for d in r.lines),
+            totals=r.totals,
+            completed_jobs=tuple(r.completed_jobs),
+            settings=r.settings,
+        )
+        for r in rows
+    }
+
+
+def insert_statement(conn: Connection, statement: ClosedStatement, *, start: datetime, end: datetime) -> None:
+    conn.execute(
+        text(
+            """
+            INSERT INTO chargeback_statement (month, month_start_at, month_end_at, closed_at, closed_by,
+                currency, csv, json, csv_sha256, json_sha256, lines, totals, completed_jobs, settings)
+            VALUES (:month, :start, :end, :closed_at, :closed_by, :currency, :csv, :json, :csv_sha256,
+                :json_sha256, CAST(:lines AS jsonb), CAST(:totals AS jsonb), CAST(:completed AS jsonb),
+                CAST(:settings AS jsonb))
+            """
+        ),
+        {
+            "month": statement.month,
+            "start": start,
+            "end": end,
+            "closed_at": statement.closed_at,
+            "closed_by": statement.closed_by,
+            "currency": statement.settings.get("currency", ""),
+            "csv": statement.csv,
+            "json": statement.json,
+            "csv_sha256": statement.csv_sha256,
+            "json_sha256": statement.json_sha256,
+            "lines": json.dumps([line_to_data(line) for line in statement.lines]),
+            "totals": json.dumps(dict(statement.totals)),
+            "completed": json.dumps([dict(c) for c in statement.completed_jobs]),
+            "settings": json.dumps(dict(statement.settings)),
+        },
+    )

@@ -1,0 +1,323 @@
+"""The researcher's views: one job (`slurmtel job`) and one user's month (`slurmtel me`).
+
+Every query takes the caller's Scope (SCOPE_SQL): a job outside it is not found, exactly like a
+job that does not exist.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from slurmtel.access import SCOPE_SQL, Scope
+from slurmtel.reports.advice import GpuFigures
+from slurmtel.reports.plot import UtilWindow
+from slurmtel.store.usage import WINDOWED_ATTEMPTS_SQL, JobFilter
+
+# "123", array task "10_4", heterogeneous job component "123+1"
+JOB_ID = re.compile(r"\d+(?:[_+]\d+)?")
+
+AttemptKey = tuple[str, int, datetime]
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    cluster: str
+    job_id_raw: int
+    submit_at: datetime
+    job_id: str
+    name: str
+    user: str
+    account: str
+    partition: str
+    state: str
+    outcome: str
+    exit_code: str
+    eligible_at: datetime | None
+    start_at: datetime | None
+    end_at: datetime | None
+    alloc_gpus: int
+    gpu_model: str
+    nodes: tuple[str, ...]
+    attempt_number: int
+    attempts: int
+    time_limit_seconds: int | None
+
+    @property
+    def key(self) -> AttemptKey:
+        return (self.cluster, self.job_id_raw, self.submit_at)
+
+
+def find_attempts(
+    conn: Connection, job_id: str, *, scope: Scope, clusters: Sequence[str] = ()
+) -> list[AttemptView]:
+    """Every attempt of the job(s) a user means by JOB_ID, newest first, inside SCOPE only.
+
+    JOB_ID matches job_attempt.job_id ("10_4", "123+1", "123") or, when numeric, job_id_raw.
+    """
+    if not JOB_ID.fullmatch(job_id):
+        raise ValueError(f"'{job_id}' is not a job id (forms: 123, 10_4 for an array task, 123+1)")
+    raw = int(job_id) if job_id.isdigit() else None
+    rows = conn.execute(
+        text(
+            f"""
+            WITH matched AS (
+                SELECT DISTINCT cluster, job_id_raw, coalesce(job_submit_at, submit_at) AS job_submit_at
+                FROM job_attempt_outcome
+                WHERE (job_id = :job_id OR job_id_raw = CAST(:raw AS bigint))
+                  AND (cardinality(CAST(:clusters AS text[])) = 0 OR cluster = ANY(CAST(:clusters AS text[])))
+                  AND {SCOPE_SQL}
+            )
+            SELECT a.*, count(*) OVER (PARTITION BY a.cluster, a.job_id_raw, m.job_submit_at) AS attempts
+            FROM job_attempt_outcome a
+            JOIN matched m ON m.cluster = a.cluster AND m.job_id_raw = a.job_id_raw
+                          AND m.job_submit_at = coalesce(a.job_submit_at, a.submit_at)
+            WHERE {SCOPE_SQL}
+            ORDER BY a.submit_at DESC, a.cluster
+            """
+        ),
+        {"job_id": job_id, "raw": raw, "clusters": list(clusters), **scope.sql_params()},
+    ).mappings()
+    return [
+        AttemptView(
+            cluster=r["cluster"],
+            job_id_raw=int(r["job_id_raw"]),
+            submit_at=r["submit_at"],
+            job_id=r["job_id"],
+            name=r["name"],
+            user=r["user_name"],
+            account=r["account"],
+            partition=r["partition"],
+            state=r["state"],
+            outcome=r["outcome"],
+            exit_code=r["exit_code"],
+            eligible_at=r["eligible_at"],
+            start_at=r["start_at"],
+            end_at=r["end_at"],
+            alloc_gpus=int(r["alloc_gpus"]),
+            gpu_model=r["gpu_model"],
+            nodes=tuple(r["nodes"] or ()),
+            attempt_number=int(r["attempt_number"] or 1),
+            attempts=int(r["attempts"]),
+            time_limit_seconds=r["time_limit_seconds"],
+        )
+        for r in rows
+    ]
+
+
+def gpu_figures(conn: Connection, keys: Sequence[AttemptKey]) -> dict[AttemptKey, list[GpuFigures]]:
+    """Per attempt, per GPU (and the unmapped remainder per node): gpu_attribution over all days."""
+    if not keys:
+        return {}
+    rows = conn.execute(
+        text(
+            """
+            WITH wanted AS (
+                SELECT * FROM unnest(CAST(:clusters AS text[]), CAST(:jobs AS bigint[]),
+                                     CAST(:submits AS timestamptz[])) AS k(cluster, job_id_raw, submit_at)
+            ),
+            per_gpu AS (
+                SELECT g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid,
+                       string_agg(DISTINCT g.mapping, '+') AS mapping,
+                       sum(g.allocated_seconds) AS allocated, sum(g.covered_seconds) AS covered,
+                       sum(g.idle_seconds) AS idle, sum(g.no_process_seconds) AS no_process,
+                       sum(g.unmeasured_seconds) AS unmeasured, sum(g.util_weighted_sum) AS util_weighted,
+                       max(g.util_max_percent) AS util_max, max(g.memory_used_max_bytes) AS memory_max,
+                       sum(g.energy_joules) AS energy, max(g.gpu_fraction) AS gpu_fraction
+                FROM gpu_attribution g JOIN wanted USING (cluster, job_id_raw, submit_at)
+                GROUP BY g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid
+            )
+            SELECT p.*, inv.memory_total_bytes, coalesce(inv.model, '') AS model
+            FROM per_gpu p
+            LEFT JOIN LATERAL (
+                SELECT i.memory_total_bytes, i.model FROM gpu_inventory i
+                WHERE i.gpu_uuid = p.gpu_uuid AND p.gpu_uuid <> ''
+                ORDER BY i.last_seen_at DESC LIMIT 1
+            ) inv ON true
+            ORDER BY p.cluster, p.job_id_raw, p.submit_at, p.node, (p.gpu_uuid = ''), p.gpu_uuid
+            """
+        ),
+        {
+            "clusters": [k[0] for k in keys],
+            "jobs": [k[1] for k in keys],
+            "submits": [k[2] for k in keys],
+        },
+    ).mappings()
+    result: dict[AttemptKey, list[GpuFigures]] = {k: [] for k in keys}
+    for r in rows:
+        result[(r["cluster"], int(r["job_id_raw"]), r["submit_at"])].append(
+            GpuFigures(
+                gpu_uuid=r["gpu_uuid"],
+                node=r["node"],
+                mapping=r["mapping"],
+                allocated_seconds=float(r["allocated"]),
+                covered_seconds=float(r["covered"]),
+                idle_seconds=float(r["idle"]),
+                no_process_seconds=float(r["no_process"]),
+                unmeasured_seconds=float(r["unmeasured"]),
+                util_weighted_sum=float(r["util_weighted"]),
+                util_max_percent=None if r["util_max"] is None else float(r["util_max"]),
+                memory_used_max_bytes=None if r["memory_max"] is None else int(r["memory_max"]),
+                energy_joules=None if r["energy"] is None else float(r["energy"]),
+                memory_total_bytes=None if r["memory_total_bytes"] is None else int(r["memory_total_bytes"]),
+                gpu_fraction=float(r["gpu_fraction"]),
+                model=r["model"],
+            )
+        )
+    return result
+
+
+def util_windows(
+    conn: Connection, gpu_uuids: Sequence[str], *, start: datetime, end: datetime
+) -> list[UtilWindow]:
+    """gpu_summary windows of GPU_UUIDS that overlap [START, END)."""
+    if not gpu_uuids:
+        return []
+    rows = conn.execute(
+        text(
+            """
+            SELECT gpu_uuid, window_start_at, window_seconds, util_mean_percent, source
+            FROM gpu_summary
+            WHERE gpu_uuid = ANY(CAST(:uuids AS text[]))
+              AND window_start_at >= CAST(:start AS timestamptz) - interval '1 hour'
+              AND window_start_at < CAST(:end AS timestamptz)
+              AND window_start_at + make_interval(secs => window_seconds) > CAST(:start AS timestamptz)
+            ORDER BY gpu_uuid, window_start_at, source
+            """
+        ),
+        {"uuids": list(gpu_uuids), "start": start, "end": end},
+    )
+    return [
+        UtilWindow(
+            gpu_uuid=r.gpu_uuid,
+            window_start_at=r.window_start_at,
+            window_seconds=float(r.window_seconds),
+            util_mean_percent=None if r.util_mean_percent is None else float(r.util_mean_percent),
+            source=r.source,
+        )
+        for r in rows
+    ]
+
+
+# --------------------------------------------------------------------------------- slurmtel me
+
+
+def month_summary(
+    conn: Connection,
+    *,
+    user: str,
+    start: datetime,
+    end: datetime,
+    first_day: date,
+    end_day: date,
+    now: datetime,
+    scope: Scope,
+) -> dict[str, Any]:
+    """USER's GPU use in [START, END) (site days [FIRST_DAY, END_DAY) for the telemetry)."""
+    params: dict[str, Any] = {"start": start, "end": end, "now": now, "first": first_day, "end_day": end_day}
+    params.update(scope.sql_params())
+    params.update(JobFilter(users=(user,)).sql_params())
+    usage = (
+        conn.execute(
+            text(
+                f"""
+            WITH w AS ({WINDOWED_ATTEMPTS_SQL})
+            SELECT count(DISTINCT (cluster, job_id_raw, coalesce(job_submit_at, submit_at))) AS jobs,
+                   count(*) AS attempts,
+                   coalesce(sum(gpu_seconds), 0) AS gpu_seconds,
+                   coalesce(sum(gpu_seconds) FILTER (WHERE outcome IN ('user_failure', 'system_failure')), 0)
+                       AS failed_gpu_seconds
+            FROM w
+            """
+            ),
+            params,
+        )
+        .mappings()
+        .one()
+    )
+    telemetry = (
+        conn.execute(
+            text(
+                f"""
+            SELECT coalesce(sum(g.allocated_seconds), 0) AS allocated,
+                   coalesce(sum(g.covered_seconds), 0) AS covered,
+                   coalesce(sum(g.idle_seconds), 0) AS idle,
+                   coalesce(sum(g.unmeasured_seconds), 0) AS unmeasured,
+                   coalesce(sum(g.util_weighted_sum), 0) AS util_weighted
+            FROM gpu_attribution g
+            JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
+            WHERE g.day >= :first AND g.day < :end_day AND a.user_name = :user AND {SCOPE_SQL}
+            """
+            ),
+            {**params, "user": user},
+        )
+        .mappings()
+        .one()
+    )
+    return {**dict(usage), **{f"t_{k}": v for k, v in telemetry.items()}}
+
+
+def top_jobs(
+    conn: Connection,
+    *,
+    user: str,
+    start: datetime,
+    end: datetime,
+    first_day: date,
+    end_day: date,
+    now: datetime,
+    scope: Scope,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """USER's jobs with the most GPU-seconds in [START, END), with their idle share there."""
+    params: dict[str, Any] = {
+        "start": start,
+        "end": end,
+        "now": now,
+        "first": first_day,
+        "end_day": end_day,
+        "user": user,
+        "limit": limit,
+    }
+    params.update(scope.sql_params())
+    params.update(JobFilter(users=(user,)).sql_params())
+    rows = conn.execute(
+        text(
+            f"""
+            WITH w AS ({WINDOWED_ATTEMPTS_SQL}),
+            jobs AS (
+                SELECT cluster, job_id_raw, coalesce(job_submit_at, submit_at) AS jsa,
+                       (array_agg(job_id ORDER BY submit_at DESC))[1] AS job_id,
+                       (array_agg(name ORDER BY submit_at DESC))[1] AS name,
+                       (array_agg(account ORDER BY submit_at DESC))[1] AS account,
+                       (array_agg(state ORDER BY submit_at DESC))[1] AS state,
+                       max(alloc_gpus) AS gpus, count(*) AS attempts, sum(gpu_seconds) AS gpu_seconds
+                FROM w GROUP BY cluster, job_id_raw, coalesce(job_submit_at, submit_at)
+                HAVING sum(gpu_seconds) > 0
+                ORDER BY sum(gpu_seconds) DESC, max(submit_at) DESC
+                LIMIT :limit
+            ),
+            telemetry AS (
+                SELECT a.cluster, a.job_id_raw, coalesce(a.job_submit_at, a.submit_at) AS jsa,
+                       sum(g.allocated_seconds) AS allocated, sum(g.covered_seconds) AS covered,
+                       sum(g.idle_seconds) AS idle, sum(g.util_weighted_sum) AS util_weighted
+                FROM gpu_attribution g
+                JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
+                JOIN jobs j ON j.cluster = a.cluster AND j.job_id_raw = a.job_id_raw
+                           AND j.jsa = coalesce(a.job_submit_at, a.submit_at)
+                WHERE g.day >= :first AND g.day < :end_day
+                GROUP BY a.cluster, a.job_id_raw, coalesce(a.job_submit_at, a.submit_at)
+            )
+            SELECT j.*, t.allocated, t.covered, t.idle, t.util_weighted
+            FROM jobs j LEFT JOIN telemetry t USING (cluster, job_id_raw, jsa)
+            ORDER BY j.gpu_seconds DESC, j.jsa DESC
+            """
+        ),
+        params,
+    ).mappings()
+    return [dict(r) for r in rows]

@@ -1,0 +1,85 @@
+"""What the admin reports share: outcome groups, units, the days a window touches, params.
+
+The admin reports live in slurmtel/store/reports_*.py (failures, idle, queue, taxonomy and
+capacity, nodes, retries). GPU-hours that come from attempts (failures, retries, queue) are
+allocated GPU-seconds split exactly at the window's edges, as in `report usage`; GPU-hours that
+come from the attribution rollup (idle, taxonomy, capacity) are whole site days, because the
+rollup is kept per site day, and are physical: a MIG slice counts as its fraction of the GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import Connection, text
+
+from slurmtel.access import Scope
+from slurmtel.store.usage import JobFilter
+
+# outcome classes whose GPU-hours are "failed GPU-hours" (DESIGN §4)
+FAILED_OUTCOMES = ("user_failure", "system_failure")
+FAILED_SQL = "('user_failure', 'system_failure')"
+
+# a 30-day month, for useful work per GPU and month (DESIGN §1)
+HOURS_PER_MONTH = 30 * 24
+
+
+def no_jit(conn: Connection) -> None:
+    """Settings for one report query, for this transaction only: no JIT (report queries are
+    planned as expensive and JIT-compiled for seconds on every run, far more than it saves)
+    and room to sort and hash a month of rollups in memory rather than on disk."""
+    conn.execute(text("SET LOCAL jit = off"))
+    conn.execute(text("SET LOCAL work_mem = '32MB'"))
+
+
+def window_days(start: datetime, end: datetime, zone: ZoneInfo) -> tuple[date, date]:
+    """The first and last site day that [start, end) touches."""
+    if end <= start:
+        raise ValueError("the window is empty: -E must be after -S")
+    first = start.astimezone(zone).date()
+    last = (end - timedelta(microseconds=1)).astimezone(zone).date()
+    return first, last
+
+
+def params(scope: Scope, job_filter: JobFilter | None = None, **values: Any) -> dict[str, Any]:
+    """Bind parameters: the scope clause's, the filter clause's and VALUES."""
+    result: dict[str, Any] = dict(values)
+    result.update(scope.sql_params())
+    result.update((job_filter or JobFilter()).sql_params())
+    return result
+
+
+def hours(seconds: Any, places: int = 4) -> float:
+    """GPU-seconds (int, float or Decimal) as GPU-hours rounded to PLACES."""
+    return round(float(seconds or 0) / 3600, places)
+
+
+def share(part: Any, whole: Any, places: int = 4) -> float | None:
+    """part / whole rounded, None when the whole is zero (no share to speak of)."""
+    if not whole:
+        return None
+    return round(float(part or 0) / float(whole), places)
+
+
+def seconds_value(value: Any) -> float | None:
+    return None if value is None else round(float(value), 1)
+
+
+def apportion_hours(parts: Sequence[Decimal], places: int = 4) -> tuple[Decimal, list[Decimal]]:
+    """GPU-seconds PARTS as GPU-hours rounded to PLACES so that the rounded parts add up to the
+    rounded total exactly (largest remainder; the total rounds half-even)."""
+    unit = Decimal(1).scaleb(-places)
+    exact = [Decimal(p) / 3600 for p in parts]
+    total = sum(exact, Decimal(0)).quantize(unit)
+    floors = [(e / unit).to_integral_value(rounding="ROUND_FLOOR") for e in exact]
+    missing = int(total / unit - sum(floors, Decimal(0)))
+    order = sorted(range(len(exact)), key=lambda i: (exact[i] / unit - floors[i], -i), reverse=True)
+    units = list(floors)
+    # Σ floor(x) <= floor(Σ x) <= total and Σ (x - floor(x)) < n, so 0 <= missing <= n
+    for i in order[:missing]:
+        units[i] += 1
+    return total, [(u * unit).quantize(unit) for u in units]

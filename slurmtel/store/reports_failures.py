@@ -1,0 +1,153 @@
+"""`slurmtel report failures`: GPU-hours that ended in failure, and where.
+
+GPU-hours are allocated GPU-seconds inside the window (as in `report usage`) of the attempts
+that held GPUs in it, by outcome class: failed = user_failure + system_failure; cancelled and
+preempted are shown for context. By node, a multi-node attempt's GPU-seconds are split evenly
+over its nodes. retry GPU-hours: see slurmtel.store.reports_retries.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from slurmtel.access import Scope
+from slurmtel.store.reports_admin import FAILED_SQL, hours, no_jit, params, share
+from slurmtel.store.reports_retries import (
+    DEFAULT_RESUBMISSION_WINDOW_SECONDS,
+    RETRY_CTES,
+    WINDOWED_SQL,
+    job_scope_params,
+    retry_bounds,
+)
+from slurmtel.store.usage import JobFilter
+
+SECTIONS = ("by_account", "by_user", "by_partition", "by_node", "top_attempts")
+
+_SUMS = f"""
+    count(*) FILTER (WHERE outcome IN {FAILED_SQL}) AS failed_attempts,
+    coalesce(sum(gpu_seconds) FILTER (WHERE outcome IN {FAILED_SQL}), 0) AS failed,
+    coalesce(sum(gpu_seconds) FILTER (WHERE outcome = 'user_failure'), 0) AS user_failure,
+    coalesce(sum(gpu_seconds) FILTER (WHERE outcome = 'system_failure'), 0) AS system_failure,
+    coalesce(sum(gpu_seconds) FILTER (WHERE outcome = 'cancelled'), 0) AS cancelled,
+    coalesce(sum(gpu_seconds) FILTER (WHERE outcome = 'preempted'), 0) AS preempted,
+    coalesce(sum(gpu_seconds), 0) AS allocated,
+    coalesce(sum(gpu_seconds) FILTER (WHERE is_retry), 0) AS retry
+"""
+
+
+def failures_report(
+    conn: Connection,
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    scope: Scope,
+    job_scope: Scope | None = None,
+    job_filter: JobFilter | None = None,
+    top: int = 10,
+    resubmission_window_seconds: int = DEFAULT_RESUBMISSION_WINDOW_SECONDS,
+) -> dict[str, list[dict[str, Any]]]:
+    """Failed GPU-hours by account, user, partition and node (SCOPE), and the TOP attempts by
+    failed GPU-hours (JOB_SCOPE, default SCOPE: job detail)."""
+    if end <= start:
+        raise ValueError("the window is empty: -E must be after -S")
+    job_scope = job_scope or scope
+    sql = f"""
+        WITH w AS ({WINDOWED_SQL}),
+        {RETRY_CTES},
+        fw AS (
+            SELECT w.*, (r.job_id_raw IS NOT NULL) AS is_retry
+            FROM w LEFT JOIN retry_attempt r USING (cluster, job_id_raw, submit_at)
+            WHERE w.gpu_seconds > 0
+        ),
+        per_node AS (
+            SELECT fw.cluster, n.node, fw.outcome, fw.is_retry,
+                   fw.gpu_seconds / greatest(cardinality(fw.nodes), 1) AS gpu_seconds
+            FROM fw CROSS JOIN LATERAL unnest(
+                CASE WHEN cardinality(fw.nodes) = 0 THEN ARRAY[''] ELSE fw.nodes END) AS n(node)
+        ),
+        top_attempt AS (
+            SELECT * FROM fw
+            WHERE outcome IN {FAILED_SQL}
+              AND (CAST(:job_scope_all AS boolean) OR user_name = ANY(CAST(:job_scope_users AS text[]))
+                   OR account = ANY(CAST(:job_scope_accounts AS text[])))
+            ORDER BY gpu_seconds DESC, cluster, job_id_raw, submit_at
+            LIMIT :top
+        )
+        SELECT CASE WHEN grouping(account) = 0 THEN 'by_account'
+                    WHEN grouping(user_name) = 0 THEN 'by_user' ELSE 'by_partition' END AS section,
+               cluster, coalesce(account, user_name, partition) AS grp, {_SUMS}, NULL::jsonb AS detail
+        FROM fw
+        GROUP BY GROUPING SETS ((cluster, account), (cluster, user_name), (cluster, partition))
+        UNION ALL
+        SELECT 'by_node', cluster, node, {_SUMS}, NULL
+        FROM per_node GROUP BY cluster, node
+        UNION ALL
+        SELECT 'top_attempts', cluster, job_id, {_SUMS},
+               jsonb_build_object(
+                   'user', min(user_name), 'account', min(account), 'partition', min(partition),
+                   'state', min(state), 'outcome', min(outcome), 'exit_code', min(exit_code),
+                   'nodes', min(coalesce(nullif(nodelist, ''), array_to_string(nodes, ','))), 'gpus', min(alloc_gpus),
+                   'elapsed_seconds',
+                   min(extract(epoch FROM coalesce(end_at, CAST(:now AS timestamptz)) - start_at)))
+        FROM top_attempt GROUP BY cluster, job_id_raw, submit_at, job_id
+    """
+    bind = params(
+        scope,
+        job_filter,
+        start=start,
+        end=end,
+        now=now,
+        top=max(0, int(top)),
+        resubmission_seconds=resubmission_window_seconds,
+    )
+    bind.update(job_scope_params(job_scope))
+    no_jit(conn)
+    bind.update(retry_bounds(conn, bind))
+    sections: dict[str, list[dict[str, Any]]] = {name: [] for name in SECTIONS}
+    for r in conn.execute(text(sql), bind).mappings():
+        section = r["section"]
+        sums = {
+            "failed_attempts": int(r["failed_attempts"]),
+            "failed_gpu_hours": hours(r["failed"]),
+            "user_failure_gpu_hours": hours(r["user_failure"]),
+            "system_failure_gpu_hours": hours(r["system_failure"]),
+            "cancelled_gpu_hours": hours(r["cancelled"]),
+            "preempted_gpu_hours": hours(r["preempted"]),
+            "allocated_gpu_hours": hours(r["allocated"]),
+            "failed_share": share(r["failed"], r["allocated"]),
+            "retry_gpu_hours": hours(r["retry"]),
+        }
+        if section == "top_attempts":
+            d = r["detail"]
+            sections[section].append(
+                {
+                    "cluster": r["cluster"],
+                    "job_id": r["grp"],
+                    "user": d["user"],
+                    "account": d["account"],
+                    "partition": d["partition"],
+                    "state": d["state"],
+                    "outcome": d["outcome"],
+                    "exit_code": d["exit_code"],
+                    "nodes": d["nodes"],
+                    "gpus": int(d["gpus"]),
+                    "elapsed_seconds": int(float(d["elapsed_seconds"])),
+                    "failed_gpu_hours": sums["failed_gpu_hours"],
+                    "retry": bool(r["retry"]),
+                    "_rank": float(r["failed"]),
+                }
+            )
+            continue
+        key = section.removeprefix("by_")
+        sections[section].append({"cluster": r["cluster"], key: r["grp"], **sums})
+    for name in ("by_account", "by_user", "by_partition", "by_node"):
+        key = name.removeprefix("by_")
+        sections[name].sort(key=lambda g: (g["cluster"], -g["failed_gpu_hours"], g[key]))
+    sections["top_attempts"].sort(key=lambda t: (-t["_rank"], t["cluster"], t["job_id"]))
+    for t in sections["top_attempts"]:
+        del t["_rank"]
+    return sections

@@ -1,0 +1,155 @@
+"""`slurmtel report idle`: where allocated GPUs sit idle, from the attribution rollup.
+
+Whole site days (gpu_attribution is per day), physical GPU-hours (× gpu_fraction). Per
+group: allocated = covered + unmeasured; covered = busy + idle; idle includes no-process time
+(no_process is shown as its own "of which" column); unmeasured is never folded into idle or
+busy. idle_share = idle / covered, coverage = covered / allocated, mean_util_percent =
+Σ covered × util / Σ covered. `unmapped`: allocation no GPU could be mapped to (attribution's
+'unmapped' rows, all unmeasured), by account.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from slurmtel.access import SCOPE_SQL, Scope
+from slurmtel.store.reports_admin import hours, no_jit, params, share
+from slurmtel.store.reports_retries import job_scope_params
+from slurmtel.store.usage import FILTER_SQL, JobFilter
+
+SECTIONS = ("by_account", "by_user", "by_partition", "top_jobs", "unmapped")
+
+_SUMS = """
+    sum(allocated) AS allocated, sum(covered) AS covered, sum(busy) AS busy, sum(idle) AS idle,
+    sum(no_process) AS no_process, sum(unmeasured) AS unmeasured, sum(util_weighted) AS util_weighted,
+    sum(unmapped) AS unmapped
+"""
+
+
+def idle_report(
+    conn: Connection,
+    *,
+    first_day: date,
+    last_day: date,
+    scope: Scope,
+    job_scope: Scope | None = None,
+    job_filter: JobFilter | None = None,
+    top: int = 10,
+) -> dict[str, list[dict[str, Any]]]:
+    """Idle, no-process, busy and unmeasured GPU-hours by account, user, partition (SCOPE),
+    the TOP attempts by idle GPU-hours (JOB_SCOPE, default SCOPE) and unmapped allocation."""
+    if last_day < first_day:
+        raise ValueError("the window is empty: -E must be after -S")
+    job_scope = job_scope or scope
+    sql = f"""
+        WITH per_attempt AS (
+            -- one row per attempt first (the rollup has one per GPU and day), then its owner
+            SELECT g.cluster, g.job_id_raw, g.submit_at, g.allocated, g.covered, g.busy, g.idle,
+                   g.no_process, g.unmeasured, g.util_weighted, g.unmapped,
+                   a.account, a.user_name, a.partition, a.job_id, a.alloc_gpus, a.state
+            FROM (
+                SELECT cluster, job_id_raw, submit_at,
+                       sum(allocated_seconds * gpu_fraction) AS allocated,
+                       sum(covered_seconds * gpu_fraction) AS covered,
+                       sum(busy_seconds * gpu_fraction) AS busy,
+                       sum(idle_seconds * gpu_fraction) AS idle,
+                       sum(no_process_seconds * gpu_fraction) AS no_process,
+                       sum(unmeasured_seconds * gpu_fraction) AS unmeasured,
+                       sum(util_weighted_sum * gpu_fraction) AS util_weighted,
+                       coalesce(sum(allocated_seconds) FILTER (WHERE mapping = 'unmapped'), 0) AS unmapped
+                FROM gpu_attribution
+                WHERE day >= :first_day AND day <= :last_day
+                GROUP BY cluster, job_id_raw, submit_at
+            ) g
+            JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
+            WHERE {SCOPE_SQL}
+              AND {FILTER_SQL}
+        ),
+        top_attempt AS (
+            SELECT * FROM per_attempt
+            WHERE idle > 0
+              AND (CAST(:job_scope_all AS boolean) OR user_name = ANY(CAST(:job_scope_users AS text[]))
+                   OR account = ANY(CAST(:job_scope_accounts AS text[])))
+            ORDER BY idle DESC, cluster, job_id_raw, submit_at
+            LIMIT :top
+        )
+        SELECT CASE WHEN grouping(account) = 0 THEN 'by_account'
+                    WHEN grouping(user_name) = 0 THEN 'by_user' ELSE 'by_partition' END AS section,
+               cluster, coalesce(account, user_name, partition) AS grp, {_SUMS},
+               NULL AS user_name_, NULL AS account_, NULL AS partition_, NULL::integer AS gpus,
+               NULL AS state
+        FROM per_attempt
+        GROUP BY GROUPING SETS ((cluster, account), (cluster, user_name), (cluster, partition))
+        UNION ALL
+        SELECT 'top_jobs', cluster, job_id, allocated, covered, busy, idle, no_process, unmeasured,
+               util_weighted, unmapped, user_name, account, partition, alloc_gpus, state
+        FROM top_attempt
+    """
+    bind = params(scope, job_filter, first_day=first_day, last_day=last_day, top=max(0, int(top)))
+    bind.update(job_scope_params(job_scope))
+    sections: dict[str, list[dict[str, Any]]] = {name: [] for name in SECTIONS}
+    no_jit(conn)
+    for r in conn.execute(text(sql), bind).mappings():
+        section = r["section"]
+        if section == "top_jobs":
+            sections[section].append(
+                {
+                    "cluster": r["cluster"],
+                    "job_id": r["grp"],
+                    "user": r["user_name_"],
+                    "account": r["account_"],
+                    "partition": r["partition_"],
+                    "state": r["state"],
+                    "gpus": int(r["gpus"]),
+                    "allocated_gpu_hours": hours(r["allocated"]),
+                    "idle_gpu_hours": hours(r["idle"]),
+                    "no_process_gpu_hours": hours(r["no_process"]),
+                    "idle_share": share(r["idle"], r["covered"]),
+                    "coverage": share(r["covered"], r["allocated"]),
+                    "mean_util_percent": _mean_util(r),
+                    "_rank": float(r["idle"]),
+                }
+            )
+            continue
+        key = section.removeprefix("by_")
+        sections[section].append({"cluster": r["cluster"], key: r["grp"], **_group_values(r)})
+        if section == "by_account" and r["unmapped"] > 0:
+            sections["unmapped"].append(
+                {
+                    "cluster": r["cluster"],
+                    "account": r["grp"],
+                    "unmapped_gpu_hours": hours(r["unmapped"]),
+                    "allocated_gpu_hours": hours(r["allocated"]),
+                    "unmapped_share": share(r["unmapped"], r["allocated"]),
+                }
+            )
+    for name in ("by_account", "by_user", "by_partition"):
+        key = name.removeprefix("by_")
+        sections[name].sort(key=lambda g: (g["cluster"], -g["idle_gpu_hours"], g[key]))
+    sections["unmapped"].sort(key=lambda g: (g["cluster"], -g["unmapped_gpu_hours"], g["account"]))
+    sections["top_jobs"].sort(key=lambda t: (-t["_rank"], t["cluster"], t["job_id"]))
+    for t in sections["top_jobs"]:
+        del t["_rank"]
+    return sections
+
+
+def _group_values(r: Any) -> dict[str, Any]:
+    return {
+        "allocated_gpu_hours": hours(r["allocated"]),
+        "covered_gpu_hours": hours(r["covered"]),
+        "busy_gpu_hours": hours(r["busy"]),
+        "idle_gpu_hours": hours(r["idle"]),
+        "no_process_gpu_hours": hours(r["no_process"]),
+        "unmeasured_gpu_hours": hours(r["unmeasured"]),
+        "idle_share": share(r["idle"], r["covered"]),
+        "coverage": share(r["covered"], r["allocated"]),
+        "mean_util_percent": _mean_util(r),
+    }
+
+
+def _mean_util(r: Any) -> float | None:
+    # util_weighted_sum is Σ covered seconds × util percent
+    return share(r["util_weighted"], r["covered"], places=2)
