@@ -7,6 +7,7 @@ quarantined (see `slurmtel quarantine list`).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -29,7 +30,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"slurmtel: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    configure_logging(args.log_level or config.logging.level)
+    level = args.log_level or config.logging.level
+    configure_logging(level)
+    if level.upper() != "DEBUG":
+        # Alembic narrates every schema check at INFO; a command's output is not the place
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
         return int(args.handler(args, config))
     except ConfigError as exc:

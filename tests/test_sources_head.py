@@ -390,3 +390,14 @@ def test_no_config_file_means_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SLURMTEL_CONFIG", raising=False)
     assert os.environ.get("SLURMTEL_CONFIG") is None
     assert Config().sources.dcgm.enabled is False
+
+
+def test_attribute_command_folds_in_telemetry(cli_env: Engine, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["db", "upgrade"]) == 0
+    assert main(["collect", "sacct", "--input", str(SACCT_LAB)]) == 0
+    capsys.readouterr()
+    assert main(["attribute"]) == 0
+    # 19 started GPU attempts in the lab capture, job 13 on two nodes; no telemetry yet: all unmapped
+    assert "19 attempts recomputed, 20 attempt x GPU x day rows" in capsys.readouterr().out
+    assert rows(cli_env, "SELECT DISTINCT mapping FROM gpu_attribution") == [("unmapped",)]
+    assert main(["attribute", "--full"]) == 0

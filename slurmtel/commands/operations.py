@@ -21,6 +21,12 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
     add_format_argument(q_list)
     q_list.set_defaults(handler=cmd_quarantine_list)
 
+    attribute = commands.add_parser(
+        "attribute", help="fold new telemetry into the per job x GPU rollups (what the daemon runs)"
+    )
+    attribute.add_argument("--full", action="store_true", help="recompute every attempt, not only what changed")
+    attribute.set_defaults(handler=cmd_attribute)
+
     runs = commands.add_parser("runs", help="recent collect runs with their status")
     runs.add_argument("--source", default=None)
     runs.add_argument("--limit", type=int, default=20)
@@ -76,4 +82,17 @@ def cmd_runs(args: argparse.Namespace, config: Config) -> int:
         for r in runs
     ]
     render(rows, sys.stdout, args.format, title="Collect runs")
+    return EXIT_OK
+
+
+def cmd_attribute(args: argparse.Namespace, config: Config) -> int:
+    from slurmtel.attribution import run_attribution
+
+    scope_for(config, Action.VIEW_OPERATIONS)
+    ctx = open_context(config)
+    result = run_attribution(ctx.engine, config, now=ctx.clock(), full=args.full)
+    print(
+        f"{result.attempts} attempts recomputed, {result.rows} attempt x GPU x day rows, "
+        f"{result.batches} telemetry batches folded in"
+    )
     return EXIT_OK

@@ -28,6 +28,8 @@ def embedded_url(state_dir: Path) -> str:
         raise DatabaseUnavailable(
             "no database.url is configured and the embedded PostgreSQL (pgserver) is not installed"
         ) from exc
+    # pgserver logs every pg_ctl call at INFO; its errors still come through
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
     state_dir.mkdir(parents=True, exist_ok=True)
     pgdata = state_dir / "pgdata"
     log.info("starting embedded PostgreSQL in %s", pgdata)
