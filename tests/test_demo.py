@@ -54,7 +54,7 @@ def window(run: DemoRun) -> list[str]:
 
 
 def test_every_step_and_view_ran(demo: tuple[DemoRun, str]) -> None:
-    run, output = demo
+    _, output = demo
     for step in range(1, 8):
         assert f"[{step}/7]" in output
     assert "(exit status" not in output, output
