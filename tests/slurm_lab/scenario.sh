@@ -6,6 +6,8 @@
 #                                     gpus, nodes, array_tasks, queue_wait}]}   (written last)
 #   OUTDIR/jobs.tsv        the same jobs as a table, OUTDIR/window.txt "START END",
 #   OUTDIR/sacct-a-D-X.psv sacct -a -D -X -P over the window (for whoever reads a failure)
+#   OUTDIR/snapshots/      squeue-YYYYmmddTHHMMSS.json and nodes-YYYYmmddTHHMMSS.txt (UTC), one
+#                          pair a second while jobs run: which GPU indices each job held
 #
 # The same outcomes as ../shared/slurm-lab/scenario.sh - COMPLETED, FAILED, TIMEOUT, CANCELLED
 # (running and pending), REQUEUED, an array, a multi-node job, NODE_FAIL with and without
@@ -81,6 +83,21 @@ TASK_PLUGIN=$(scontrol show config | awk '/^TaskPlugin /{print $3}')
 if [ "$TASK_PLUGIN" = task/cgroup ]; then CGROUP=true; OOM_STATE=OUT_OF_MEMORY; else CGROUP=false; OOM_STATE=FAILED; fi
 log "task plugin $TASK_PLUGIN: the memory hog is expected to end $OOM_STATE"
 
+# controller snapshots every second while the scenario runs, as slurmtel's slurmctld source
+# takes them: the only record of which GPU indices each job held (sacct never stores them)
+SNAPS="$OUT/snapshots"
+rm -rf "$SNAPS"; mkdir -p "$SNAPS"
+(
+  while [ ! -e "$SNAPS/.stop" ]; do
+    at=$(date -u +%Y%m%dT%H%M%S)
+    squeue -a --json > "$SNAPS/squeue-$at.json.tmp" 2>/dev/null && mv "$SNAPS/squeue-$at.json.tmp" "$SNAPS/squeue-$at.json"
+    scontrol show node -d > "$SNAPS/nodes-$at.txt.tmp" 2>/dev/null && mv "$SNAPS/nodes-$at.txt.tmp" "$SNAPS/nodes-$at.txt"
+    sleep 1
+  done
+) &
+SNAP_PID=$!
+trap 'touch "$SNAPS/.stop"; wait "$SNAP_PID" 2>/dev/null' EXIT
+
 # ------------------------------------------------------------------ phase 1: failures first
 # gpu01 (4 GPUs): timeout, requeue, cancel-run, survivor; gpu02 (4 GPUs): the two node-fail jobs.
 sub gpu1-timeout       bob   TIMEOUT            1 1 - 0 -w gpu01 --gres=gpu:1 -t 1 -- 'sleep 600'
@@ -148,6 +165,7 @@ for ((i = 0; i < 600; i++)); do
   sleep 0.25
 done
 [ -z "$(squeue -h -a -o %i)" ] || die "jobs still queued after 150 s"
+touch "$SNAPS/.stop"; wait "$SNAP_PID" 2>/dev/null; trap - EXIT
 # the last end records reach slurmdbd a moment after the jobs leave squeue
 S=$(iso "$START_EPOCH")
 for ((i = 0; i < 120; i++)); do
