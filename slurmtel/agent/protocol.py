@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
+from operator import itemgetter
 from typing import Any
 from urllib.parse import urlencode
 
@@ -159,6 +160,17 @@ def _converter(hint: Any, name: str) -> Converter:
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(hint)
         (inner,) = [a for a in args if a is not type(None)]
+        if inner is float and type(None) in args:
+
+            def optional_number(value: Any) -> float | None:
+                kind = type(value)
+                if kind is float or value is None:
+                    return value
+                if kind is int:
+                    return float(value)
+                raise ValueError(f"field '{name}' must be a number or null")
+
+            return optional_number
         convert = _converter(inner, name)
         if type(None) not in args:
             return convert
@@ -204,17 +216,59 @@ def _converter(hint: Any, name: str) -> Converter:
 _TYPE_WORDS: dict[Any, str] = {bool: "true or false", int: "an integer", str: "a string"}
 
 
+_REQUIRED = object()
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return _REQUIRED
+
+
 @cache
-def _fields(cls: type) -> tuple[tuple[str, Converter, bool], ...]:
-    """(name, converter, required) for every field of CLS."""
+def _fields(cls: type) -> tuple[tuple[str, Converter, Any], ...]:
+    """(name, converter, default or _REQUIRED) for every field of CLS, in order."""
     hints = _hints(cls)
-    return tuple(
-        (
-            f.name,
-            _converter(hints[f.name], f.name),
-            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-        )
-        for f in dataclasses.fields(cls)
+    return tuple((f.name, _converter(hints[f.name], f.name), _default(f)) for f in dataclasses.fields(cls))
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What a well-formed record of one type looks like, for the fast path."""
+
+    values: Callable[[Mapping[str, Any]], tuple[Any, ...]]
+    # the exact JSON types each field may have (bool is not an int, int is not a float)
+    types: tuple[tuple[type, ...], ...]
+    datetimes: tuple[tuple[int, str], ...]
+    tuples: tuple[int, ...]
+
+
+def _json_types(hint: Any) -> tuple[type, ...]:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return tuple(t for arg in typing.get_args(hint) for t in _json_types(arg))
+    if origin is tuple:
+        return (list,)
+    if hint is datetime:
+        return (str,)
+    return (hint,)
+
+
+def _is_instance_exactly(value: Any, allowed: tuple[type, ...]) -> bool:
+    return type(value) in allowed
+
+
+@cache
+def _shape(cls: type) -> _Shape:
+    hints = _hints(cls)
+    fields = dataclasses.fields(cls)
+    return _Shape(
+        values=itemgetter(*(f.name for f in fields)),
+        types=tuple(_json_types(hints[f.name]) for f in fields),
+        datetimes=tuple((i, f.name) for i, f in enumerate(fields) if hints[f.name] is datetime),
+        tuples=tuple(i for i, f in enumerate(fields) if typing.get_origin(hints[f.name]) is tuple),
     )
 
 
@@ -225,13 +279,36 @@ def record_from_dict(kind: str, data: Mapping[str, Any]) -> AgentRecord:
         raise ValueError(f"unknown kind {kind!r}")
     if not isinstance(data, Mapping):
         raise ValueError("record must be an object")
-    values: dict[str, Any] = {}
-    for name, convert, required in _fields(cls):
-        if name in data:
-            values[name] = convert(data[name])
-        elif required:
-            raise ValueError(f"missing field '{name}'")
-    record: AgentRecord = cls(**values)
+    # fast path, one window summary of every GPU at a time on the head: every field present
+    # with exactly the JSON type it should have; anything else takes the checking path below
+    shape = _shape(cls)
+    try:
+        values = list(shape.values(data))
+    except KeyError:
+        pass
+    else:
+        if all(map(_is_instance_exactly, values, shape.types)):
+            for i in shape.tuples:
+                if not all(type(v) is str for v in values[i]):
+                    break
+                values[i] = tuple(values[i])
+            else:
+                for i, name in shape.datetimes:
+                    values[i] = _parse_datetime(values[i], name)
+                fast: AgentRecord = cls(*values)
+                return fast
+    # positional, in field order
+    args: list[Any] = []
+    append = args.append
+    for name, convert, default in _fields(cls):
+        value = data.get(name, default)
+        if value is default:
+            if default is _REQUIRED:
+                raise ValueError(f"missing field '{name}'")
+            append(default)
+        else:
+            append(convert(value))
+    record: AgentRecord = cls(*args)
     return record
 
 

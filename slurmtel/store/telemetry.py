@@ -8,9 +8,10 @@ can replace it without touching attribution.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 from psycopg.errors import UniqueViolation
@@ -22,30 +23,31 @@ from slurmtel.store.copy import copy_rows
 
 PARTITIONED_TABLE = "gpu_summary"
 
-SUMMARY_COLUMNS: tuple[tuple[str, str, Callable[[GpuSummary], Any]], ...] = (
-    ("source", "text", lambda s: s.source),
-    ("node", "text", lambda s: s.node),
-    ("gpu_uuid", "text", lambda s: s.gpu_uuid),
-    ("window_start_at", "timestamptz", lambda s: s.window_start_at),
-    ("window_seconds", "float4", lambda s: s.window_seconds),
-    ("util_metric", "text", lambda s: s.util_metric),
-    ("sample_count", "int4", lambda s: s.sample_count),
-    ("covered_seconds", "float4", lambda s: s.covered_seconds),
-    ("util_mean_percent", "float4", lambda s: s.util_mean_percent),
-    ("util_max_percent", "float4", lambda s: s.util_max_percent),
-    ("idle_seconds", "float4", lambda s: s.idle_seconds),
-    ("no_process_seconds", "float4", lambda s: s.no_process_seconds),
-    ("memory_used_mean_bytes", "int8", lambda s: s.memory_used_mean_bytes),
-    ("memory_used_max_bytes", "int8", lambda s: s.memory_used_max_bytes),
-    ("memory_total_bytes", "int8", lambda s: s.memory_total_bytes),
-    ("power_mean_watts", "float4", lambda s: s.power_mean_watts),
-    ("energy_joules", "float8", lambda s: s.energy_joules),
-    ("energy_method", "text", lambda s: s.energy_method),
-    ("temperature_max_celsius", "float4", lambda s: s.temperature_max_celsius),
-    ("sm_clock_max_mhz", "float4", lambda s: s.sm_clock_max_mhz),
-    ("job_ids", "text[]", lambda s: list(s.job_ids)),
+# (column, PostgreSQL type): every GpuSummary field, stored under its own name
+SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("source", "text"),
+    ("node", "text"),
+    ("gpu_uuid", "text"),
+    ("window_start_at", "timestamptz"),
+    ("window_seconds", "float4"),
+    ("util_metric", "text"),
+    ("sample_count", "int4"),
+    ("covered_seconds", "float4"),
+    ("util_mean_percent", "float4"),
+    ("util_max_percent", "float4"),
+    ("idle_seconds", "float4"),
+    ("no_process_seconds", "float4"),
+    ("memory_used_mean_bytes", "int8"),
+    ("memory_used_max_bytes", "int8"),
+    ("memory_total_bytes", "int8"),
+    ("power_mean_watts", "float4"),
+    ("energy_joules", "float8"),
+    ("energy_method", "text"),
+    ("temperature_max_celsius", "float4"),
+    ("sm_clock_max_mhz", "float4"),
+    ("job_ids", "text[]"),
 )
-_COPY_COLUMNS = [(c, t) for c, t, _ in SUMMARY_COLUMNS] + [("batch_id", "int8")]
+_COPY_COLUMNS = [*SUMMARY_COLUMNS, ("batch_id", "int8")]
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,12 @@ class SummaryWriteStats:
         return self.received - self.inserted
 
 
+_SUMMARY_ROW = attrgetter(*(c for c, _ in SUMMARY_COLUMNS[:-1]))
+
+
 def summary_rows(summaries: Iterable[GpuSummary], batch_id: int) -> list[tuple[Any, ...]]:
-    getters = [g for _, _, g in SUMMARY_COLUMNS]
-    return [(*(g(s) for g in getters), batch_id) for s in summaries]
+    # job_ids is last: binary COPY of text[] needs a list, the record holds a tuple
+    return [(*_SUMMARY_ROW(s), list(s.job_ids), batch_id) for s in summaries]
 
 
 # ---------------------------------------------------------------- partitions
