@@ -232,3 +232,14 @@ def test_protocol_imports_no_nvml() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['slurmtel.agent.protocol']"
+
+
+def test_an_integer_where_a_number_is_due_takes_the_checking_path() -> None:
+    data = record_to_dict(SUMMARY) | {"window_seconds": 30, "util_max_percent": 100}
+    restored = record_from_dict("summary", data)
+    assert restored == SUMMARY
+    assert type(restored.window_seconds) is float
+    with pytest.raises(ValueError, match="'job_ids' must be a list of strings"):
+        record_from_dict("summary", data | {"job_ids": [17]})
+    with pytest.raises(ValueError, match="'sample_count' must be an integer"):
+        record_from_dict("summary", data | {"sample_count": True})
