@@ -168,8 +168,8 @@ def load_rest(conn: Connection, pending: int) -> None:
 
 
 def reports() -> dict[str, Callable[[Connection], Any]]:
-    window = {"start": START, "end": END, "now": END}
-    days = {"first_day": date(2026, 11, 1), "last_day": date(2026, 11, 30)}
+    window: dict[str, Any] = {"start": START, "end": END, "now": END}
+    days: dict[str, Any] = {"first_day": date(2026, 11, 1), "last_day": date(2026, 11, 30)}
     return {
         "usage (reference)": lambda c: usage_report(c, by="account", scope=EVERYTHING, **window),
         "failures": lambda c: failures_report(c, scope=EVERYTHING, **window),

@@ -329,7 +329,7 @@ def cmd_report_idle(args: argparse.Namespace, config: Config) -> int:
 def cmd_report_queue(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.store.reports_queue import queue_report
 
-    scope = scope_for(config, Action.VIEW_AGGREGATES)
+    scope = scope_for(config, Action.VIEW_AGGREGATES, current_identity(config))
     ctx = open_context(config)
     now = ctx.clock()
     start, end = resolve_window(args, config, now)
@@ -350,7 +350,7 @@ def cmd_report_taxonomy(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.store.reports_taxonomy import taxonomy_report
 
     _refuse_account_user(args, "taxonomy")
-    scope = scope_for(config, Action.VIEW_OPERATIONS)
+    scope = scope_for(config, Action.VIEW_OPERATIONS, current_identity(config))
     ctx = open_context(config)
     now = ctx.clock()
     start, end = resolve_window(args, config, now)
@@ -378,7 +378,7 @@ def cmd_report_nodes(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.store.reports_nodes import nodes_report
 
     _refuse_account_user(args, "nodes")
-    scope = scope_for(config, Action.VIEW_OPERATIONS)
+    scope = scope_for(config, Action.VIEW_OPERATIONS, current_identity(config))
     ctx = open_context(config)
     now = ctx.clock()
     start, end = resolve_window(args, config, now)
@@ -396,7 +396,7 @@ def cmd_report_capacity(args: argparse.Namespace, config: Config) -> int:
     _refuse_account_user(args, "capacity")
     if args.target_gpu_hours is not None and args.target_gpu_hours < 0:
         raise ConfigError("--target-gpu-hours must be 0 or more")
-    scope = scope_for(config, Action.VIEW_OPERATIONS)
+    scope = scope_for(config, Action.VIEW_OPERATIONS, current_identity(config))
     ctx = open_context(config)
     now = ctx.clock()
     start, end = resolve_window(args, config, now)

@@ -18,9 +18,9 @@ from slurmtel.store.reports_admin import FAILED_SQL, hours, no_jit, params, shar
 from slurmtel.store.reports_retries import (
     DEFAULT_RESUBMISSION_WINDOW_SECONDS,
     RETRY_CTES,
-    WINDOWED_SQL,
     job_scope_params,
-    retry_bounds,
+    prepare_retries,
+    windowed_ctes,
 )
 from slurmtel.store.usage import JobFilter
 
@@ -56,7 +56,7 @@ def failures_report(
         raise ValueError("the window is empty: -E must be after -S")
     job_scope = job_scope or scope
     sql = f"""
-        WITH w AS ({WINDOWED_SQL}),
+        WITH {windowed_ctes(detail=True)},
         {RETRY_CTES},
         fw AS (
             SELECT w.*, (r.job_id_raw IS NOT NULL) AS is_retry
@@ -106,7 +106,7 @@ def failures_report(
     )
     bind.update(job_scope_params(job_scope))
     no_jit(conn)
-    bind.update(retry_bounds(conn, bind))
+    bind.update(prepare_retries(conn, bind))
     sections: dict[str, list[dict[str, Any]]] = {name: [] for name in SECTIONS}
     for r in conn.execute(text(sql), bind).mappings():
         section = r["section"]

@@ -18,7 +18,7 @@ end of such a job.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -31,15 +31,40 @@ from slurmtel.store.usage import FILTER_SQL, WINDOWED_ATTEMPTS_SQL, JobFilter
 DEFAULT_RESUBMISSION_WINDOW_SECONDS = 21600
 
 _W = "make_interval(secs => CAST(:resubmission_seconds AS float8))"
+# resubmission-window-sized time buckets (at least a second wide)
+_BUCKET = "floor(date_part('epoch', {at}) / greatest(CAST(:resubmission_seconds AS float8), 1))"
 _REQUEUE_SQL = "(" + ", ".join(f"'{s}'" for s in REQUEUE_STATES) + ")"
-# the columns of windowed attempts the retry CTEs (and the reports using them) read
-WINDOWED_COLUMNS = (
-    "cluster, job_id_raw, submit_at, job_submit_at, attempt_number, job_id, name, user_name, account, "
-    "partition, state, outcome, exit_code, nodelist, nodes, alloc_gpus, start_at, end_at, gpu_seconds"
+_NEAR_COLUMNS = (
+    "cluster, job_id_raw, submit_at, job_submit_at, attempt_number, name, user_name, account, "
+    "partition, state, outcome, alloc_gpus, start_at, end_at"
 )
-# a windowed-attempts CTE body with only the columns the admin reports read (the full rows
-# are wide: materialising 200,000 of them costs more than the rest of a report)
-WINDOWED_SQL = f"SELECT {WINDOWED_COLUMNS} FROM ({WINDOWED_ATTEMPTS_SQL}) windowed_attempt"
+# what the failures report shows of single attempts besides
+_DETAIL_COLUMNS = "job_id, exit_code, nodelist, nodes"
+_FROM_ATTEMPTS = "FROM job_attempt_outcome a"
+assert _FROM_ATTEMPTS in WINDOWED_ATTEMPTS_SQL
+
+
+def windowed_ctes(*, detail: bool = False) -> str:
+    """The CTEs `near` (the attempts within reach of the window: every windowed attempt, every
+    job submitted between :retry_lo and :retry_hi and every attempt that ended then; one scan of
+    job_attempt, narrow columns, DETAIL adds job id, exit code and nodes) and `w` (the windowed
+    attempts of `report usage`, read from near, GPU-seconds as float8: it sums far faster than
+    numeric and reports round to 1e-4 GPU-hours)."""
+    columns = f"{_NEAR_COLUMNS}, {_DETAIL_COLUMNS}" if detail else _NEAR_COLUMNS
+    return f"""
+    near AS MATERIALIZED (
+        SELECT {columns} FROM job_attempt_outcome a
+        WHERE a.submit_at <= CAST(:retry_hi AS timestamptz)
+          AND coalesce(a.end_at, CAST(:now AS timestamptz)) >= CAST(:retry_lo AS timestamptz)
+          AND {SCOPE_SQL}
+          AND {FILTER_SQL}
+    ),
+    w AS (
+        SELECT {columns}, CAST(gpu_seconds AS float8) AS gpu_seconds
+        FROM ({WINDOWED_ATTEMPTS_SQL.replace(_FROM_ATTEMPTS, "FROM near a")}) windowed
+    )
+"""
+
 
 # An attempt of the same job after this one (link_jobs only continues a job after a requeue state).
 _LATER_ATTEMPT = """EXISTS (
@@ -53,42 +78,45 @@ def _requeued(alias: str) -> str:
     return f"(CASE WHEN {alias}.state IN {_REQUEUE_SQL} THEN {later} ELSE false END)"
 
 
-# CTEs after a CTE `w` (WINDOWED_SQL rows). They define retry_link (a resubmission -> the failed
-# job it follows), retry_chain_job (jobs in a chain) and retry_attempt (keys of the windowed
-# attempts that are retry attempts). Same scope and filter as w; :retry_lo and :retry_hi come
-# from retry_bounds() (literal bounds let the planner hash-join the jobs; bounds computed in
-# the same statement leave it guessing, and it guessed a nested loop over 200,000 x 40,000 rows).
+# CTEs after windowed_ctes(). They define retry_link (a resubmission -> the failed job it
+# follows), retry_chain_job (jobs in a chain) and retry_attempt (keys of the windowed attempts
+# that are retry attempts). :retry_lo and :retry_hi come from prepare_retries() (literal bounds
+# let the planner hash-join the jobs; bounds computed in the same statement leave it guessing,
+# and it guessed a nested loop over 200,000 x 40,000 rows).
 RETRY_CTES = f"""
     retry_job_start AS (
         SELECT a.cluster, a.job_id_raw, a.submit_at AS job_submit_at, a.user_name, a.account,
-               a.partition, a.name
-        FROM job_attempt a
-        WHERE coalesce(a.attempt_number, 1) = 1
-          AND a.submit_at >= CAST(:retry_lo AS timestamptz) AND a.submit_at <= CAST(:retry_hi AS timestamptz)
-          AND {SCOPE_SQL}
-          AND {FILTER_SQL}
+               a.partition, a.name, {_BUCKET.format(at="a.submit_at")} AS bucket
+        FROM near a
+        WHERE a.attempt_number = 1 AND a.submit_at >= CAST(:retry_lo AS timestamptz)
     ),
-    retry_failed_job AS (
+    retry_failed_job AS MATERIALIZED (
+        -- a resubmission is submitted in its failed job's end bucket or the next one: each
+        -- failed job twice, once per bucket, for an equi-join on the chain's key and the
+        -- bucket instead of pairing every job with every failed job of its name
+        -- (materialised, so that the planner keeps it that way)
         SELECT a.cluster, a.job_id_raw, coalesce(a.job_submit_at, a.submit_at) AS job_submit_at,
-               a.user_name, a.account, a.partition, a.name, a.end_at
-        FROM job_attempt a
-        WHERE a.state IN (SELECT state FROM outcome_class WHERE outcome IN {FAILED_SQL})
-          AND a.end_at >= CAST(:retry_lo AS timestamptz) AND a.end_at <= CAST(:retry_hi AS timestamptz)
+               a.user_name, a.account, a.partition, a.name, a.end_at,
+               unnest(ARRAY[{_BUCKET.format(at="a.end_at")}, {_BUCKET.format(at="a.end_at")} + 1]) AS bucket
+        FROM near a
+        WHERE a.outcome IN {FAILED_SQL} AND a.end_at <= CAST(:retry_hi AS timestamptz)
           AND NOT {_requeued("a")}
-          AND {SCOPE_SQL}
-          AND {FILTER_SQL}
+    ),
+    retry_pair AS (
+        SELECT s.cluster, s.job_id_raw, s.job_submit_at, p.job_id_raw AS prev_job_id_raw,
+               p.job_submit_at AS prev_job_submit_at, p.end_at AS prev_end_at
+        FROM retry_failed_job p
+        JOIN retry_job_start s
+          ON s.name = p.name AND s.user_name = p.user_name AND s.bucket = p.bucket
+         AND s.cluster = p.cluster AND s.account = p.account AND s.partition = p.partition
+        WHERE s.job_submit_at >= p.end_at AND s.job_submit_at <= p.end_at + {_W}
     ),
     retry_follows AS (
-        SELECT DISTINCT ON (s.cluster, s.job_id_raw, s.job_submit_at)
-               s.cluster, s.job_id_raw, s.job_submit_at,
-               p.job_id_raw AS prev_job_id_raw, p.job_submit_at AS prev_job_submit_at
-        FROM retry_job_start s
-        JOIN retry_failed_job p
-          ON p.cluster = s.cluster AND p.user_name = s.user_name AND p.account = s.account
-         AND p.partition = s.partition AND p.name = s.name
-         AND s.job_submit_at >= p.end_at AND s.job_submit_at <= p.end_at + {_W}
-         AND (p.job_id_raw, p.job_submit_at) <> (s.job_id_raw, s.job_submit_at)
-        ORDER BY s.cluster, s.job_id_raw, s.job_submit_at, p.end_at DESC, p.job_id_raw DESC
+        SELECT DISTINCT ON (cluster, job_id_raw, job_submit_at)
+               cluster, job_id_raw, job_submit_at, prev_job_id_raw, prev_job_submit_at
+        FROM retry_pair
+        WHERE (prev_job_id_raw, prev_job_submit_at) <> (job_id_raw, job_submit_at)
+        ORDER BY cluster, job_id_raw, job_submit_at, prev_end_at DESC, prev_job_id_raw DESC
     ),
     retry_link AS (
         SELECT DISTINCT ON (cluster, prev_job_id_raw, prev_job_submit_at) *
@@ -114,10 +142,14 @@ RETRY_CTES = f"""
 _JOB_SCOPE_SQL = SCOPE_SQL.replace(":scope_", ":job_scope_")
 
 
-def retry_bounds(conn: Connection, bind: dict[str, Any]) -> dict[str, Any]:
-    """:retry_lo and :retry_hi for RETRY_CTES: from one resubmission window before the earliest
-    submission of a job active in the window to one after the latest end of such a job. BIND
-    holds the windowed attempts' parameters (window, now, scope, filter, resubmission_seconds)."""
+def prepare_retries(conn: Connection, bind: dict[str, Any]) -> dict[str, Any]:
+    """:retry_lo and :retry_hi for windowed_ctes() and RETRY_CTES: from one resubmission window
+    before the earliest submission of a job active in the window to one after the latest end of
+    such a job. BIND holds the windowed attempts' parameters (window, now, scope, filter,
+    resubmission_seconds). Also turns merge and nested-loop joins off for the rest of the
+    transaction: the CTEs' row estimates are far too low (a few rows for tens of thousands), and
+    with them the planner sorts 200,000 jobs for a merge join where hashing costs a third, or
+    loops over 40,000 x 17,000 rows where one hash table does."""
     lo, hi = conn.execute(
         text(
             f"""
@@ -128,6 +160,8 @@ def retry_bounds(conn: Connection, bind: dict[str, Any]) -> dict[str, Any]:
         ),
         bind,
     ).one()
+    conn.execute(text("SET LOCAL enable_mergejoin = off"))
+    conn.execute(text("SET LOCAL enable_nestloop = off"))
     return {"retry_lo": lo, "retry_hi": hi}
 
 
@@ -153,7 +187,7 @@ def retries_report(
     if end <= start:
         raise ValueError("the window is empty: -E must be after -S")
     sql = f"""
-        WITH w AS ({WINDOWED_SQL}),
+        WITH {windowed_ctes()},
         {RETRY_CTES},
         fw AS (
             SELECT w.cluster, w.job_id_raw, coalesce(w.job_submit_at, w.submit_at) AS job_submit_at,
@@ -184,21 +218,21 @@ def retries_report(
                j.cluster, coalesce(j.user_name, j.account) AS grp,
                count(*) AS jobs, sum(j.requeues) AS requeues, count(l.job_id_raw) AS resubmissions,
                sum(j.retry_gpu_seconds) AS retry_gpu_seconds, sum(j.failed_gpu_seconds) AS failed_gpu_seconds,
-               NULL::jsonb AS detail
+               NULL::bigint AS job_id_raw, NULL::timestamptz AS job_submit_at,
+               NULL::bigint AS prev_job_id_raw, NULL::timestamptz AS prev_job_submit_at,
+               NULL AS job_id, NULL AS user_name, NULL AS account, NULL AS partition, NULL AS name,
+               NULL AS outcome, NULL::timestamptz AS end_at, NULL::integer AS attempts,
+               NULL::boolean AS in_window, NULL::boolean AS visible
         FROM job_window j LEFT JOIN retry_link l USING (cluster, job_id_raw, job_submit_at)
         GROUP BY GROUPING SETS ((j.cluster, j.account), (j.cluster, j.user_name))
         UNION ALL
-        SELECT 'link', cluster, NULL, NULL, NULL, NULL, NULL, NULL,
-               jsonb_build_object('prev', jsonb_build_array(prev_job_id_raw, prev_job_submit_at),
-                                  'next', jsonb_build_array(job_id_raw, job_submit_at))
+        SELECT 'link', cluster, NULL, NULL, NULL, NULL, NULL, NULL, job_id_raw, job_submit_at,
+               prev_job_id_raw, prev_job_submit_at, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM retry_link
         UNION ALL
         SELECT 'job', c.cluster, NULL, NULL, NULL, NULL, jw.retry_gpu_seconds, jw.failed_gpu_seconds,
-               jsonb_build_object(
-                   'key', jsonb_build_array(c.job_id_raw, c.job_submit_at), 'job_id', c.job_id,
-                   'user', c.user_name, 'account', c.account, 'partition', c.partition, 'name', c.name,
-                   'outcome', c.outcome, 'end_at', c.end_at, 'requeues', c.attempts - 1,
-                   'in_window', jw.job_id_raw IS NOT NULL, 'visible', c.visible)
+               c.job_id_raw, c.job_submit_at, NULL, NULL, c.job_id, c.user_name, c.account, c.partition,
+               c.name, c.outcome, c.end_at, c.attempts, jw.job_id_raw IS NOT NULL, c.visible
         FROM chain_job c LEFT JOIN job_window jw USING (cluster, job_id_raw, job_submit_at)
     """
     bind = params(
@@ -211,18 +245,32 @@ def retries_report(
     )
     bind.update(job_scope_params(job_scope or scope))
     no_jit(conn)
-    bind.update(retry_bounds(conn, bind))
+    bind.update(prepare_retries(conn, bind))
     groups: dict[str, list[dict[str, Any]]] = {"by_account": [], "by_user": []}
     following: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     jobs: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in conn.execute(text(sql), bind).mappings():
-        kind, d = r["kind"], r["detail"]
+        kind = r["kind"]
         if kind == "link":
-            following[_key(r["cluster"], d["prev"])] = _key(r["cluster"], d["next"])
+            following[(r["cluster"], r["prev_job_id_raw"], r["prev_job_submit_at"])] = (
+                r["cluster"],
+                r["job_id_raw"],
+                r["job_submit_at"],
+            )
         elif kind == "job":
-            jobs[_key(r["cluster"], d["key"])] = {
-                **d,
+            jobs[(r["cluster"], r["job_id_raw"], r["job_submit_at"])] = {
                 "cluster": r["cluster"],
+                "job_submit_at": r["job_submit_at"],
+                "job_id": r["job_id"],
+                "user": r["user_name"],
+                "account": r["account"],
+                "partition": r["partition"],
+                "name": r["name"],
+                "outcome": r["outcome"],
+                "end_at": r["end_at"],
+                "requeues": int(r["attempts"]) - 1,
+                "in_window": r["in_window"],
+                "visible": r["visible"],
                 "retry_gpu_seconds": r["retry_gpu_seconds"] or 0,
                 "failed_gpu_seconds": r["failed_gpu_seconds"] or 0,
             }
@@ -253,15 +301,6 @@ def retries_report(
     return sections
 
 
-def _key(cluster: str, pair: list[Any]) -> tuple[Any, ...]:
-    return (cluster, int(pair[0]), _utc(pair[1]))
-
-
-def _utc(value: Any) -> datetime:
-    """jsonb renders timestamps as text in the session's zone; compare them in UTC."""
-    return datetime.fromisoformat(str(value)).astimezone(UTC)
-
-
 def _chains(
     following: dict[tuple[Any, ...], tuple[Any, ...]], jobs: dict[tuple[Any, ...], dict[str, Any]]
 ) -> list[list[dict[str, Any]]]:
@@ -269,7 +308,9 @@ def _chains(
     followed = set(following.values())
     chains = []
     for root in sorted(k for k in following if k not in followed):
-        chain, key, seen = [], root, set()
+        chain: list[dict[str, Any]] = []
+        key: tuple[Any, ...] | None = root
+        seen: set[tuple[Any, ...]] = set()
         while key is not None and key not in seen:
             seen.add(key)
             chain.append(jobs[key])
@@ -293,7 +334,7 @@ def _count_chains(groups: dict[str, list[dict[str, Any]]], chains: list[list[dic
 
 def _chain_row(chain: list[dict[str, Any]]) -> dict[str, Any]:
     first, last = chain[0], chain[-1]
-    ends = [_utc(j["end_at"]) for j in chain if j["end_at"] is not None]
+    ends = [j["end_at"] for j in chain if j["end_at"] is not None]
     return {
         "cluster": first["cluster"],
         "user": first["user"],
@@ -306,7 +347,7 @@ def _chain_row(chain: list[dict[str, Any]]) -> dict[str, Any]:
         "failed_jobs": sum(1 for j in chain if j["outcome"] in ("user_failure", "system_failure")),
         "requeues": sum(int(j["requeues"]) for j in chain),
         "resubmissions": len(chain) - 1,
-        "first_submit_at": _key(first["cluster"], first["key"])[2],
+        "first_submit_at": first["job_submit_at"],
         "last_end_at": max(ends) if last["end_at"] is not None and ends else None,
         "retry_gpu_hours": hours(sum(float(j["retry_gpu_seconds"]) for j in chain)),
         "failed_gpu_hours": hours(sum(float(j["failed_gpu_seconds"]) for j in chain)),

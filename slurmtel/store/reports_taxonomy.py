@@ -29,7 +29,8 @@ splits installed GPU-hours additively into useful, failed (everything allocated 
 user_failure/system_failure attempts), allocated_idle / allocated_no_process / unmeasured (of
 the other attempts), active_not_completed (active time of cancelled, preempted, running,
 unknown attempts), unallocated and unavailable. retry GPU-hours (allocated GPU-hours of retry
-attempts, see reports_retries) overlap those categories and are shown apart.
+attempts, see reports_retries, fitted like the rest of their node-day) overlap those
+categories and are shown apart.
 useful_work_per_gpu_month = useful / installed × 720 h (a 30-day month);
 required_gpus = target useful GPU-hours per month / useful_work_per_gpu_month.
 """
@@ -49,8 +50,8 @@ from slurmtel.store.reports_admin import FAILED_SQL, HOURS_PER_MONTH, apportion_
 from slurmtel.store.reports_retries import (
     DEFAULT_RESUBMISSION_WINDOW_SECONDS,
     RETRY_CTES,
-    WINDOWED_SQL,
-    retry_bounds,
+    prepare_retries,
+    windowed_ctes,
 )
 from slurmtel.store.usage import JobFilter
 
@@ -108,19 +109,10 @@ def _fit(expr: str) -> str:
     return f"(CASE WHEN fit_to IS NULL THEN ({expr}) ELSE round(({expr}) * fit_to / node_allocated, 9) END)"
 
 
-def _parts_ctes(*, retries: bool) -> str:
-    """CTEs ending in part_row: (day, cluster, partition, outcome, is_retry) with the six
-    categories and capacity_unknown, in GPU-seconds (numeric)."""
-    retry_head = f"w AS ({WINDOWED_SQL}),\n{RETRY_CTES}," if retries else ""
-    retry_join = (
-        "LEFT JOIN retry_attempt r ON r.cluster = g.cluster AND r.job_id_raw = g.job_id_raw "
-        "AND r.submit_at = g.submit_at"
-        if retries
-        else ""
-    )
-    retry_flag = "(r.job_id_raw IS NOT NULL)" if retries else "false"
+def _parts_ctes() -> str:
+    """CTEs ending in part_row: (day, cluster, partition, outcome) with the six categories and
+    capacity_unknown, in GPU-seconds (numeric); `fitted` holds each node-day's fit."""
     return f"""
-    {retry_head}
     days AS (
         SELECT CAST(d AS date) AS day,
                d AT TIME ZONE CAST(:tz AS text) AS lo,
@@ -177,7 +169,7 @@ def _parts_ctes(*, retries: bool) -> str:
     alloc_row AS (
         -- summed in float8 (the rollup's own type), then numeric: from here on every figure
         -- is exact, so the parts of a row add up to its installed time to the last digit
-        SELECT g.cluster, g.node, g.day, a.partition, a.outcome, {retry_flag} AS is_retry,
+        SELECT g.cluster, g.node, g.day, a.partition, a.outcome,
                CAST(sum(g.no_process_seconds * g.gpu_fraction) AS numeric) AS no_process,
                CAST(sum(greatest(0, g.idle_seconds - g.no_process_seconds) * g.gpu_fraction) AS numeric)
                    AS idle,
@@ -186,15 +178,14 @@ def _parts_ctes(*, retries: bool) -> str:
                CAST(sum(g.unmeasured_seconds * g.gpu_fraction) AS numeric) AS unmeasured
         FROM gpu_attribution g
         JOIN job_attempt_outcome a USING (cluster, job_id_raw, submit_at)
-        {retry_join}
         WHERE g.day >= CAST(:first_day AS date) AND g.day <= CAST(:last_day AS date)
           AND {_in_clusters("g.cluster")}
-        GROUP BY 1, 2, 3, 4, 5, 6
+        GROUP BY g.cluster, g.node, g.day, a.partition, a.outcome
     ),
     ordered AS (
         SELECT a.*, a.no_process + a.idle + a.unmeasured + a.active AS allocated,
                coalesce(sum(a.no_process + a.idle + a.unmeasured + a.active) OVER (
-                   PARTITION BY a.cluster, a.node, a.day ORDER BY a.partition, a.outcome, a.is_retry
+                   PARTITION BY a.cluster, a.node, a.day ORDER BY a.partition, a.outcome
                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before,
                sum(a.no_process + a.idle + a.unmeasured + a.active) OVER (
                    PARTITION BY a.cluster, a.node, a.day) AS node_allocated
@@ -207,7 +198,7 @@ def _parts_ctes(*, retries: bool) -> str:
         FROM ordered o LEFT JOIN node_day n USING (cluster, node, day)
     ),
     scaled AS (
-        SELECT cluster, node, day, partition, outcome, is_retry, no_state,
+        SELECT cluster, node, day, partition, outcome, no_state,
                {_fit("before + no_process")} - {_fit("before")} AS no_process,
                {_fit("before + no_process + idle")} - {_fit("before + no_process")} AS idle,
                {_fit("before + no_process + idle + unmeasured")}
@@ -220,13 +211,13 @@ def _parts_ctes(*, retries: bool) -> str:
         FROM scaled GROUP BY cluster, node, day
     ),
     part_row AS (
-        SELECT day, cluster, partition, outcome, is_retry,
+        SELECT day, cluster, partition, outcome,
                CAST(0 AS numeric) AS unavailable, CAST(0 AS numeric) AS unallocated,
                no_process, idle, active, unmeasured,
                CASE WHEN no_state THEN no_process + idle + active + unmeasured ELSE 0 END AS capacity_unknown
         FROM scaled
         UNION ALL
-        SELECT n.day, n.cluster, n.home_partition, NULL, false,
+        SELECT n.day, n.cluster, n.home_partition, NULL,
                n.unavailable, n.capacity - n.unavailable - coalesce(x.allocated, 0),
                0, 0, 0, 0, 0
         FROM node_day n LEFT JOIN node_fitted x USING (cluster, node, day)
@@ -286,7 +277,7 @@ def taxonomy_report(
     if not scope.everything:
         return []
     sql = f"""
-        WITH {_parts_ctes(retries=False)}
+        WITH {_parts_ctes()}
         SELECT day, cluster, partition,
                sum(unavailable) AS unavailable, sum(unallocated) AS unallocated,
                sum(no_process) AS allocated_no_process, sum(idle) AS allocated_idle,
@@ -348,7 +339,24 @@ def capacity_report(
     window_start = datetime.combine(first_day, time(), zone).astimezone(UTC)
     window_end = datetime.combine(last_day + timedelta(days=1), time(), zone).astimezone(UTC)
     sql = f"""
-        WITH {_parts_ctes(retries=True)}
+        WITH {windowed_ctes()},
+        {RETRY_CTES},
+        {_parts_ctes()},
+        retry_node_day AS (
+            -- retry attempts' GPU-seconds, fitted like the rest of their node-day
+            SELECT g.cluster, g.node, g.day, sum(g.allocated_seconds * g.gpu_fraction) AS seconds
+            FROM retry_attempt r JOIN gpu_attribution g USING (cluster, job_id_raw, submit_at)
+            WHERE g.day >= CAST(:first_day AS date) AND g.day <= CAST(:last_day AS date)
+            GROUP BY g.cluster, g.node, g.day
+        ),
+        retry AS (
+            SELECT x.cluster,
+                   sum(CAST(x.seconds AS numeric) * coalesce(f.fit_to / nullif(f.node_allocated, 0), 1)) AS seconds
+            FROM retry_node_day x
+            LEFT JOIN (SELECT DISTINCT cluster, node, day, fit_to, node_allocated FROM fitted) f
+              USING (cluster, node, day)
+            GROUP BY x.cluster
+        )
         SELECT cluster,
                sum(unavailable) AS unavailable, sum(unallocated) AS unallocated,
                coalesce(sum(active) FILTER (WHERE outcome = 'completed'), 0) AS useful,
@@ -359,8 +367,8 @@ def capacity_report(
                coalesce(sum(unmeasured) FILTER (WHERE outcome NOT IN {FAILED_SQL}), 0) AS unmeasured,
                coalesce(sum(active) FILTER (WHERE outcome NOT IN {FAILED_SQL} AND outcome <> 'completed'), 0)
                    AS active_not_completed,
-               coalesce(sum(no_process + idle + active + unmeasured) FILTER (WHERE is_retry), 0) AS retry,
-               sum(capacity_unknown) AS capacity_unknown
+               sum(capacity_unknown) AS capacity_unknown,
+               coalesce((SELECT r.seconds FROM retry r WHERE r.cluster = part_row.cluster), 0) AS retry
         FROM part_row
         WHERE {_in_partitions("partition")}
         GROUP BY cluster ORDER BY cluster
@@ -382,7 +390,7 @@ def capacity_report(
     )
     window_hours = Decimal((min(window_end, max(now, window_start)) - window_start).total_seconds()) / 3600
     no_jit(conn)
-    bind.update(retry_bounds(conn, bind))
+    bind.update(prepare_retries(conn, bind))
     for r in conn.execute(text(sql), bind).mappings():
         seconds = {c: Decimal(r[c]) for c in CAPACITY_CATEGORIES}
         installed = sum(seconds.values(), Decimal(0))
