@@ -258,9 +258,9 @@ def demo_nodes() -> tuple[SimNode, ...]:
 
 _PROFILES = (("busy", 0.55), ("one_gpu", 0.15), ("dataloader", 0.2), ("idle", 0.1))
 _OUTCOMES = (
-    ("COMPLETED", 0.74),
+    ("COMPLETED", 0.77),
     ("FAILED", 0.1),
-    ("TIMEOUT", 0.05),
+    ("TIMEOUT", 0.02),
     ("OUT_OF_MEMORY", 0.04),
     ("CANCELLED", 0.07),
 )

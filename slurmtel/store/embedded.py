@@ -32,7 +32,7 @@ def embedded_url(state_dir: Path) -> str:
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     state_dir.mkdir(parents=True, exist_ok=True)
     pgdata = state_dir / "pgdata"
-    log.info("starting embedded PostgreSQL in %s", pgdata)
+    log.debug("starting embedded PostgreSQL in %s", pgdata)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
