@@ -32,7 +32,7 @@ import orjson
 
 from slurmtel.errors import ParseError
 from slurmtel.parsers.gres import gpu_items, single_gpu_type
-from slurmtel.parsers.slurm_common import expand_nodelist, parse_tres_string, unwrap_number
+from slurmtel.parsers.slurm_common import BASE_STATES, expand_nodelist, parse_tres_string, unwrap_number
 from slurmtel.parsers.slurm_common import gpu_count as tres_gpu_count
 from slurmtel.records import GpuAllocation, NodeState, PendingJob, Rejected
 
@@ -50,22 +50,6 @@ _SPACED_KEYS = frozenset(
 # scontrol show node appends who set a reason and when: "ECC memory error [root@2024-01-01T00:00:00]"
 _REASON_STAMP = re.compile(r"\s*\[[^\[\]]*@[^\[\]]*\]\s*$")
 _NO_TIME = frozenset({"", "None", "Unknown", "N/A", "(null)", "0"})
-_BASE_STATES = frozenset(
-    {
-        "PENDING",
-        "RUNNING",
-        "SUSPENDED",
-        "COMPLETED",
-        "CANCELLED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "OUT_OF_MEMORY",
-    }
-)
 
 
 # --------------------------------------------------------------------------- text records
@@ -367,7 +351,7 @@ def _state_words(state: Any, flags: Any = None) -> tuple[str, ...]:
 
 def _base_state(words: tuple[str, ...]) -> str:
     for word in words:
-        if word in _BASE_STATES:
+        if word in BASE_STATES:
             return word
     return words[0] if words else ""
 

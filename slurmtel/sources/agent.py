@@ -24,10 +24,10 @@ from slurmtel.agent.protocol import (
     summaries_query,
 )
 from slurmtel.config import AgentSourceConfig, Config
-from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
+from slurmtel.errors import ConfigError, SourceUnavailable
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
-from slurmtel.sources.targets import Target, resolve_targets
+from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
 from slurmtel.store.quarantine import quarantine
 from slurmtel.store.telemetry import (
     get_agent_cursor,
@@ -54,31 +54,15 @@ class AgentSource:
         return config.sources.agent.interval_seconds
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--target",
-            dest="extra_targets",
-            action="append",
-            default=[],
-            help="pull this agent too ('node', 'node=host:port' or a URL); repeatable",
-        )
+        add_target_argument(parser, "pull")
 
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
         cfg = ctx.config.sources.agent
-        targets = resolve_targets(cfg, options.extra_targets)
-        if not targets:
-            raise ConfigError("sources.agent: no targets (set targets, or discover_nodes = true)")
+        targets = targets_for(cfg, "sources.agent", options)
         headers = _auth_headers(cfg)
         result = RunResult()
-        failures = []
-        for target in targets:
-            try:
-                pull_agent(ctx, target, headers, result)
-            except SlurmtelError as exc:
-                # one unreachable node never stops the others; its spool keeps the data
-                failures.append(f"{target.node}: {exc}")
-        result.errors.extend(failures)
-        if failures and len(failures) == len(targets):
-            raise SourceUnavailable("no agent answered: " + "; ".join(failures[:5]))
+        # an unreachable agent keeps its spool: the next run pulls it
+        for_each_target(targets, lambda target: pull_agent(ctx, target, headers, result), result, "agent")
         return result
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:

@@ -14,12 +14,12 @@ from datetime import datetime
 from pathlib import Path
 
 from slurmtel.config import Config
-from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
+from slurmtel.errors import ConfigError, SourceUnavailable
 from slurmtel.parsers.dcgm import DcgmScrape, dcgm_inventory, dcgm_summaries, parse_dcgm_metrics
 from slurmtel.records import GpuSummary
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
-from slurmtel.sources.targets import Target, resolve_targets
+from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
 from slurmtel.store.quarantine import quarantine
 from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory, write_summaries
 from slurmtel.timeparse import parse_slurm_time
@@ -42,13 +42,7 @@ class DcgmSource:
         return config.sources.dcgm.interval_seconds
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--target",
-            dest="extra_targets",
-            action="append",
-            default=[],
-            help="scrape this target too ('node', 'node=host:port' or a URL); repeatable",
-        )
+        add_target_argument(parser, "scrape")
         parser.add_argument(
             "--node", dest="input_node", default=None, help="with --input: the node it was scraped from"
         )
@@ -58,24 +52,16 @@ class DcgmSource:
 
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
         cfg = ctx.config.sources.dcgm
-        targets = resolve_targets(cfg, options.extra_targets)
-        if not targets:
-            raise ConfigError("sources.dcgm: no targets (set targets, or discover_nodes = true)")
         result = RunResult()
-        failures = []
-        for target in targets:
-            try:
-                raw = http_request(_metrics_url(target, cfg.path), timeout_seconds=cfg.timeout_seconds)
-                at = ctx.clock()
-                self._store(
-                    ctx, parse_dcgm_metrics(raw.decode("utf-8", "replace"), node=target.node, at=at), result
-                )
-            except SlurmtelError as exc:
-                # one unreachable node never stops the others
-                failures.append(f"{target.node}: {exc}")
-        result.errors.extend(failures)
-        if failures and len(failures) == len(targets):
-            raise SourceUnavailable("no dcgm-exporter answered: " + "; ".join(failures[:5]))
+
+        def scrape(target: Target) -> None:
+            raw = http_request(_metrics_url(target, cfg.path), timeout_seconds=cfg.timeout_seconds)
+            at = ctx.clock()
+            self._store(
+                ctx, parse_dcgm_metrics(raw.decode("utf-8", "replace"), node=target.node, at=at), result
+            )
+
+        for_each_target(targets_for(cfg, "sources.dcgm", options), scrape, result, "dcgm-exporter")
         return result
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:

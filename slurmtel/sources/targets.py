@@ -6,12 +6,15 @@ with GPUs. A target is "node" (host = node name), "node=host:port" or a full URL
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from slurmtel.config import ScrapeTargetsConfig
-from slurmtel.errors import ConfigError
+from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
 from slurmtel.parsers.sinfo_nodes import SINFO_NODE_FORMAT, parse_sinfo_gpu_nodes
+from slurmtel.sources.base import RunResult
 from slurmtel.sources.io import run_command
 
 
@@ -52,3 +55,36 @@ def resolve_targets(config: ScrapeTargetsConfig, extra: list[str] | None = None)
 def discover_gpu_nodes(sinfo: str, timeout_seconds: int) -> list[str]:
     raw = run_command([sinfo, "-N", "-o", SINFO_NODE_FORMAT], timeout_seconds=timeout_seconds)
     return parse_sinfo_gpu_nodes(raw.decode("utf-8", "replace"))
+
+
+def add_target_argument(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument(
+        "--target",
+        dest="extra_targets",
+        action="append",
+        default=[],
+        help=f"{verb} this target too ('node', 'node=host:port' or a URL); repeatable",
+    )
+
+
+def targets_for(config: ScrapeTargetsConfig, section: str, options: argparse.Namespace) -> list[Target]:
+    targets = resolve_targets(config, options.extra_targets)
+    if not targets:
+        raise ConfigError(f"{section}: no targets (set targets, or discover_nodes = true)")
+    return targets
+
+
+def for_each_target(
+    targets: Sequence[Target], work: Callable[[Target], None], result: RunResult, what: str
+) -> None:
+    """Run WORK for every target; a target that fails is noted in RESULT (the run is then
+    partial) and never stops the others. Raises SourceUnavailable when none answered."""
+    failures = []
+    for target in targets:
+        try:
+            work(target)
+        except SlurmtelError as exc:
+            failures.append(f"{target.node}: {exc}")
+    result.errors.extend(failures)
+    if failures and len(failures) == len(targets):
+        raise SourceUnavailable(f"no {what} answered: " + "; ".join(failures[:5]))
