@@ -127,3 +127,13 @@ def test_cursor_never_moves_back(engine: Engine) -> None:
     with engine.connect() as conn:
         assert get_cursor(conn, "sacct", "local") == at("2026-11-02T00:00:00")
         assert get_cursor(conn, "sacct", "other") is None
+
+
+def test_a_nul_in_a_job_name_keeps_the_attempt(engine: Engine) -> None:
+    # sacct --json escapes it as \u0000; PostgreSQL text cannot hold it
+    with engine.begin() as conn:
+        stats = write_attempts(conn, [attempt(job_id_raw=1, name="train\x00v2"), attempt(job_id_raw=2)])
+    assert stats.inserted == 2
+    with engine.connect() as conn:
+        names = conn.execute(text("SELECT name FROM job_attempt ORDER BY job_id_raw")).scalars().all()
+    assert names == ["train\ufffdv2", "train"]

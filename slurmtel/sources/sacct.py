@@ -1,15 +1,21 @@
 """The sacct source: job attempts from Slurm accounting (slurmdbd).
 
-One bulk, time-windowed `sacct -a -D` call per cluster and cycle (gentle on slurmdbd). The
-window starts `rescan_seconds` before the stored cursor, because records change after a job
-ends; writes are upserts on the natural key, so overlapping windows never duplicate.
+One bulk, time-windowed `sacct -a -D -X` call per cluster and cycle (gentle on slurmdbd); a
+window longer than `chunk_seconds` (a backfill) is read in several calls. The window starts
+`rescan_seconds` before the stored cursor, because records change after a job ends; writes
+are upserts on the natural key, so overlapping windows never duplicate. Each call's output is
+stored in its own transaction, which also moves the cursor to the end of the call's window;
+the next call is made and parsed while the previous output is written (store_documents).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -21,7 +27,7 @@ from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, SACCT_FIELDS, parse
 from slurmtel.records import JobAttempt, Rejected
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import run_command
-from slurmtel.store.jobs import sync_outcome_classes, write_attempts
+from slurmtel.store.jobs import WriteStats, sync_outcome_classes, write_attempts
 from slurmtel.store.quarantine import quarantine
 from slurmtel.store.runs import get_cursor, set_cursor
 from slurmtel.timeparse import parse_slurm_time
@@ -94,39 +100,46 @@ class SacctSource:
         # None = no -M: sacct's own cluster
         clusters: list[str | None] = [*(_split(options.clusters) or config.sources.sacct.clusters)] or [None]
         result = RunResult()
+        store_documents(
+            ctx, self._documents(ctx, clusters, explicit_start, explicit_end, now, result), result
+        )
+        return result
+
+    def _documents(
+        self,
+        ctx: RunContext,
+        clusters: list[str | None],
+        explicit_start: datetime | None,
+        explicit_end: datetime | None,
+        now: datetime,
+        result: RunResult,
+    ) -> Iterator[SacctDocument]:
+        """One sacct call per cluster and chunk of the window, run as the pipeline asks for it."""
+        config = ctx.config.sources.sacct
         for cluster in clusters:
             scope = cluster or LOCAL_SCOPE
             with ctx.engine.connect() as conn:
                 cursor = get_cursor(conn, NAME, scope)
-            start = explicit_start or _window_start(config.sources.sacct, cursor, now)
+            start = explicit_start or _window_start(config, cursor, now)
             end = explicit_end or now
             if end <= start:
                 raise ConfigError(f"sacct window is empty: {start.isoformat()} .. {end.isoformat()}")
-            raw = run_sacct(config.sources.sacct, start, end, cluster)
-            origin = f"sacct -S {_sacct_time(start)} -E {_sacct_time(end)}" + (
-                f" -M {cluster}" if cluster else ""
-            )
-            if config.sources.sacct.format == "json":
-                records = parse_sacct_json(raw, origin=origin)
-            else:
-                records = parse_sacct_parsable(
-                    raw.decode("utf-8", "replace"),
-                    origin=origin,
-                    delimiter=SACCT_DELIMITER,
-                    timezone=UTC,
-                    default_cluster=cluster or config.site.cluster,
-                )
-            # the cursor only moves when the caller did not pick the window by hand
-            store_records(
-                ctx,
-                records,
-                result,
-                cursor_scope=None if explicit_start or explicit_end else scope,
-                cursor_at=end,
-            )
             result.window_start_at = min(filter(None, (result.window_start_at, start)))
             result.window_end_at = max(filter(None, (result.window_end_at, end)))
-        return result
+            for chunk_start, chunk_end in _chunks(start, end, config.chunk_seconds):
+                origin = f"sacct -S {_sacct_time(chunk_start)} -E {_sacct_time(chunk_end)}" + (
+                    f" -M {cluster}" if cluster else ""
+                )
+                # no local name for the output: it is freed once parsed, not at the next call
+                yield SacctDocument(
+                    origin,
+                    run_sacct(config, chunk_start, chunk_end, cluster),
+                    format=config.format,
+                    default_cluster=cluster or ctx.config.site.cluster,
+                    # the cursor only moves when the caller did not pick the window by hand
+                    cursor_scope=None if explicit_start or explicit_end else scope,
+                    cursor_at=chunk_end,
+                )
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
         config = ctx.config
@@ -168,22 +181,173 @@ def store_records(
     cursor_at: datetime | None,
 ) -> None:
     """Write attempts, quarantine the rest and move the cursor, in one transaction."""
+    totals = _Totals()
+    _store(ctx, records, cursor_scope, cursor_at, totals)
+    totals.report(result)
+
+
+@dataclass(frozen=True)
+class SacctDocument:
+    """One sacct call's output: what the pipeline parses and stores in one transaction."""
+
+    origin: str
+    raw: bytes
+    # "json" or "parsable" (sacct -P with SACCT_FIELDS, epoch times)
+    format: str = "json"
+    # the cluster of -P rows without one
+    default_cluster: str = ""
+    # where the source's cursor moves once the document is stored; None leaves it alone
+    cursor_scope: str | None = None
+    cursor_at: datetime | None = None
+
+
+def parse_document(document: SacctDocument) -> list[JobAttempt | Rejected]:
+    """The records of one sacct output (ParseError when it cannot be read at all)."""
+    if document.format == "json":
+        return parse_sacct_json(document.raw, origin=document.origin)
+    return parse_sacct_parsable(
+        document.raw.decode("utf-8", "replace"),
+        origin=document.origin,
+        delimiter=SACCT_DELIMITER,
+        timezone=UTC,
+        default_cluster=document.default_cluster,
+    )
+
+
+def store_documents(ctx: RunContext, documents: Iterable[SacctDocument], result: RunResult) -> None:
+    """Parse and store DOCUMENTS in order, each in its own transaction with its cursor move.
+
+    A two-stage pipeline: while a writer thread stores one document (its COPY, upsert and
+    linking are mostly PostgreSQL's work, on the other core, with the GIL released), this
+    thread fetches and parses the next. At most one parsed document waits for the writer,
+    so memory stays bounded by about three documents whatever the number of them.
+
+    Documents are committed in order, and after a failed one none of the later ones are
+    written: the cursor never passes a document that is not stored. When fetching or parsing
+    a document fails, the documents before it are still stored, then the error is raised (an
+    error of the writer first: it concerns an earlier document).
+    """
+    writer = _Writer(ctx)
+    failure: Exception | None = None
+    try:
+        for document in documents:
+            records = parse_document(document)
+            writer.put(_Parsed(records, document.cursor_scope, document.cursor_at))
+            del document, records  # the writer holds the records; the raw text can go
+    except Exception as exc:
+        failure = exc
+    finally:
+        writer.close()
+    if writer.error is not None:
+        if failure is not None and failure is not writer.error:
+            writer.error.add_note(f"then, reading a later document: {type(failure).__name__}: {failure}")
+        raise writer.error
+    if failure is not None:
+        raise failure
+    writer.totals.report(result)
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    records: Sequence[JobAttempt | Rejected]
+    cursor_scope: str | None
+    cursor_at: datetime | None
+
+
+@dataclass
+class _Totals:
+    documents: int = 0
+    read: int = 0
+    attempts: int = 0
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    quarantined: int = 0
+    # the first few, for the run's notes
+    rejected: list[Rejected] = field(default_factory=list)
+
+    def add(self, read: int, attempts: int, stats: WriteStats, rejected: list[Rejected]) -> None:
+        self.documents += 1
+        self.read += read
+        self.attempts += attempts
+        self.inserted += stats.inserted
+        self.updated += stats.updated
+        self.unchanged += stats.unchanged
+        self.quarantined += len(rejected)
+        self.rejected.extend(rejected[: 20 - len(self.rejected)])
+
+    def report(self, result: RunResult) -> None:
+        result.rows_read += self.read
+        result.rows_written += self.inserted + self.updated
+        result.rows_quarantined += self.quarantined
+        calls = f" in {self.documents} sacct calls" if self.documents > 1 else ""
+        result.notes.append(
+            f"{self.attempts} attempts read{calls}: {self.inserted} new, {self.updated} changed, "
+            f"{self.unchanged} unchanged; {self.quarantined} quarantined"
+        )
+        result.notes.extend(f"quarantined {r.record_key}: {r.reason}" for r in self.rejected)
+
+
+class _Writer:
+    """The pipeline's second stage: stores parsed documents in order on its own thread."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.totals = _Totals()
+        self.error: BaseException | None = None
+        # one parsed document waiting while another is written
+        self._queue: queue.Queue[_Parsed | None] = queue.Queue(maxsize=1)
+        # a daemon thread: an exiting process rolls back the transaction it is in
+        self._thread = threading.Thread(target=self._run, name="sacct-store", daemon=True)
+        self._thread.start()
+
+    def put(self, parsed: _Parsed) -> None:
+        if self.error is not None:
+            raise self.error
+        self._queue.put(parsed)
+
+    def close(self) -> None:
+        """Store what is queued (unless a write failed), then stop."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (parsed := self._queue.get()) is not None:
+            if self.error is not None:
+                continue  # nothing after a failed document: the cursor must not pass it
+            try:
+                # the outcome classes once a run, in its first document's transaction
+                _store(
+                    self.ctx,
+                    parsed.records,
+                    parsed.cursor_scope,
+                    parsed.cursor_at,
+                    self.totals,
+                    sync_outcomes=self.totals.documents == 0,
+                )
+            except BaseException as exc:
+                self.error = exc
+
+
+def _store(
+    ctx: RunContext,
+    records: Sequence[JobAttempt | Rejected],
+    cursor_scope: str | None,
+    cursor_at: datetime | None,
+    totals: _Totals,
+    *,
+    sync_outcomes: bool = True,
+) -> None:
     attempts = [r for r in records if isinstance(r, JobAttempt)]
     rejected = [r for r in records if isinstance(r, Rejected)]
     with ctx.engine.begin() as conn:
-        sync_outcome_classes(conn, ctx.config.outcomes.mapping())
+        if sync_outcomes:
+            sync_outcome_classes(conn, ctx.config.outcomes.mapping())
         stats = write_attempts(conn, attempts)
         quarantine(conn, rejected)
         if cursor_scope is not None and cursor_at is not None:
             set_cursor(conn, NAME, cursor_scope, cursor_at)
-    result.rows_read += len(records)
-    result.rows_written += stats.inserted + stats.updated
-    result.rows_quarantined += len(rejected)
-    result.notes.append(
-        f"{len(attempts)} attempts read: {stats.inserted} new, {stats.updated} changed, "
-        f"{stats.unchanged} unchanged; {len(rejected)} quarantined"
-    )
-    result.notes.extend(f"quarantined {r.record_key}: {r.reason}" for r in rejected[:20])
+    totals.add(len(records), len(attempts), stats, rejected)
 
 
 def run_sacct(config: SacctSourceConfig, start: datetime, end: datetime, cluster: str | None) -> bytes:
@@ -200,6 +364,17 @@ def run_sacct(config: SacctSourceConfig, start: datetime, end: datetime, cluster
         env["SLURM_TIME_FORMAT"] = "%s"
         argv += ["-P", f"--delimiter={SACCT_DELIMITER}", "--format=" + ",".join(SACCT_FIELDS)]
     return run_command(argv, timeout_seconds=config.timeout_seconds, env=env)
+
+
+def _chunks(start: datetime, end: datetime, chunk_seconds: int) -> Iterator[tuple[datetime, datetime]]:
+    """START..END in consecutive windows of at most CHUNK_SECONDS (0: one window)."""
+    if chunk_seconds <= 0:
+        yield start, end
+        return
+    step = timedelta(seconds=chunk_seconds)
+    while start < end:
+        yield start, min(start + step, end)
+        start += step
 
 
 def _window_start(config: SacctSourceConfig, cursor: datetime | None, now: datetime) -> datetime:

@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+from psycopg.errors import CharacterNotInRepertoire
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import DataError
 
+from slurmtel.parsers.slurm_common import gc_paused
 from slurmtel.records import JobAttempt
 from slurmtel.store.copy import copy_rows
 
@@ -18,7 +21,7 @@ REQUEUE_STATES = ("REQUEUED", "NODE_FAIL", "PREEMPTED", "REQUEUE_FED", "REQUEUE_
 
 # (column, PostgreSQL type for binary COPY, JobAttempt attribute) - the one column list that
 # the staging table, the COPY and the upsert share. tres maps go in as dicts (jsonb), node
-# tuples as text[].
+# tuples as text[] (store.copy dumps both).
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cluster", "text", "cluster"),
     ("job_id_raw", "int8", "job_id_raw"),
@@ -51,12 +54,27 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("nodelist", "text", "nodelist"),
     ("work_dir", "text", "work_dir"),
     ("submit_line", "text", "submit_line"),
-    # last: binary COPY of text[] needs a list, the record holds a tuple
     ("nodes", "text[]", "nodes"),
 )
 COLUMN_NAMES = tuple(c for c, _, _ in COLUMNS)
-_ROW_BUT_NODES = attrgetter(*(attribute for _, _, attribute in COLUMNS[:-1]))
+_ROW = attrgetter(*(attribute for _, _, attribute in COLUMNS))
 KEY = ("cluster", "job_id_raw", "submit_at")
+
+
+WRITE_LOCK_KEY = 7_355_608_002  # pg_advisory_xact_lock key of attempt writes
+
+
+def _without_nul(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace("\x00", "\ufffd")
+        if isinstance(value, tuple | list):
+            return type(value)(clean(v) for v in value)
+        if isinstance(value, dict):
+            return {clean(k): clean(v) for k, v in value.items()}
+        return value
+
+    return tuple(clean(v) for v in row)
 
 
 @dataclass(frozen=True)
@@ -72,10 +90,8 @@ class WriteStats:
 
 def attempt_rows(attempts: Iterable[JobAttempt]) -> list[tuple[Any, ...]]:
     """Rows in COLUMNS order, one per natural key (a later record of the same key wins)."""
-    by_key: dict[tuple[str, int, Any], JobAttempt] = {}
-    for attempt in attempts:
-        by_key[(attempt.cluster, attempt.job_id_raw, attempt.submit_at)] = attempt
-    return [(*_ROW_BUT_NODES(a), list(a.nodes)) for a in by_key.values()]
+    by_key = {(a.cluster, a.job_id_raw, a.submit_at): a for a in attempts}
+    return list(map(_ROW, by_key.values()))
 
 
 def copy_attempt_rows(conn: Connection, table: str, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -88,9 +104,18 @@ def write_attempts(conn: Connection, attempts: Iterable[JobAttempt]) -> WriteSta
 
     Idempotent: writing the same records again changes no row (updated_at included).
     """
+    # tens of thousands of acyclic row tuples: the cyclic collector would only rescan them
+    with gc_paused():
+        return _write_attempts(conn, attempts)
+
+
+def _write_attempts(conn: Connection, attempts: Iterable[JobAttempt]) -> WriteStats:
     rows = attempt_rows(attempts)
     if not rows:
         return WriteStats(0, 0, 0)
+    # one writer of attempts at a time (the daemon and a backfill from the CLI): job linking
+    # must see every attempt of a job id, and an uncommitted one of another writer it cannot
+    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
     cols = ", ".join(COLUMN_NAMES)
     # same column types as job_attempt, no constraints; emptied at commit
     conn.execute(
@@ -100,7 +125,18 @@ def write_attempts(conn: Connection, attempts: Iterable[JobAttempt]) -> WriteSta
         )
     )
     conn.execute(text("TRUNCATE attempt_stage"))
-    copy_attempt_rows(conn, "attempt_stage", rows)
+    savepoint = conn.begin_nested()
+    try:
+        copy_attempt_rows(conn, "attempt_stage", rows)
+        savepoint.commit()
+    except (CharacterNotInRepertoire, DataError) as exc:
+        # PostgreSQL text cannot hold NUL (a job name from a careless script can): keep the
+        # attempt, with U+FFFD where the NUL was, rather than lose its GPU time
+        savepoint.rollback()
+        if "0x00" not in str(exc):
+            raise
+        conn.execute(text("TRUNCATE attempt_stage"))
+        copy_attempt_rows(conn, "attempt_stage", [_without_nul(row) for row in rows])
     non_key = [c for c in COLUMN_NAMES if c not in KEY]
     assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in non_key)
     current = ", ".join(f"job_attempt.{c}" for c in non_key)

@@ -1,0 +1,83 @@
+"""The binary COPY dumpers of slurmtel.store.copy against psycopg's own, and through PostgreSQL."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg import pq
+from psycopg.adapt import PyFormat, Transformer
+from sqlalchemy import Engine, text
+
+from slurmtel.parsers.sacct_json import parse_sacct_json
+from slurmtel.records import JobAttempt
+from slurmtel.store.copy import copy_rows, text_array
+from slurmtel.store.jobs import write_attempts
+from tests.conftest import fixture_path
+from tests.factories import attempt
+
+LAB = fixture_path("sacct", "slurm-22.05", "sacct-a-D.json")
+ARRAYS = [[], ["gpu01"], ["gpu01", "gpu02"], ["nœud-é", None, ""], [None], ["a,b", '"q"', "{x}", "NULL"]]
+
+
+@pytest.mark.parametrize("values", ARRAYS)
+def test_text_arrays_are_the_bytes_psycopg_sends(database_url: str, values: list[str | None]) -> None:
+    with psycopg.connect(database_url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+        transformer = Transformer(conn)
+        transformer.set_dumper_types([conn.adapters.types["text"].array_oid], pq.Format.BINARY)
+        (expected,) = transformer.dump_sequence([values], [PyFormat.BINARY])
+    assert text_array(values) == bytes(expected)  # type: ignore[arg-type]
+    assert text_array(tuple(values)) == bytes(expected)  # type: ignore[arg-type]
+
+
+def test_text_arrays_refuse_nested_or_non_text_values() -> None:
+    with pytest.raises(psycopg.DataError, match="flat sequences of str"):
+        text_array([["gpu01"]])  # type: ignore[list-item]
+    with pytest.raises(psycopg.DataError, match="got int"):
+        text_array([1])  # type: ignore[list-item]
+
+
+def test_tuples_lists_and_tres_maps_come_back_from_postgresql(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TEMP TABLE copy_check (nodes text[], tres jsonb) ON COMMIT DROP"))
+        copy_rows(
+            conn,
+            "copy_check",
+            [("nodes", "text[]"), ("tres", "jsonb")],
+            [
+                (("gpu01", "gpu02"), {"gres/gpu": 2, "cpu": 16}),
+                (["nœud-é", None], {}),
+                ((), {"mem": 262144}),
+            ],
+        )
+        rows = conn.execute(text("SELECT nodes, tres, tres::text FROM copy_check")).all()
+    assert [tuple(r) for r in rows] == [
+        (["gpu01", "gpu02"], {"gres/gpu": 2, "cpu": 16}, '{"cpu": 16, "gres/gpu": 2}'),
+        (["nœud-é", None], {}, "{}"),
+        ([], {"mem": 262144}, '{"mem": 262144}'),
+    ]
+
+
+def test_the_lab_attempts_are_stored_as_parsed(engine: Engine) -> None:
+    attempts = [r for r in parse_sacct_json(LAB.read_bytes()) if isinstance(r, JobAttempt)]
+    with engine.begin() as conn:
+        assert write_attempts(conn, attempts).inserted == 22
+    with engine.connect() as conn:
+        stored = {
+            (r.job_id_raw, r.submit_at): (r.nodes, r.alloc_tres, r.req_tres, r.nodelist)
+            for r in conn.execute(
+                text("SELECT job_id_raw, submit_at, nodes, alloc_tres, req_tres, nodelist FROM job_attempt")
+            )
+        }
+    assert stored == {
+        (a.job_id_raw, a.submit_at): (list(a.nodes), a.alloc_tres, a.req_tres, a.nodelist) for a in attempts
+    }
+    # the multi-node job of the lab, as sacct -a -D.txt shows it
+    assert sorted(v[0] for v in stored.values() if len(v[0]) > 1) == [["gpu01", "gpu02"]]
+
+
+def test_an_int_beyond_int4_is_an_error_not_its_low_bits(engine: Engine) -> None:
+    # psycopg's own binary int4 dumper would write 2**40 as 0
+    with pytest.raises(psycopg.DataError, match="out of range"), engine.begin() as conn:
+        write_attempts(conn, [attempt(array_job_id=1, array_task_id=2**40)])
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM job_attempt")).scalar_one() == 0
