@@ -61,12 +61,11 @@ class SummaryWriteStats:
         return self.received - self.inserted
 
 
-_SUMMARY_ROW = attrgetter(*(c for c, _ in SUMMARY_COLUMNS[:-1]))
+_SUMMARY_ROW = attrgetter(*(c for c, _ in SUMMARY_COLUMNS))
 
 
 def summary_rows(summaries: Iterable[GpuSummary], batch_id: int) -> list[tuple[Any, ...]]:
-    # job_ids is last: binary COPY of text[] needs a list, the record holds a tuple
-    return [(*_SUMMARY_ROW(s), list(s.job_ids), batch_id) for s in summaries]
+    return [(*_SUMMARY_ROW(s), batch_id) for s in summaries]
 
 
 # ---------------------------------------------------------------- partitions
