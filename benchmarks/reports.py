@@ -1,8 +1,10 @@
 """Admin report latency on 200,000 jobs: each `slurmtel report` query, timed.
 
 Loads N synthetic attempts through the real path (slurmtel.simulate.synthetic_jobs ->
-render_sacct_json -> parse_sacct_json -> write_attempts), then synthetic rollups and
-controller data sized like a 121-node, 8-GPU-per-node cluster:
+render_sacct_json -> parse_sacct_json -> write_attempts) and runs attribution over them, as the
+daemon does (it also keeps the resubmission links that `failures`, `retries` and `capacity`
+read), then replaces its rollups (there is no telemetry: all unmeasured) with synthetic ones and
+loads controller data sized like a 121-node, 8-GPU-per-node cluster:
   gpu_attribution: one row per attempt x node x GPU x day (what attribution writes when every
                    GPU is mapped), with busy / idle / no-process / unmeasured parts;
   node_state:      every node changes state every 2 hours, a few nodes down or drained;
@@ -15,7 +17,8 @@ and prints seconds per report against the target (< 1 s each).
 
 Without --dsn it uses $SLURMTEL_TEST_DSN / $SLURMTEL_DATABASE_URL, else an embedded PostgreSQL;
 it works in a scratch database it creates and drops (--keep keeps it, --reuse times the
-reports on a kept one). Tables are ANALYZEd after loading, as autovacuum would.
+reports on a kept one, after bringing its schema and resubmission links up to date). Tables
+are ANALYZEd after loading, as autovacuum would.
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from slurmtel.access import EVERYTHING
+from slurmtel.attribution import run_attribution
 from slurmtel.config import Config
 from slurmtel.parsers.sacct_json import parse_sacct_json
 from slurmtel.records import GpuEvent, GpuInventory, JobAttempt, PendingJob
 from slurmtel.simulate import USERS, render_sacct_json, synthetic_jobs
+from slurmtel.store.attribution import refresh_retry_links, retry_links_current
 from slurmtel.store.engine import normalize_url
 from slurmtel.store.jobs import sync_outcome_classes, write_attempts
 from slurmtel.store.migrate import upgrade
@@ -118,6 +123,7 @@ NODE_STATE_SQL = """
 
 
 def load_rest(conn: Connection, pending: int) -> None:
+    conn.execute(text("DELETE FROM gpu_attribution"))
     conn.execute(text(ATTRIBUTION_SQL), {"now": END})
     conn.execute(text(NODE_STATE_SQL), {"nodes": NODES, "start": START, "end": END})
     drifted = ("gpu003", "gpu077")
@@ -202,6 +208,20 @@ def time_reports(engine: Engine, repeat: int) -> int:
     return 0
 
 
+def update_links(engine: Engine) -> None:
+    """Bring a kept database's resubmission links up to date (schema 0005 and later) without an
+    attribution run, which would replace the synthetic rollups of running attempts."""
+    window = Config().attribution.resubmission_window_seconds
+    with engine.begin() as conn:
+        if retry_links_current(conn, window):
+            return
+        t0 = time.perf_counter()
+        refresh = refresh_retry_links(
+            conn, window_seconds=window, job_mark=None, overlap_seconds=0, full=True
+        )
+    print(f"computed {refresh.links:,} resubmission links in {time.perf_counter() - t0:.1f} s")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -219,6 +239,8 @@ def main() -> int:
     if args.reuse:
         engine = create_engine(make_url(base).set(database=args.reuse))
         try:
+            upgrade(engine)
+            update_links(engine)
             return time_reports(engine, args.repeat)
         finally:
             engine.dispose()
@@ -235,6 +257,14 @@ def main() -> int:
         print(
             f"loaded {stored:,} attempts through the sacct --json parser in {time.perf_counter() - t0:.1f} s"
         )
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("ANALYZE job_attempt"))
+        t0 = time.perf_counter()
+        result = run_attribution(engine, Config(), now=END)
+        print(
+            f"attribution run in {time.perf_counter() - t0:.1f} s: {result.attempts:,} attempts, "
+            f"{result.retry_links:,} resubmission links"
+        )
         t0 = time.perf_counter()
         with engine.begin() as conn:
             load_rest(conn, args.pending)
@@ -242,7 +272,14 @@ def main() -> int:
             conn.execute(text("ANALYZE"))
             counts = {
                 t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one()
-                for t in ("gpu_attribution", "node_state", "pending_job", "gpu_inventory", "gpu_event")
+                for t in (
+                    "gpu_attribution",
+                    "retry_link",
+                    "node_state",
+                    "pending_job",
+                    "gpu_inventory",
+                    "gpu_event",
+                )
             }
         print(
             f"loaded rollups and controller data in {time.perf_counter() - t0:.1f} s: "

@@ -4,6 +4,9 @@ Incremental and idempotent: each run recomputes only the attempts that may have 
 (see slurmtel.store.attribution) inside one transaction, and records which telemetry batches
 it folded in. Running it twice gives identical rows; data that arrives late is absorbed by the
 next run. Only one run at a time (a transaction-level advisory lock).
+
+The same run keeps the resubmission links of retry chains (retry_link) up to date with the
+jobs written since the last run, so retry figures in reports are as of the last run.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from slurmtel.store.attribution import (
     get_watermark,
     mark_batches,
     recompute_dirty,
+    refresh_retry_links,
     select_dirty_attempts,
     set_watermark,
 )
@@ -30,26 +34,36 @@ class AttributionResult:
     attempts: int
     rows: int
     batches: int
+    retry_links: int = 0  # links (re)written
 
 
 def run_attribution(
     engine: Engine, config: Config, *, now: datetime, full: bool = False
 ) -> AttributionResult:
-    """Recompute the rollups of every attempt that may have changed (all of them with FULL)."""
+    """Recompute the rollups of every attempt that may have changed and the retry links of
+    every job that may have changed (all of them with FULL)."""
     with engine.begin() as conn:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})
+        job_mark = None if full else get_watermark(conn, "jobs")
         selection = select_dirty_attempts(
             conn,
             now=now,
-            job_mark=None if full else get_watermark(conn, "jobs"),
+            job_mark=job_mark,
             allocation_mark=None if full else get_watermark(conn, "allocations"),
             overlap_seconds=config.attribution.overlap_seconds,
             everything=full,
         )
         rows = recompute_dirty(conn, timezone=config.site.timezone) if selection.attempts else 0
+        links = refresh_retry_links(
+            conn,
+            window_seconds=config.attribution.resubmission_window_seconds,
+            job_mark=job_mark,
+            overlap_seconds=config.attribution.overlap_seconds,
+            full=full,
+        )
         mark_batches(conn, selection.batches)
         if selection.max_updated_at is not None:
             set_watermark(conn, "jobs", selection.max_updated_at)
         if selection.max_allocation_seen_at is not None:
             set_watermark(conn, "allocations", selection.max_allocation_seen_at)
-    return AttributionResult(selection.attempts, rows, len(selection.batches))
+    return AttributionResult(selection.attempts, rows, len(selection.batches), links.links)

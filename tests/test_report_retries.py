@@ -15,9 +15,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from slurmtel.access import EVERYTHING, NOTHING, Scope
+from slurmtel.attribution import run_attribution
 from slurmtel.config import Config
 from slurmtel.records import JobAttempt
 from slurmtel.store.jobs import sync_outcome_classes, write_attempts
@@ -61,6 +62,8 @@ def load(engine: Engine) -> None:
     with engine.begin() as conn:
         sync_outcome_classes(conn, Config().outcomes.mapping())
         write_attempts(conn, JOBS)
+    # reports read resubmission links as of the last attribution run
+    run_attribution(engine, Config(), now=NOW)
 
 
 def report(engine: Engine, scope: Scope = EVERYTHING, **kwargs) -> dict[str, list[dict[str, Any]]]:
@@ -165,3 +168,18 @@ def test_scope_and_job_scope(engine: Engine) -> None:
     assert len(finance["by_account"]) == 3
     only_bio = report(engine, job_filter=JobFilter(accounts=("bio",)))
     assert (only_bio["chains"], [r["account"] for r in only_bio["by_account"]]) == ([], ["bio"])
+
+
+def test_stored_links_and_links_computed_at_query_time_agree(engine: Engine) -> None:
+    load(engine)
+    windows = [(START, END), (at("2026-11-01T12:30:00"), at("2026-11-01T13:30:00"))]
+    with engine.connect() as conn:
+        stored = [retries_report(conn, start=s, end=e, now=NOW, scope=EVERYTHING) for s, e in windows]
+        stored_failures = failures_report(conn, start=START, end=END, now=NOW, scope=EVERYTHING)
+    # without the attribution run's record of how the links were computed, reports compute them
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM retry_link_state"))
+    with engine.connect() as conn:
+        assert [retries_report(conn, start=s, end=e, now=NOW, scope=EVERYTHING) for s, e in windows] == stored
+        assert failures_report(conn, start=START, end=END, now=NOW, scope=EVERYTHING) == stored_failures
+    assert [c["job_ids"] for c in stored[0]["chains"]] == [["10", "11", "12"], ["50", "51"], ["60", "61"]]

@@ -17,10 +17,8 @@ from slurmtel.access import Scope
 from slurmtel.store.reports_admin import FAILED_SQL, hours, no_jit, params, share
 from slurmtel.store.reports_retries import (
     DEFAULT_RESUBMISSION_WINDOW_SECONDS,
-    RETRY_CTES,
     job_scope_params,
-    prepare_retries,
-    windowed_ctes,
+    retry_ctes,
 )
 from slurmtel.store.usage import JobFilter
 
@@ -55,13 +53,22 @@ def failures_report(
     if end <= start:
         raise ValueError("the window is empty: -E must be after -S")
     job_scope = job_scope or scope
+    bind = params(
+        scope,
+        job_filter,
+        start=start,
+        end=end,
+        now=now,
+        top=max(0, int(top)),
+        resubmission_seconds=resubmission_window_seconds,
+    )
+    bind.update(job_scope_params(job_scope))
+    no_jit(conn)
+    ctes = retry_ctes(conn, bind, detail=True)
     sql = f"""
-        WITH {windowed_ctes(detail=True)},
-        {RETRY_CTES},
+        WITH {ctes},
         fw AS (
-            SELECT w.*, (r.job_id_raw IS NOT NULL) AS is_retry
-            FROM w LEFT JOIN retry_attempt r USING (cluster, job_id_raw, submit_at)
-            WHERE w.gpu_seconds > 0
+            SELECT * FROM w WHERE gpu_seconds > 0
         ),
         per_node AS (
             SELECT fw.cluster, n.node, fw.outcome, fw.is_retry,
@@ -95,18 +102,6 @@ def failures_report(
                    min(extract(epoch FROM coalesce(end_at, CAST(:now AS timestamptz)) - start_at)))
         FROM top_attempt GROUP BY cluster, job_id_raw, submit_at, job_id
     """
-    bind = params(
-        scope,
-        job_filter,
-        start=start,
-        end=end,
-        now=now,
-        top=max(0, int(top)),
-        resubmission_seconds=resubmission_window_seconds,
-    )
-    bind.update(job_scope_params(job_scope))
-    no_jit(conn)
-    bind.update(prepare_retries(conn, bind))
     sections: dict[str, list[dict[str, Any]]] = {name: [] for name in SECTIONS}
     for r in conn.execute(text(sql), bind).mappings():
         section = r["section"]

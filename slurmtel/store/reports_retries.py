@@ -11,6 +11,11 @@
   chain (two or more jobs), and every requeued attempt whatever its state (the job ran again,
   so that allocation was spent once more). An attempt that is both counts once.
 
+The links are kept in retry_link by the attribution run (slurmtel.store.attribution), so
+reports read them as of the last run. While retry_link was computed with another window or
+other outcome classes than the report's (or never), the report computes the links at query
+time instead, from the jobs within reach of the window (slower, same figures).
+
 Chains are built from the jobs within reach of the window: submitted from one resubmission
 window before the earliest submission of a job active in the window to one after the latest
 end of such a job.
@@ -18,22 +23,26 @@ end of such a job.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
 
 from slurmtel.access import SCOPE_SQL, Scope
-from slurmtel.store.jobs import REQUEUE_STATES
+from slurmtel.store.attribution import (
+    RESUBMISSION_WINDOW,
+    bucket_sql,
+    link_ctes,
+    requeued_sql,
+    retry_links_current,
+)
 from slurmtel.store.reports_admin import FAILED_SQL, hours, no_jit, params
 from slurmtel.store.usage import FILTER_SQL, WINDOWED_ATTEMPTS_SQL, JobFilter
 
 DEFAULT_RESUBMISSION_WINDOW_SECONDS = 21600
 
-_W = "make_interval(secs => CAST(:resubmission_seconds AS float8))"
-# resubmission-window-sized time buckets (at least a second wide)
-_BUCKET = "floor(date_part('epoch', {at}) / greatest(CAST(:resubmission_seconds AS float8), 1))"
-_REQUEUE_SQL = "(" + ", ".join(f"'{s}'" for s in REQUEUE_STATES) + ")"
+_W = RESUBMISSION_WINDOW
 _NEAR_COLUMNS = (
     "cluster, job_id_raw, submit_at, job_submit_at, attempt_number, name, user_name, account, "
     "partition, state, outcome, alloc_gpus, start_at, end_at"
@@ -44,13 +53,17 @@ _FROM_ATTEMPTS = "FROM job_attempt_outcome a"
 assert _FROM_ATTEMPTS in WINDOWED_ATTEMPTS_SQL
 
 
+def _columns(detail: bool) -> str:
+    return f"{_NEAR_COLUMNS}, {_DETAIL_COLUMNS}" if detail else _NEAR_COLUMNS
+
+
 def windowed_ctes(*, detail: bool = False) -> str:
     """The CTEs `near` (the attempts within reach of the window: every windowed attempt, every
     job submitted between :retry_lo and :retry_hi and every attempt that ended then; one scan of
-    job_attempt, narrow columns, DETAIL adds job id, exit code and nodes) and `w` (the windowed
-    attempts of `report usage`, read from near, GPU-seconds as float8: it sums far faster than
-    numeric and reports round to 1e-4 GPU-hours)."""
-    columns = f"{_NEAR_COLUMNS}, {_DETAIL_COLUMNS}" if detail else _NEAR_COLUMNS
+    job_attempt, narrow columns, DETAIL adds job id, exit code and nodes) and `windowed` (the
+    windowed attempts of `report usage`, read from near, GPU-seconds as float8: it sums far
+    faster than numeric and reports round to 1e-4 GPU-hours)."""
+    columns = _columns(detail)
     return f"""
     near AS MATERIALIZED (
         SELECT {columns} FROM job_attempt_outcome a
@@ -59,85 +72,130 @@ def windowed_ctes(*, detail: bool = False) -> str:
           AND {SCOPE_SQL}
           AND {FILTER_SQL}
     ),
-    w AS (
+    windowed AS (
         SELECT {columns}, CAST(gpu_seconds AS float8) AS gpu_seconds
         FROM ({WINDOWED_ATTEMPTS_SQL.replace(_FROM_ATTEMPTS, "FROM near a")}) windowed
     )
 """
 
 
-# An attempt of the same job after this one (link_jobs only continues a job after a requeue state).
-_LATER_ATTEMPT = """EXISTS (
-    SELECT 1 FROM job_attempt n
-    WHERE n.cluster = {a}.cluster AND n.job_id_raw = {a}.job_id_raw
-      AND n.job_submit_at = {a}.job_submit_at AND n.attempt_number > {a}.attempt_number)"""
-
-
-def _requeued(alias: str) -> str:
-    later = _LATER_ATTEMPT.format(a=alias)
-    return f"(CASE WHEN {alias}.state IN {_REQUEUE_SQL} THEN {later} ELSE false END)"
-
-
-# CTEs after windowed_ctes(). They define retry_link (a resubmission -> the failed job it
-# follows), retry_chain_job (jobs in a chain) and retry_attempt (keys of the windowed attempts
-# that are retry attempts). :retry_lo and :retry_hi come from prepare_retries() (literal bounds
-# let the planner hash-join the jobs; bounds computed in the same statement leave it guessing,
-# and it guessed a nested loop over 200,000 x 40,000 rows).
+# CTEs after windowed_ctes(), computing the links at query time. They define chain_link (a
+# resubmission -> the failed job it follows), chain_member (jobs in a chain), retry_attempt
+# (keys of the windowed attempts that are retry attempts) and w (the windowed attempts with
+# is_retry). :retry_lo and :retry_hi come from
+# prepare_retries() (literal bounds let the planner hash-join the jobs; bounds computed in the
+# same statement leave it guessing, and it guessed a nested loop over 200,000 x 40,000 rows).
 RETRY_CTES = f"""
     retry_job_start AS (
         SELECT a.cluster, a.job_id_raw, a.submit_at AS job_submit_at, a.user_name, a.account,
-               a.partition, a.name, {_BUCKET.format(at="a.submit_at")} AS bucket
+               a.partition, a.name, {bucket_sql("a.submit_at")} AS bucket
         FROM near a
         WHERE a.attempt_number = 1 AND a.submit_at >= CAST(:retry_lo AS timestamptz)
     ),
     retry_failed_job AS MATERIALIZED (
-        -- a resubmission is submitted in its failed job's end bucket or the next one: each
-        -- failed job twice, once per bucket, for an equi-join on the chain's key and the
-        -- bucket instead of pairing every job with every failed job of its name
-        -- (materialised, so that the planner keeps it that way)
+        -- materialised, so that the planner keeps the bucket equi-join
         SELECT a.cluster, a.job_id_raw, coalesce(a.job_submit_at, a.submit_at) AS job_submit_at,
                a.user_name, a.account, a.partition, a.name, a.end_at,
-               unnest(ARRAY[{_BUCKET.format(at="a.end_at")}, {_BUCKET.format(at="a.end_at")} + 1]) AS bucket
+               unnest(ARRAY[{bucket_sql("a.end_at")}, {bucket_sql("a.end_at")} + 1]) AS bucket
         FROM near a
         WHERE a.outcome IN {FAILED_SQL} AND a.end_at <= CAST(:retry_hi AS timestamptz)
-          AND NOT {_requeued("a")}
+          AND NOT {requeued_sql("a")}
     ),
-    retry_pair AS (
-        SELECT s.cluster, s.job_id_raw, s.job_submit_at, p.job_id_raw AS prev_job_id_raw,
-               p.job_submit_at AS prev_job_submit_at, p.end_at AS prev_end_at
-        FROM retry_failed_job p
-        JOIN retry_job_start s
-          ON s.name = p.name AND s.user_name = p.user_name AND s.bucket = p.bucket
-         AND s.cluster = p.cluster AND s.account = p.account AND s.partition = p.partition
-        WHERE s.job_submit_at >= p.end_at AND s.job_submit_at <= p.end_at + {_W}
-    ),
-    retry_follows AS (
-        SELECT DISTINCT ON (cluster, job_id_raw, job_submit_at)
-               cluster, job_id_raw, job_submit_at, prev_job_id_raw, prev_job_submit_at
-        FROM retry_pair
-        WHERE (prev_job_id_raw, prev_job_submit_at) <> (job_id_raw, job_submit_at)
-        ORDER BY cluster, job_id_raw, job_submit_at, prev_end_at DESC, prev_job_id_raw DESC
-    ),
-    retry_link AS (
-        SELECT DISTINCT ON (cluster, prev_job_id_raw, prev_job_submit_at) *
-        FROM retry_follows
-        ORDER BY cluster, prev_job_id_raw, prev_job_submit_at, job_submit_at, job_id_raw
-    ),
-    retry_chain_job AS (
-        SELECT cluster, job_id_raw, job_submit_at FROM retry_link
+    {link_ctes(starts="retry_job_start", failed="retry_failed_job", prefix="chain")},
+    chain_member AS (
+        SELECT cluster, job_id_raw, job_submit_at FROM chain_link
         UNION
-        SELECT cluster, prev_job_id_raw, prev_job_submit_at FROM retry_link
+        SELECT cluster, prev_job_id_raw, prev_job_submit_at FROM chain_link
     ),
     retry_attempt AS (
-        SELECT w.cluster, w.job_id_raw, w.submit_at FROM w WHERE {_requeued("w")}
+        SELECT w.cluster, w.job_id_raw, w.submit_at FROM windowed w WHERE {requeued_sql("w")}
         UNION
         SELECT w.cluster, w.job_id_raw, w.submit_at
-        FROM w JOIN retry_chain_job k
+        FROM windowed w JOIN chain_member k
           ON k.cluster = w.cluster AND k.job_id_raw = w.job_id_raw
          AND k.job_submit_at = coalesce(w.job_submit_at, w.submit_at)
         WHERE w.outcome IN {FAILED_SQL}
+    ),
+    w AS (
+        SELECT windowed.*, {requeued_sql("windowed")} AS requeued, (r.job_id_raw IS NOT NULL) AS is_retry
+        FROM windowed LEFT JOIN retry_attempt r USING (cluster, job_id_raw, submit_at)
     )
 """
+
+
+# the jobs at either end of a stored link, in scope and filter (a link's jobs share its
+# user, account, partition and cluster)
+_LINKED_JOBS = f"""
+    SELECT cluster, job_id_raw, job_submit_at FROM retry_link WHERE {SCOPE_SQL} AND {FILTER_SQL}
+    UNION ALL
+    SELECT cluster, prev_job_id_raw, prev_job_submit_at FROM retry_link WHERE {SCOPE_SQL} AND {FILTER_SQL}
+"""
+
+
+def stored_retry_ctes(*, detail: bool = False, name: str = "w") -> str:
+    """The CTE NAME: the windowed attempts of `report usage` (GPU-seconds as float8; DETAIL
+    adds job id, exit code and nodes) with requeued and is_retry (a retry attempt), reading
+    retry_link."""
+    # is_retry in the same scan: the linked jobs are one hash table, looked up by the failed
+    # attempts only (a join back to the windowed attempts sorted 170,000 wide rows on disk)
+    return f"""
+    {name} AS (
+        SELECT r.*,
+               (r.requeued
+                OR (r.outcome IN {FAILED_SQL}
+                    AND (r.cluster, r.job_id_raw, coalesce(r.job_submit_at, r.submit_at)) IN ({_LINKED_JOBS})))
+                   AS is_retry
+        FROM (
+            SELECT {_columns(detail)}, CAST(gpu_seconds AS float8) AS gpu_seconds,
+                   {requeued_sql("a")} AS requeued
+            FROM ({WINDOWED_ATTEMPTS_SQL}) a
+        ) r
+    )"""
+
+
+# CTEs after a CTE job_window (cluster, job_id_raw, job_submit_at, last_end_at: the windowed
+# jobs): chain_link, the stored links within reach of the window as RETRY_CTES computes them
+# (a link's jobs share its key, so scope and filter apply to either), and chain_member
+STORED_CHAIN_CTES = f"""
+    chain_reach AS (
+        SELECT least(CAST(:start AS timestamptz), min(job_submit_at)) - {_W} AS lo,
+               greatest(CAST(:end AS timestamptz), max(last_end_at)) + {_W} AS hi
+        FROM job_window
+    ),
+    chain_link AS (
+        SELECT l.cluster, l.job_id_raw, l.job_submit_at, l.prev_job_id_raw, l.prev_job_submit_at
+        FROM retry_link l CROSS JOIN chain_reach r
+        WHERE l.job_submit_at >= r.lo AND l.job_submit_at <= r.hi AND l.prev_end_at >= r.lo
+          AND {SCOPE_SQL} AND {FILTER_SQL}
+    ),
+    chain_member AS (
+        SELECT cluster, job_id_raw, job_submit_at FROM chain_link
+        UNION
+        SELECT cluster, prev_job_id_raw, prev_job_submit_at FROM chain_link
+    )"""
+
+
+def use_stored_links(conn: Connection, bind: dict[str, Any]) -> bool:
+    """Whether a report whose bind parameters are BIND (window, now, scope, filter,
+    resubmission_seconds) reads retry_link (it holds the links for that window); if not, it
+    computes them at query time and BIND gets :retry_lo and :retry_hi. Sets the planner up for
+    either, for the rest of the transaction. Call after no_jit()."""
+    if retry_links_current(conn, int(bind["resubmission_seconds"])):
+        # the row estimates of w are far too low (tens of thousands for 200,000), and with them
+        # the planner sorts every job for a merge join where one hash table costs a tenth
+        conn.execute(text("SET LOCAL enable_mergejoin = off"))
+        return True
+    bind.update(prepare_retries(conn, bind))
+    return False
+
+
+def retry_ctes(conn: Connection, bind: dict[str, Any], *, detail: bool = False) -> str:
+    """The CTE w (see stored_retry_ctes) and those it needs, for a report whose bind parameters
+    are BIND (see use_stored_links)."""
+    if use_stored_links(conn, bind):
+        return stored_retry_ctes(detail=detail)
+    return f"{windowed_ctes(detail=detail)}, {RETRY_CTES}"
+
 
 _JOB_SCOPE_SQL = SCOPE_SQL.replace(":scope_", ":job_scope_")
 
@@ -186,55 +244,6 @@ def retries_report(
     and failed GPU-hours in the window; SCOPE)."""
     if end <= start:
         raise ValueError("the window is empty: -E must be after -S")
-    sql = f"""
-        WITH {windowed_ctes()},
-        {RETRY_CTES},
-        fw AS (
-            SELECT w.cluster, w.job_id_raw, coalesce(w.job_submit_at, w.submit_at) AS job_submit_at,
-                   w.user_name, w.account, w.attempt_number, w.outcome, w.gpu_seconds,
-                   (r.job_id_raw IS NOT NULL) AS is_retry
-            FROM w LEFT JOIN retry_attempt r USING (cluster, job_id_raw, submit_at)
-        ),
-        job_window AS (
-            SELECT cluster, job_id_raw, job_submit_at, min(user_name) AS user_name,
-                   min(account) AS account,
-                   count(*) FILTER (WHERE coalesce(attempt_number, 1) > 1) AS requeues,
-                   coalesce(sum(gpu_seconds) FILTER (WHERE is_retry), 0) AS retry_gpu_seconds,
-                   coalesce(sum(gpu_seconds) FILTER (WHERE outcome IN {FAILED_SQL}), 0) AS failed_gpu_seconds
-            FROM fw GROUP BY cluster, job_id_raw, job_submit_at
-        ),
-        chain_job AS (
-            SELECT DISTINCT ON (k.cluster, k.job_id_raw, k.job_submit_at)
-                   k.cluster, k.job_id_raw, k.job_submit_at, a.job_id, a.user_name, a.account,
-                   a.partition, a.name, a.outcome, a.end_at, coalesce(a.attempt_number, 1) AS attempts,
-                   {_JOB_SCOPE_SQL} AS visible
-            FROM retry_chain_job k
-            JOIN job_attempt_outcome a
-              ON a.cluster = k.cluster AND a.job_id_raw = k.job_id_raw
-             AND coalesce(a.job_submit_at, a.submit_at) = k.job_submit_at
-            ORDER BY k.cluster, k.job_id_raw, k.job_submit_at, a.attempt_number DESC
-        )
-        SELECT CASE WHEN grouping(j.user_name) = 1 THEN 'by_account' ELSE 'by_user' END AS kind,
-               j.cluster, coalesce(j.user_name, j.account) AS grp,
-               count(*) AS jobs, sum(j.requeues) AS requeues, count(l.job_id_raw) AS resubmissions,
-               sum(j.retry_gpu_seconds) AS retry_gpu_seconds, sum(j.failed_gpu_seconds) AS failed_gpu_seconds,
-               NULL::bigint AS job_id_raw, NULL::timestamptz AS job_submit_at,
-               NULL::bigint AS prev_job_id_raw, NULL::timestamptz AS prev_job_submit_at,
-               NULL AS job_id, NULL AS user_name, NULL AS account, NULL AS partition, NULL AS name,
-               NULL AS outcome, NULL::timestamptz AS end_at, NULL::integer AS attempts,
-               NULL::boolean AS in_window, NULL::boolean AS visible
-        FROM job_window j LEFT JOIN retry_link l USING (cluster, job_id_raw, job_submit_at)
-        GROUP BY GROUPING SETS ((j.cluster, j.account), (j.cluster, j.user_name))
-        UNION ALL
-        SELECT 'link', cluster, NULL, NULL, NULL, NULL, NULL, NULL, job_id_raw, job_submit_at,
-               prev_job_id_raw, prev_job_submit_at, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-        FROM retry_link
-        UNION ALL
-        SELECT 'job', c.cluster, NULL, NULL, NULL, NULL, jw.retry_gpu_seconds, jw.failed_gpu_seconds,
-               c.job_id_raw, c.job_submit_at, NULL, NULL, c.job_id, c.user_name, c.account, c.partition,
-               c.name, c.outcome, c.end_at, c.attempts, jw.job_id_raw IS NOT NULL, c.visible
-        FROM chain_job c LEFT JOIN job_window jw USING (cluster, job_id_raw, job_submit_at)
-    """
     bind = params(
         scope,
         job_filter,
@@ -245,53 +254,131 @@ def retries_report(
     )
     bind.update(job_scope_params(job_scope or scope))
     no_jit(conn)
-    bind.update(prepare_retries(conn, bind))
+    if use_stored_links(conn, bind):
+        # w twice: each is read once, so neither is materialised (see job_window)
+        ctes = f"{stored_retry_ctes()}, {stored_retry_ctes(name='w_again')}"
+        chain_ctes = f", {STORED_CHAIN_CTES}"
+        # the chains' estimates are a row or two for thousands: no loops over them
+        conn.execute(text("SET LOCAL enable_nestloop = off"))
+    else:
+        ctes, chain_ctes = f"{windowed_ctes()}, {RETRY_CTES}, w_again AS (SELECT * FROM w)", ""
+    sql = f"""
+        WITH RECURSIVE {ctes},
+        job_window AS (
+            -- a job with one attempt is that attempt: only the others are grouped (hashing
+            -- 200,000 jobs of one attempt each costs more than reading the attempts twice)
+            SELECT cluster, job_id_raw, coalesce(job_submit_at, submit_at) AS job_submit_at, user_name,
+                   account, CAST(0 AS bigint) AS requeues,
+                   CASE WHEN is_retry THEN gpu_seconds ELSE 0 END AS retry_gpu_seconds,
+                   CASE WHEN outcome IN {FAILED_SQL} THEN gpu_seconds ELSE 0 END AS failed_gpu_seconds,
+                   coalesce(end_at, CAST(:now AS timestamptz)) AS last_end_at
+            FROM w WHERE attempt_number = 1 AND NOT requeued
+            UNION ALL
+            SELECT cluster, job_id_raw, coalesce(job_submit_at, submit_at), min(user_name), min(account),
+                   count(*) FILTER (WHERE coalesce(attempt_number, 1) > 1),
+                   coalesce(sum(gpu_seconds) FILTER (WHERE is_retry), 0),
+                   coalesce(sum(gpu_seconds) FILTER (WHERE outcome IN {FAILED_SQL}), 0),
+                   max(coalesce(end_at, CAST(:now AS timestamptz)))
+            FROM w_again WHERE attempt_number IS DISTINCT FROM 1 OR requeued
+            GROUP BY cluster, job_id_raw, coalesce(job_submit_at, submit_at)
+        ){chain_ctes},
+        chain_job AS (
+            SELECT DISTINCT ON (k.cluster, k.job_id_raw, k.job_submit_at)
+                   k.cluster, k.job_id_raw, k.job_submit_at, a.job_id, a.user_name, a.account,
+                   a.partition, a.name, a.outcome, a.end_at, coalesce(a.attempt_number, 1) AS attempts,
+                   {_JOB_SCOPE_SQL} AS visible
+            FROM chain_member k
+            JOIN job_attempt_outcome a
+              ON a.cluster = k.cluster AND a.job_id_raw = k.job_id_raw
+             AND coalesce(a.job_submit_at, a.submit_at) = k.job_submit_at
+            ORDER BY k.cluster, k.job_id_raw, k.job_submit_at, a.attempt_number DESC
+        ),
+        -- links between jobs that exist (a stored link whose job changed since the last
+        -- attribution run links nothing)
+        chain_step AS (
+            SELECT l.* FROM chain_link l
+            WHERE EXISTS (SELECT 1 FROM chain_job c WHERE c.cluster = l.cluster
+                            AND c.job_id_raw = l.job_id_raw AND c.job_submit_at = l.job_submit_at)
+              AND EXISTS (SELECT 1 FROM chain_job c WHERE c.cluster = l.cluster
+                            AND c.job_id_raw = l.prev_job_id_raw AND c.job_submit_at = l.prev_job_submit_at)
+        ),
+        -- each chain from its first job (one that follows none), in order
+        chain_walk AS (
+            SELECT s.cluster, s.prev_job_id_raw AS root_id_raw, s.prev_job_submit_at AS root_submit_at,
+                   s.prev_job_id_raw AS job_id_raw, s.prev_job_submit_at AS job_submit_at, 1 AS position
+            FROM (SELECT DISTINCT cluster, prev_job_id_raw, prev_job_submit_at FROM chain_step) s
+            WHERE NOT EXISTS (SELECT 1 FROM chain_step f WHERE f.cluster = s.cluster
+                                AND f.job_id_raw = s.prev_job_id_raw AND f.job_submit_at = s.prev_job_submit_at)
+            UNION ALL
+            SELECT k.cluster, k.root_id_raw, k.root_submit_at, l.job_id_raw, l.job_submit_at, k.position + 1
+            FROM chain_walk k JOIN chain_step l
+              ON l.cluster = k.cluster AND l.prev_job_id_raw = k.job_id_raw AND l.prev_job_submit_at = k.job_submit_at
+        ),
+        chain AS (
+            SELECT k.cluster, k.root_id_raw, k.root_submit_at,
+                   (array_agg(c.user_name ORDER BY k.position))[1] AS user_name,
+                   (array_agg(c.account ORDER BY k.position))[1] AS account,
+                   (array_agg(c.partition ORDER BY k.position))[1] AS partition,
+                   (array_agg(c.name ORDER BY k.position))[1] AS name,
+                   (array_agg(c.visible ORDER BY k.position))[1] AS visible,
+                   array_agg(c.job_id ORDER BY k.position) AS job_ids,
+                   array_agg(c.outcome ORDER BY k.position) AS outcomes,
+                   count(*) FILTER (WHERE c.outcome IN {FAILED_SQL}) AS failed_jobs,
+                   sum(c.attempts - 1) AS requeues,
+                   CASE WHEN (array_agg(c.end_at ORDER BY k.position DESC))[1] IS NOT NULL
+                        THEN max(c.end_at) END AS last_end_at,
+                   -- float8 added in chain order, as the report always has
+                   sum(coalesce(jw.retry_gpu_seconds, 0) ORDER BY k.position) AS retry_gpu_seconds,
+                   sum(coalesce(jw.failed_gpu_seconds, 0) ORDER BY k.position) AS failed_gpu_seconds,
+                   bool_or(jw.job_id_raw IS NOT NULL) AS in_window
+            FROM chain_walk k
+            JOIN chain_job c USING (cluster, job_id_raw, job_submit_at)
+            LEFT JOIN job_window jw USING (cluster, job_id_raw, job_submit_at)
+            GROUP BY k.cluster, k.root_id_raw, k.root_submit_at
+        )
+        SELECT CASE WHEN grouping(j.user_name) = 1 THEN 'by_account' ELSE 'by_user' END AS kind,
+               j.cluster, coalesce(j.user_name, j.account) AS grp,
+               count(*) AS jobs, sum(j.requeues) AS requeues, count(l.job_id_raw) AS resubmissions,
+               sum(j.retry_gpu_seconds) AS retry_gpu_seconds, sum(j.failed_gpu_seconds) AS failed_gpu_seconds,
+               NULL::bigint AS root_id_raw, NULL::timestamptz AS first_submit_at,
+               NULL AS user_name, NULL AS account, NULL AS partition, NULL AS name, NULL::boolean AS visible,
+               NULL::text[] AS job_ids, NULL::text[] AS outcomes, NULL::bigint AS failed_jobs,
+               NULL::timestamptz AS last_end_at
+        FROM job_window j LEFT JOIN chain_link l USING (cluster, job_id_raw, job_submit_at)
+        GROUP BY GROUPING SETS ((j.cluster, j.account), (j.cluster, j.user_name))
+        UNION ALL
+        SELECT 'chain', cluster, NULL, NULL, requeues, NULL, retry_gpu_seconds,
+               failed_gpu_seconds, root_id_raw, root_submit_at, user_name, account, partition, name,
+               visible, job_ids, outcomes, failed_jobs, last_end_at
+        FROM chain WHERE in_window
+    """
     groups: dict[str, list[dict[str, Any]]] = {"by_account": [], "by_user": []}
-    following: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    jobs: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for r in conn.execute(text(sql), bind).mappings():
-        kind = r["kind"]
-        if kind == "link":
-            following[(r["cluster"], r["prev_job_id_raw"], r["prev_job_submit_at"])] = (
-                r["cluster"],
-                r["job_id_raw"],
-                r["job_submit_at"],
-            )
-        elif kind == "job":
-            jobs[(r["cluster"], r["job_id_raw"], r["job_submit_at"])] = {
-                "cluster": r["cluster"],
-                "job_submit_at": r["job_submit_at"],
-                "job_id": r["job_id"],
-                "user": r["user_name"],
-                "account": r["account"],
-                "partition": r["partition"],
-                "name": r["name"],
-                "outcome": r["outcome"],
-                "end_at": r["end_at"],
-                "requeues": int(r["attempts"]) - 1,
-                "in_window": r["in_window"],
-                "visible": r["visible"],
-                "retry_gpu_seconds": r["retry_gpu_seconds"] or 0,
-                "failed_gpu_seconds": r["failed_gpu_seconds"] or 0,
+    chains: list[Any] = []
+    for r in conn.execute(text(sql), bind):
+        if r.kind == "chain":
+            chains.append(r)
+            continue
+        group = "account" if r.kind == "by_account" else "user"
+        groups[r.kind].append(
+            {
+                "cluster": r.cluster,
+                group: r.grp,
+                "jobs": int(r.jobs),
+                "requeues": int(r.requeues or 0),
+                "resubmissions": int(r.resubmissions),
+                "chains": 0,
+                "retry_gpu_hours": hours(r.retry_gpu_seconds),
+                "failed_gpu_hours": hours(r.failed_gpu_seconds),
             }
-        else:
-            key = "account" if kind == "by_account" else "user"
-            groups[kind].append(
-                {
-                    "cluster": r["cluster"],
-                    key: r["grp"],
-                    "jobs": int(r["jobs"]),
-                    "requeues": int(r["requeues"] or 0),
-                    "resubmissions": int(r["resubmissions"]),
-                    "chains": 0,
-                    "retry_gpu_hours": hours(r["retry_gpu_seconds"]),
-                    "failed_gpu_hours": hours(r["failed_gpu_seconds"]),
-                }
-            )
-    chains = _chains(following, jobs)
-    _count_chains(groups, chains)
+        )
+    # every chain counts for the account and user of its first job
+    chains.sort(key=lambda c: (c.cluster, c.root_id_raw, c.first_submit_at))
+    for group, field in (("by_account", "account"), ("by_user", "user_name")):
+        counts = Counter((c.cluster, getattr(c, field)) for c in chains)
+        for row in groups[group]:
+            row["chains"] = counts[(row["cluster"], row[group.removeprefix("by_")])]
     sections: dict[str, list[dict[str, Any]]] = {
-        "chains": [_chain_row(chain) for chain in chains if chain[0]["visible"]],
+        "chains": [_chain_row(c) for c in chains if c.visible],
         **groups,
     }
     sections["chains"].sort(key=lambda c: (-c["retry_gpu_hours"], c["cluster"], c["job_ids"]))
@@ -301,54 +388,21 @@ def retries_report(
     return sections
 
 
-def _chains(
-    following: dict[tuple[Any, ...], tuple[Any, ...]], jobs: dict[tuple[Any, ...], dict[str, Any]]
-) -> list[list[dict[str, Any]]]:
-    """Chains (lists of jobs in order) that have a job active in the window."""
-    followed = set(following.values())
-    chains = []
-    for root in sorted(k for k in following if k not in followed):
-        chain: list[dict[str, Any]] = []
-        key: tuple[Any, ...] | None = root
-        seen: set[tuple[Any, ...]] = set()
-        while key is not None and key not in seen:
-            seen.add(key)
-            chain.append(jobs[key])
-            key = following.get(key)
-        if any(job["in_window"] for job in chain):
-            chains.append(chain)
-    return chains
-
-
-def _count_chains(groups: dict[str, list[dict[str, Any]]], chains: list[list[dict[str, Any]]]) -> None:
-    counts: dict[tuple[str, str, str], int] = {}
-    for chain in chains:
-        first = chain[0]
-        for group, field in (("by_account", "account"), ("by_user", "user")):
-            key = (group, first["cluster"], first[field])
-            counts[key] = counts.get(key, 0) + 1
-    for group, field in (("by_account", "account"), ("by_user", "user")):
-        for row in groups[group]:
-            row["chains"] = counts.get((group, row["cluster"], row[field]), 0)
-
-
-def _chain_row(chain: list[dict[str, Any]]) -> dict[str, Any]:
-    first, last = chain[0], chain[-1]
-    ends = [j["end_at"] for j in chain if j["end_at"] is not None]
+def _chain_row(chain: Any) -> dict[str, Any]:
     return {
-        "cluster": first["cluster"],
-        "user": first["user"],
-        "account": first["account"],
-        "partition": first["partition"],
-        "name": first["name"],
-        "jobs": len(chain),
-        "job_ids": [j["job_id"] for j in chain],
-        "outcomes": [j["outcome"] for j in chain],
-        "failed_jobs": sum(1 for j in chain if j["outcome"] in ("user_failure", "system_failure")),
-        "requeues": sum(int(j["requeues"]) for j in chain),
-        "resubmissions": len(chain) - 1,
-        "first_submit_at": first["job_submit_at"],
-        "last_end_at": max(ends) if last["end_at"] is not None and ends else None,
-        "retry_gpu_hours": hours(sum(float(j["retry_gpu_seconds"]) for j in chain)),
-        "failed_gpu_hours": hours(sum(float(j["failed_gpu_seconds"]) for j in chain)),
+        "cluster": chain.cluster,
+        "user": chain.user_name,
+        "account": chain.account,
+        "partition": chain.partition,
+        "name": chain.name,
+        "jobs": len(chain.job_ids),
+        "job_ids": list(chain.job_ids),
+        "outcomes": list(chain.outcomes),
+        "failed_jobs": int(chain.failed_jobs),
+        "requeues": int(chain.requeues),
+        "resubmissions": len(chain.job_ids) - 1,
+        "first_submit_at": chain.first_submit_at,
+        "last_end_at": chain.last_end_at,
+        "retry_gpu_hours": hours(chain.retry_gpu_seconds),
+        "failed_gpu_hours": hours(chain.failed_gpu_seconds),
     }

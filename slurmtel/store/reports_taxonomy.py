@@ -47,12 +47,7 @@ from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
 from slurmtel.store.reports_admin import FAILED_SQL, HOURS_PER_MONTH, apportion_hours, no_jit, params
-from slurmtel.store.reports_retries import (
-    DEFAULT_RESUBMISSION_WINDOW_SECONDS,
-    RETRY_CTES,
-    prepare_retries,
-    windowed_ctes,
-)
+from slurmtel.store.reports_retries import DEFAULT_RESUBMISSION_WINDOW_SECONDS, retry_ctes
 from slurmtel.store.usage import JobFilter
 
 # a node whose states include one of these is unavailable (scontrol spells MAINT and INVAL,
@@ -338,15 +333,32 @@ def capacity_report(
     zone = ZoneInfo(timezone)
     window_start = datetime.combine(first_day, time(), zone).astimezone(UTC)
     window_end = datetime.combine(last_day + timedelta(days=1), time(), zone).astimezone(UTC)
+    bind = _bind(
+        first_day=first_day,
+        last_day=last_day,
+        now=now,
+        timezone=timezone,
+        poll_interval_seconds=poll_interval_seconds,
+        scope=scope,
+        job_filter=job_filter,
+        start=window_start,
+        end=window_end,
+        resubmission_seconds=resubmission_window_seconds,
+    )
+    installed_now = gpus_installed_now(
+        conn, job_filter=job_filter, poll_interval_seconds=poll_interval_seconds
+    )
+    window_hours = Decimal((min(window_end, max(now, window_start)) - window_start).total_seconds()) / 3600
+    no_jit(conn)
+    ctes = retry_ctes(conn, bind)
     sql = f"""
-        WITH {windowed_ctes()},
-        {RETRY_CTES},
+        WITH {ctes},
         {_parts_ctes()},
         retry_node_day AS (
             -- retry attempts' GPU-seconds, fitted like the rest of their node-day
             SELECT g.cluster, g.node, g.day, sum(g.allocated_seconds * g.gpu_fraction) AS seconds
-            FROM retry_attempt r JOIN gpu_attribution g USING (cluster, job_id_raw, submit_at)
-            WHERE g.day >= CAST(:first_day AS date) AND g.day <= CAST(:last_day AS date)
+            FROM w JOIN gpu_attribution g USING (cluster, job_id_raw, submit_at)
+            WHERE w.is_retry AND g.day >= CAST(:first_day AS date) AND g.day <= CAST(:last_day AS date)
             GROUP BY g.cluster, g.node, g.day
         ),
         retry AS (
@@ -373,24 +385,6 @@ def capacity_report(
         WHERE {_in_partitions("partition")}
         GROUP BY cluster ORDER BY cluster
     """
-    bind = _bind(
-        first_day=first_day,
-        last_day=last_day,
-        now=now,
-        timezone=timezone,
-        poll_interval_seconds=poll_interval_seconds,
-        scope=scope,
-        job_filter=job_filter,
-        start=window_start,
-        end=window_end,
-        resubmission_seconds=resubmission_window_seconds,
-    )
-    installed_now = gpus_installed_now(
-        conn, job_filter=job_filter, poll_interval_seconds=poll_interval_seconds
-    )
-    window_hours = Decimal((min(window_end, max(now, window_start)) - window_start).total_seconds()) / 3600
-    no_jit(conn)
-    bind.update(prepare_retries(conn, bind))
     for r in conn.execute(text(sql), bind).mappings():
         seconds = {c: Decimal(r[c]) for c in CAPACITY_CATEGORIES}
         installed = sum(seconds.values(), Decimal(0))
