@@ -93,6 +93,6 @@ def cmd_attribute(args: argparse.Namespace, config: Config) -> int:
     result = run_attribution(ctx.engine, config, now=ctx.clock(), full=args.full)
     print(
         f"{result.attempts} attempts recomputed, {result.rows} attempt x GPU x day rows, "
-        f"{result.batches} telemetry batches folded in"
+        f"{result.batches} telemetry batches folded in, {result.retry_links} resubmission links"
     )
     return EXIT_OK
