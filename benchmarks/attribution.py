@@ -23,18 +23,15 @@ import argparse
 import os
 import sys
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from scratch import scratch_database
+from sqlalchemy import Engine, text
 
 from slurmtel.attribution import run_attribution
 from slurmtel.config import Config
 from slurmtel.records import JobAttempt
-from slurmtel.store.engine import make_engine, normalize_url
 from slurmtel.store.jobs import write_attempts
-from slurmtel.store.migrate import upgrade
 from slurmtel.store.telemetry import ensure_partitions
 
 TARGET_SAMPLES_PER_SECOND = 500_000
@@ -134,15 +131,8 @@ def main() -> int:
     if not base:
         print("give --dsn or SLURMTEL_TEST_DSN: this benchmark needs a PostgreSQL server with room for it")
         return 2
-    base = normalize_url(base)
-    name = f"slurmtel_bench_attr_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
     config = Config()
-    engine = make_engine(config, make_url(base).set(database=name).render_as_string(hide_password=False))
-    try:
-        upgrade(engine)
+    with scratch_database(base, keep=args.keep) as engine:
         end = START + timedelta(days=args.days)
         print(
             f"{args.gpus} GPUs x {args.days} days of {WINDOW} s windows, {args.job_hours} h jobs", flush=True
@@ -189,12 +179,6 @@ def main() -> int:
         print(f"full recompute: {full.attempts:,} attempts, {full.rows:,} rows in {full_seconds:.1f} s "
               f"({(windows + hour) / full_seconds:,.0f} windows/s, {(windows + hour) * 30 / full_seconds:,.0f} samples/s)")  # fmt: skip
         return 0
-    finally:
-        engine.dispose()
-        if not args.keep:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

@@ -18,17 +18,13 @@ it works in a scratch database it creates and drops.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
+from scratch import scratch_database
+from sqlalchemy import Engine, text
 
 from slurmtel.access import EVERYTHING
 from slurmtel.chargeback import build_statement, close_month, closed_statement, render_csv
@@ -36,9 +32,7 @@ from slurmtel.config import config_from_dict
 from slurmtel.parsers.sacct_json import parse_sacct_json
 from slurmtel.records import JobAttempt
 from slurmtel.simulate import render_sacct_json, synthetic_jobs
-from slurmtel.store.engine import make_engine, normalize_url
 from slurmtel.store.jobs import sync_outcome_classes, write_attempts
-from slurmtel.store.migrate import upgrade
 from slurmtel.store.usage import usage_report
 from slurmtel.timeparse import month_bounds
 
@@ -48,19 +42,6 @@ RATES = [
     {"partition": "gpu", "gpu_model": "h100", "price_per_gpu_hour": "2.50", "valid_from": "2026-01-01"},
     {"partition": "*", "gpu_model": "*", "price_per_gpu_hour": "1.00", "valid_from": "2026-01-01"},
 ]
-
-
-def server_url(dsn: str | None) -> tuple[str, object | None]:
-    url = dsn or os.environ.get("SLURMTEL_TEST_DSN") or os.environ.get("SLURMTEL_DATABASE_URL")
-    if url:
-        return normalize_url(url), None
-    import pgserver
-
-    from slurmtel.store.embedded import _sqlalchemy_url
-
-    tmp = tempfile.mkdtemp(prefix="slurmtel-bench-")
-    server = pgserver.get_server(Path(tmp) / "pgdata", cleanup_mode="delete")
-    return _sqlalchemy_url(server.get_uri(), "postgres"), server
 
 
 def best_of(repeat: int, run: Callable[[], object]) -> tuple[float, object]:
@@ -97,15 +78,8 @@ def main() -> int:
     parser.add_argument("--dsn", default=None)
     args = parser.parse_args()
 
-    base, _server = server_url(args.dsn)
-    name = f"slurmtel_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
     config = config_from_dict({"chargeback": {"rates": RATES}})
-    engine = make_engine(config, make_url(base).set(database=name).render_as_string(hide_password=False))
-    try:
-        upgrade(engine)
+    with scratch_database(args.dsn, config=config) as engine:
         print(f"ingesting {args.jobs:,} synthetic attempts (sacct --json -> parser -> store) ...", flush=True)
         t0 = time.perf_counter()
         stored = ingest(engine, args.jobs, args.batch)
@@ -140,11 +114,6 @@ def main() -> int:
         verdict = "met" if seconds < TARGET_SECONDS else "NOT met"
         print(f"target: monthly statement over {stored:,} attempts < {TARGET_SECONDS:.0f} s: {verdict}")
         return 0
-    finally:
-        engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

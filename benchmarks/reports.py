@@ -24,17 +24,14 @@ are ANALYZEd after loading, as autovacuum would.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, text
+from scratch import scratch_database, server_url
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import make_url
 
 from slurmtel.access import EVERYTHING
@@ -44,7 +41,7 @@ from slurmtel.parsers.sacct_json import parse_sacct_json
 from slurmtel.records import GpuEvent, GpuInventory, JobAttempt, PendingJob
 from slurmtel.simulate import USERS, render_sacct_json, synthetic_jobs
 from slurmtel.store.attribution import refresh_retry_links, retry_links_current
-from slurmtel.store.engine import normalize_url
+from slurmtel.store.engine import make_engine
 from slurmtel.store.jobs import sync_outcome_classes, write_attempts
 from slurmtel.store.migrate import upgrade
 from slurmtel.store.reports_failures import failures_report
@@ -60,19 +57,6 @@ TARGET_SECONDS = 1.0
 START = datetime(2026, 11, 1, tzinfo=UTC)
 END = datetime(2026, 12, 1, tzinfo=UTC)
 NODES = [f"gpu{i:03d}" for i in range(1, 122)]
-
-
-def server_url(dsn: str | None) -> tuple[str, object | None]:
-    url = dsn or os.environ.get("SLURMTEL_TEST_DSN") or os.environ.get("SLURMTEL_DATABASE_URL")
-    if url:
-        return normalize_url(url), None
-    import pgserver
-
-    from slurmtel.store.embedded import _sqlalchemy_url
-
-    tmp = tempfile.mkdtemp(prefix="slurmtel-bench-")
-    server = pgserver.get_server(Path(tmp) / "pgdata", cleanup_mode="delete")
-    return _sqlalchemy_url(server.get_uri(), "postgres"), server
 
 
 def load_attempts(conn: Connection, jobs: int, batch: int) -> int:
@@ -235,22 +219,18 @@ def main() -> int:
     parser.add_argument("--reuse", metavar="DATABASE", help="time the reports on a database kept by --keep")
     args = parser.parse_args()
 
-    base, _server = server_url(args.dsn)
     if args.reuse:
-        engine = create_engine(make_url(base).set(database=args.reuse))
-        try:
-            upgrade(engine)
-            update_links(engine)
-            return time_reports(engine, args.repeat)
-        finally:
-            engine.dispose()
-    name = f"slurmtel_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    engine = create_engine(make_url(base).set(database=name))
-    try:
-        upgrade(engine)
+        with server_url(args.dsn) as base:
+            engine = make_engine(
+                Config(), make_url(base).set(database=args.reuse).render_as_string(hide_password=False)
+            )
+            try:
+                upgrade(engine)
+                update_links(engine)
+                return time_reports(engine, args.repeat)
+            finally:
+                engine.dispose()
+    with scratch_database(args.dsn, keep=args.keep) as engine:
         t0 = time.perf_counter()
         with engine.begin() as conn:
             stored = load_attempts(conn, args.jobs, args.batch)
@@ -286,14 +266,6 @@ def main() -> int:
             + ", ".join(f"{t} {n:,}" for t, n in counts.items())
         )
         return time_reports(engine, args.repeat)
-    finally:
-        engine.dispose()
-        if args.keep:
-            print(f"kept database {name}")
-        else:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

@@ -20,16 +20,12 @@ it works in a scratch database it creates and drops.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
-import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from scratch import scratch_database
+from sqlalchemy import text
 
 from slurmtel.config import Config
 from slurmtel.parsers.sacct_json import parse_sacct_json
@@ -38,24 +34,9 @@ from slurmtel.records import JobAttempt
 from slurmtel.simulate import render_sacct_json, synthetic_jobs
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.sacct import SacctDocument, store_documents
-from slurmtel.store.engine import normalize_url
 from slurmtel.store.jobs import attempt_rows, copy_attempt_rows
-from slurmtel.store.migrate import upgrade
 
 TARGET_JOBS_PER_SECOND = 20_000
-
-
-def server_url(dsn: str | None) -> tuple[str, object | None]:
-    url = dsn or os.environ.get("SLURMTEL_TEST_DSN") or os.environ.get("SLURMTEL_DATABASE_URL")
-    if url:
-        return normalize_url(url), None
-    import pgserver
-
-    from slurmtel.store.embedded import _sqlalchemy_url
-
-    tmp = tempfile.mkdtemp(prefix="slurmtel-bench-")
-    server = pgserver.get_server(Path(tmp) / "pgdata", cleanup_mode="delete")
-    return _sqlalchemy_url(server.get_uri(), "postgres"), server
 
 
 def main() -> int:
@@ -67,14 +48,7 @@ def main() -> int:
     parser.add_argument("--dsn", default=None)
     args = parser.parse_args()
 
-    base, _server = server_url(args.dsn)
-    name = f"slurmtel_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    engine = create_engine(make_url(base).set(database=name))
-    try:
-        upgrade(engine)
+    with scratch_database(args.dsn) as engine:
         print(f"generating {args.jobs:,} jobs in documents of {args.batch:,} ...", flush=True)
         jobs = list(synthetic_jobs(args.jobs, start=datetime(2026, 11, 1, tzinfo=UTC)))
         documents = [render_sacct_json(jobs[i : i + args.batch]) for i in range(0, len(jobs), args.batch)]
@@ -126,11 +100,6 @@ def main() -> int:
         verdict = "met" if ingest_rate >= TARGET_JOBS_PER_SECOND else "NOT met"
         print(f"target: >= {TARGET_JOBS_PER_SECOND:,} jobs/s end to end: {verdict}")
         return 0
-    finally:
-        engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

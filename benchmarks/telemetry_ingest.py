@@ -16,30 +16,26 @@ import argparse
 import os
 import sys
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import agent_cpu
 import dcgm_parse
+from scratch import scratch_database
 
 from slurmtel.agent.protocol import (
     decode_summaries_response,
     encode_summaries_response,
     record_to_json,
 )
-from slurmtel.config import Config
 from slurmtel.records import GpuSummary
 from slurmtel.sources.agent import _store_page
 from slurmtel.sources.base import RunResult
 from slurmtel.store.copy import copy_rows
-from slurmtel.store.engine import make_engine, normalize_url
-from slurmtel.store.migrate import upgrade
 from slurmtel.store.telemetry import _COPY_COLUMNS, ensure_partitions, summary_rows
 
 TARGET_RATIO = 0.5
@@ -103,14 +99,7 @@ def payloads(records: list[GpuSummary]) -> list[bytes]:
 
 
 def end_to_end(dsn: str, gpus: int, hours: int) -> None:
-    base = normalize_url(dsn)
-    name = f"slurmtel_bench_tel_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    engine = make_engine(Config(), make_url(base).set(database=name).render_as_string(hide_password=False))
-    try:
-        upgrade(engine)
+    with scratch_database(dsn) as engine:
         records = summaries(gpus, hours)
         pages = payloads(records)
         with engine.begin() as conn:
@@ -141,11 +130,6 @@ def end_to_end(dsn: str, gpus: int, hours: int) -> None:
         print(
             f"   ratio ingest / COPY: {ratio:.2f}  (target >= {TARGET_RATIO}: {'met' if ratio >= TARGET_RATIO else 'NOT met'})"
         )
-    finally:
-        engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def main() -> int:
