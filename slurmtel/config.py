@@ -187,6 +187,9 @@ class AccessConfig:
     admins: list[str] = field(default_factory=lambda: ["root", "slurm"])
     # unix users with the finance role: aggregates and chargeback statements, no job detail
     finance: list[str] = field(default_factory=list)
+    # coordinators see their accounts' jobs: asked of `sacctmgr ... withcoord`; "" = nobody is
+    # treated as a coordinator
+    sacctmgr_command: str = "sacctmgr"
 
 
 @dataclass(frozen=True)

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import pwd
 from datetime import datetime
 
 from slurmtel.access import Action, Identity, Role, Scope, allowed
 from slurmtel.config import Config
-from slurmtel.errors import ConfigError, SlurmtelError
+from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
+from slurmtel.parsers.sacctmgr import COORDINATORS_ARGS, parse_coordinators
 from slurmtel.reports.render import FORMATS
 from slurmtel.sources.base import RunContext, utc_now
+from slurmtel.sources.io import run_command
 from slurmtel.store.usage import JobFilter
 from slurmtel.timeparse import parse_slurm_time
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
+
+log = logging.getLogger(__name__)
 
 
 class AccessDenied(SlurmtelError):
@@ -89,7 +94,20 @@ def current_identity(config: Config) -> Identity:
     if config.database_url() is None:
         # the embedded database belongs to whoever runs it
         return Identity(user, Role.ADMIN)
-    return Identity(user, Role.USER)
+    return Identity(user, Role.USER, coordinated_accounts(config, user))
+
+
+def coordinated_accounts(config: Config, user: str) -> frozenset[str]:
+    """The accounts USER coordinates in Slurm; none when sacctmgr cannot say (deny by default)."""
+    command = config.access.sacctmgr_command
+    if not command:
+        return frozenset()
+    try:
+        raw = run_command([command, *COORDINATORS_ARGS], timeout_seconds=30)
+    except SourceUnavailable as exc:
+        log.warning("cannot ask sacctmgr who coordinates which accounts (%s): no coordinator rights", exc)
+        return frozenset()
+    return parse_coordinators(raw.decode("utf-8", "replace")).get(user, frozenset())
 
 
 def scope_for(config: Config, action: Action, identity: Identity | None = None) -> Scope:

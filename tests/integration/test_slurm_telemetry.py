@@ -26,6 +26,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from slurmtel.attribution import run_attribution
+from slurmtel.commands.common import coordinated_accounts
 from slurmtel.config import Config, config_from_dict
 from slurmtel.parsers.slurmctld import parse_scontrol_nodes, parse_squeue_json
 from slurmtel.records import GpuInventory, GpuSummary
@@ -298,3 +299,14 @@ def test_slurmdbd_down_is_source_unavailable_and_caught_up_after(
         statuses = [r[0] for r in conn.execute(text("SELECT status FROM collect_run ORDER BY id"))]
     assert after == before
     assert statuses[-2:] == ["error", "ok"]
+
+
+def test_a_slurm_coordinator_gets_their_accounts(slurm_lab: SlurmLab, config: Config) -> None:
+    lab = slurm_lab
+    lab.run(["sacctmgr", "-i", "add", "coordinator", "account=chemistry", "names=bob"])
+    try:
+        assert coordinated_accounts(config, "bob") == {"chemistry"}
+        assert coordinated_accounts(config, "carol") == frozenset()
+    finally:
+        lab.run(["sacctmgr", "-i", "remove", "coordinator", "account=chemistry", "names=bob"])
+    assert coordinated_accounts(config, "bob") == frozenset()
