@@ -21,6 +21,7 @@ from slurmtel.store.attribution import (
     get_watermark,
     mark_batches,
     recompute_dirty,
+    refresh_job_spans,
     refresh_retry_links,
     select_dirty_attempts,
     set_watermark,
@@ -53,6 +54,7 @@ def run_attribution(
             overlap_seconds=config.attribution.overlap_seconds,
             everything=full,
         )
+        refresh_job_spans(conn, everything=full)
         rows = recompute_dirty(conn, timezone=config.site.timezone) if selection.attempts else 0
         links = refresh_retry_links(
             conn,

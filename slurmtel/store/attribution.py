@@ -7,7 +7,8 @@ telemetry batch that no run has folded in yet. Recomputing an attempt replaces a
 so a run is idempotent and late data is absorbed by the run after it arrives.
 
 GPU <-> job mapping, in order of trust (DESIGN §6): GPUs on which the node agent saw the job's
-processes; GPU indices slurmctld showed while the job ran (translated to UUIDs); every GPU of a
+processes (gpu_job_span: per GPU, job and hour, kept up to date from each run's new telemetry
+batches, so a run does not read every window of every GPU of a job's nodes); GPU indices slurmctld showed while the job ran (translated to UUIDs); every GPU of a
 node the attempt held entirely. Allocation no GPU can be mapped to stays 'unmapped' (counted
 as unmeasured), never guessed.
 """
@@ -166,13 +167,10 @@ def recompute_dirty(conn: Connection, *, timezone: str) -> int:
                 FROM dirty_attempt d CROSS JOIN LATERAL unnest(d.nodes) AS n(node)
             ),
             proc AS (
-                SELECT DISTINCT ns.cluster, ns.job_id_raw, ns.submit_at, ns.node, s.gpu_uuid
+                SELECT DISTINCT ns.cluster, ns.job_id_raw, ns.submit_at, ns.node, sp.gpu_uuid
                 FROM node_share ns
-                JOIN gpu_summary s ON s.node = ns.node
-                 AND s.window_start_at >= ns.start_at - {MAX_WINDOW}
-                 AND s.window_start_at < ns.end_eff
-                 AND s.window_start_at + make_interval(secs => s.window_seconds) > ns.start_at
-                 AND CAST(ns.job_id_raw AS text) = ANY (s.job_ids)
+                JOIN gpu_job_span sp ON sp.job_id = CAST(ns.job_id_raw AS text) AND sp.node = ns.node
+                 AND sp.first_at < ns.end_eff AND sp.last_at > ns.start_at
             ),
             evidence AS (
                 SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, 'process' AS mapping FROM proc
@@ -290,6 +288,29 @@ def recompute_dirty(conn: Connection, *, timezone: str) -> int:
         {"tz": timezone},
     ).rowcount
     return int(inserted or 0)
+
+
+def refresh_job_spans(conn: Connection, *, everything: bool = False) -> int:
+    """Fold the job ids of the new telemetry batches (new_batch; every stored window with
+    EVERYTHING) into gpu_job_span: per GPU, job and hour, the first and last window in which the
+    job's processes were on the GPU. Idempotent: spans only grow."""
+    source = "gpu_summary s" if everything else "gpu_summary s JOIN new_batch b ON s.batch_id = b.id"
+    result = conn.execute(
+        text(
+            f"""
+            INSERT INTO gpu_job_span AS sp (node, gpu_uuid, job_id, hour, first_at, last_at)
+            SELECT s.node, s.gpu_uuid, j.job_id, date_trunc('hour', s.window_start_at),
+                   min(s.window_start_at), max(s.window_start_at + make_interval(secs => s.window_seconds))
+            FROM {source} CROSS JOIN LATERAL unnest(s.job_ids) AS j(job_id)
+            WHERE cardinality(s.job_ids) > 0
+            GROUP BY s.node, s.gpu_uuid, j.job_id, date_trunc('hour', s.window_start_at)
+            ON CONFLICT (gpu_uuid, job_id, hour) DO UPDATE
+            SET first_at = least(sp.first_at, EXCLUDED.first_at), last_at = greatest(sp.last_at, EXCLUDED.last_at),
+                node = EXCLUDED.node
+            """
+        )
+    )
+    return int(result.rowcount or 0)
 
 
 def mark_batches(conn: Connection, batch_ids: list[int]) -> None:
