@@ -132,6 +132,8 @@ class ScrapeTargetsConfig:
     sinfo_command: str = "sinfo"
     port: int = 9400
     timeout_seconds: int = 10
+    # nodes worked on at once: an unreachable one costs one worker its timeout, not the run
+    concurrency: int = 4
 
 
 @dataclass(frozen=True)
@@ -515,6 +517,9 @@ def _validated(config: Config) -> Config:
         for name in ("interval_seconds", "timeout_seconds"):
             if getattr(getattr(config.sources, source), name) <= 0:
                 raise ConfigError(f"sources.{source}.{name} must be positive")
+    for source in ("dcgm", "agent"):
+        if not 1 <= getattr(config.sources, source).concurrency <= 64:
+            raise ConfigError(f"sources.{source}.concurrency must be between 1 and 64")
     if config.telemetry.retention_days < 1 or config.telemetry.partitions_ahead_days < 0:
         raise ConfigError("telemetry.retention_days must be >= 1 and partitions_ahead_days >= 0")
     seen: dict[str, str] = {}

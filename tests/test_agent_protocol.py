@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -243,3 +244,70 @@ def test_an_integer_where_a_number_is_due_takes_the_checking_path() -> None:
         record_from_dict("summary", data | {"job_ids": [17]})
     with pytest.raises(ValueError, match="'sample_count' must be an integer"):
         record_from_dict("summary", data | {"sample_count": True})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},
+        {"window_seconds": 30, "util_max_percent": 100},
+        {"window_start_at": "2026-12-02T15:00:30+01:00"},
+        {"window_start_at": "2026-12-02T14:00:30"},
+        {"window_start_at": "yesterday"},
+        {"window_start_at": 1764684030},
+        {"sample_count": True},
+        {"sample_count": 30.0},
+        {"window_seconds": False},
+        {"window_seconds": "30"},
+        {"util_mean_percent": None},
+        {"memory_used_max_bytes": 1.5},
+        {"job_ids": [17]},
+        {"job_ids": "123"},
+        {"job_ids": []},
+        {"node": None},
+        {"energy_method": None},
+        {"gpu_uuid": "GPU-\u00e9\u2603"},
+        {"from_a_newer_agent": {"nested": [1, 2]}},
+        {"idle_seconds": 1e308},
+    ],
+)
+@pytest.mark.parametrize("summaries_only", [True, False])
+def test_the_fast_decoder_agrees_with_the_checking_one(
+    change: dict[str, object], summaries_only: bool
+) -> None:
+    """Pages of well-behaved agents take a msgspec fast path (one call for a page of summaries
+    alone, a record at a time otherwise); whatever it meets must come out exactly as the
+    checking decoder (record_from_dict) makes it: same records, same types, same rejections
+    and reasons - or it hands the page to the checking decoder."""
+    from slurmtel.agent.protocol import _decode_checking, _decode_well_formed, _SlowPath
+
+    others = (
+        [("summary", replace(SUMMARY, gpu_uuid="GPU-2"))]
+        if summaries_only
+        else [("event", EVENT), ("inventory", INVENTORY)]
+    )
+    body = json.loads(page(("summary", SUMMARY), *others))
+    body["items"][0]["record"].update(change)
+    raw = json.dumps(body).encode()
+    checked = _decode_checking(raw, "gpu01:9767")
+    assert decode_summaries_response(raw, origin="gpu01:9767") == checked
+    try:
+        fast = _decode_well_formed(raw, "gpu01:9767")
+    except _SlowPath:
+        assert checked.rejected  # only a page with something wrong takes the checking path
+        return
+    assert fast == checked
+    assert [[type(v) for v in vars_of(i.record)] for i in fast.items] == [
+        [type(v) for v in vars_of(i.record)] for i in checked.items
+    ]
+
+
+def vars_of(record: AgentRecord) -> list[object]:
+    return [getattr(record, name) for name in record.__dataclass_fields__]
+
+
+def test_a_page_the_fast_decoder_cannot_read_gets_the_checking_decoders_reason() -> None:
+    body = json.loads(page(("summary", SUMMARY)))
+    body["evicted_total"] = True
+    with pytest.raises(ParseError, match="'evicted_total' must be an integer, not bool"):
+        decode_summaries_response(json.dumps(body).encode(), origin="gpu01:9767")

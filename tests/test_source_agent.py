@@ -136,3 +136,38 @@ def test_token_and_an_unreachable_agent(ctx: RunContext, tmp_path: Path) -> None
         assert count(ctx.engine, "SELECT count(*) FROM gpu_summary") == 4
     finally:
         secured.close()
+
+
+def test_agents_are_pulled_several_at_once_each_stored_once(ctx: RunContext, tmp_path: Path) -> None:
+    """Six agents, three pulled at a time, their windows on a day with no partition yet (so
+    the writers race to create it), and one dead target: everything stored once, the run's
+    counts are the sum of the nodes', the dead node makes it partial."""
+    new_day = T0 + timedelta(days=40)
+    agents = [RunningAgent(tmp_path / f"{n}.sqlite", node=f"gpu{n:02d}") for n in range(1, 7)]
+    try:
+        for n, running in enumerate(agents, start=1):
+            node = f"gpu{n:02d}"
+            running.spool.append_records(
+                [
+                    *inventory(node, [f"GPU-{node}-0", f"GPU-{node}-1"], seen=new_day),
+                    *windows(f"GPU-{node}-0", new_day, 20, busy={3}, node=node),
+                    *windows(f"GPU-{node}-1", new_day, 20, node=node),
+                ]
+            )
+        targets = [f"gpu{n:02d}=127.0.0.1:{a.port}" for n, a in enumerate(agents, start=1)]
+        outcome = pull(ctx, *targets, "gpu99=127.0.0.1:1", concurrency=3, page_size=9)
+        assert outcome.status == "partial" and "gpu99" in outcome.message
+        assert count(ctx.engine, "SELECT count(*) FROM gpu_summary") == 6 * 40
+        assert count(ctx.engine, "SELECT count(DISTINCT node) FROM gpu_inventory") == 6
+        assert outcome.result.rows_read == 6 * 42
+        assert outcome.result.rows_written == 6 * 42
+        # the notes of each node, in target order
+        nodes_noted = [note.split(":")[0] for note in outcome.result.notes]
+        assert nodes_noted == sorted(nodes_noted) and set(nodes_noted) == {f"gpu{n:02d}" for n in range(1, 7)}
+        assert all(a.spool.stats().items == 0 for a in agents)
+        again = pull(ctx, *targets, concurrency=3)
+        assert again.status == "ok" and again.result.rows_written == 0
+        assert count(ctx.engine, "SELECT count(*) FROM gpu_summary") == 6 * 40
+    finally:
+        for running in agents:
+            running.close()

@@ -401,3 +401,32 @@ def test_attribute_command_folds_in_telemetry(cli_env: Engine, capsys: pytest.Ca
     assert "19 attempts recomputed, 20 attempt x GPU x day rows" in capsys.readouterr().out
     assert rows(cli_env, "SELECT DISTINCT mapping FROM gpu_attribution") == [("unmapped",)]
     assert main(["attribute", "--full"]) == 0
+
+
+def test_targets_are_worked_on_concurrently_and_their_results_added_up() -> None:
+    from slurmtel.errors import SourceUnavailable
+    from slurmtel.sources.base import RunResult
+    from slurmtel.sources.targets import for_each_target
+
+    targets = [Target(f"n{i}", f"http://n{i}:1") for i in range(4)]
+    # every worker waits here until three are inside at once: it only passes when they run together
+    together = threading.Barrier(3, timeout=60)
+
+    def work(target: Target, part: RunResult) -> None:
+        if target.node == "n3":
+            raise SourceUnavailable("connection refused")
+        together.wait()
+        part.rows_read, part.rows_written = 10, 7
+        part.notes.append(f"{target.node}: pulled")
+
+    result = RunResult()
+    for_each_target(targets, work, result, "agent", concurrency=3)
+    assert (result.rows_read, result.rows_written) == (30, 21)
+    assert result.notes == ["n0: pulled", "n1: pulled", "n2: pulled"]
+    assert result.errors == ["n3: connection refused"]
+
+    def dead(target: Target, part: RunResult) -> None:
+        raise SourceUnavailable("connection refused")
+
+    with pytest.raises(SourceUnavailable, match="no agent answered"):
+        for_each_target(targets, dead, RunResult(), "agent", concurrency=2)

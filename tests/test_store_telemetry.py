@@ -68,6 +68,29 @@ def test_summaries_are_stored_once_even_when_a_pull_is_retried(engine: Engine) -
     assert count(engine, "SELECT count(*) FROM gpu_summary_20261101") == 8
 
 
+def test_a_window_repeated_within_one_write_is_stored_once_the_first_kept(engine: Engine) -> None:
+    first = summary("GPU-r", "2026-11-03T10:00:00", util_mean_percent=20.0)
+    repeat = replace(first, util_mean_percent=80.0)
+    other = summary("GPU-r", "2026-11-03T10:00:30")
+    with engine.begin() as conn:
+        stats = write_summaries(conn, [first, other, repeat], source="agent", node="gpu01")
+    assert (stats.received, stats.inserted, stats.duplicates) == (3, 2, 1)
+    with engine.connect() as conn:
+        stored = conn.execute(
+            text(
+                "SELECT window_start_at, util_mean_percent FROM gpu_summary WHERE gpu_uuid = 'GPU-r' ORDER BY 1"
+            )
+        ).all()
+        batch_rows = conn.execute(
+            text("SELECT rows FROM ingest_batch WHERE id = :id"), {"id": stats.batch_id}
+        )
+        assert batch_rows.scalar_one() == 2
+    assert [(row[0], row[1]) for row in stored] == [
+        (first.window_start_at, 20.0),
+        (other.window_start_at, 50.0),
+    ]
+
+
 def existing_partitions_now(engine: Engine) -> set[str]:
     with engine.connect() as conn:
         return set(existing_partitions(conn))

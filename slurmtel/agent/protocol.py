@@ -25,7 +25,6 @@ becomes a `Rejected` in `SummariesPage.rejected` and the rest of the page is kep
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
 import types
 import typing
@@ -34,12 +33,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from operator import itemgetter
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlencode
 
+import msgspec
 import orjson
 
 from slurmtel.errors import ParseError
+from slurmtel.parsers.slurm_common import gc_paused
 from slurmtel.records import GpuEvent, GpuInventory, GpuSummary, Rejected
 
 PROTOCOL_VERSION = 1
@@ -365,17 +366,153 @@ def _require(data: Mapping[str, Any], key: str, kind: type, origin: str) -> Any:
 def decode_summaries_response(raw: bytes | str, origin: str = "agent") -> SummariesPage:
     """Parse a /v1/summaries body. ORIGIN (e.g. "gpu01:9767") names the agent in errors."""
     # a page is thousands of small acyclic objects: the cyclic collector would rescan them
-    # over and over while they are built (it doubles the time); nothing here makes cycles
-    collecting = gc.isenabled()
-    gc.disable()
+    # over and over while they are built
+    with gc_paused():
+        try:
+            return _decode_well_formed(raw, origin)
+        except _SlowPath:
+            return _decode_checking(raw, origin)
+
+
+class _WireItem(msgspec.Struct):
+    seq: int
+    kind: str
+    record: msgspec.Raw
+
+
+class _WirePage(msgspec.Struct):
+    node: str
+    agent_version: str
+    items: list[_WireItem]
+    next_cursor: int
+    evicted_total: int
+    spool_items: int
+    spool_bytes: int
+    spool_id: str = ""
+    protocol_version: int = PROTOCOL_VERSION
+
+
+class _SummaryItem(msgspec.Struct):
+    seq: int
+    kind: Literal["summary"]
+    record: GpuSummary
+
+
+class _SummaryPage(_WirePage):
+    items: list[_SummaryItem]  # type: ignore[assignment]
+
+
+# most pages hold window summaries alone: one msgspec call builds all their records
+_SUMMARY_PAGE = msgspec.json.Decoder(_SummaryPage)
+_WIRE_PAGE = msgspec.json.Decoder(_WirePage)
+# msgspec builds the frozen records straight from their JSON, checking each field's type the
+# way record_from_dict does (exact types, an int is a float, unknown fields ignored)
+_RECORD_DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
+    kind: msgspec.json.Decoder(cls) for kind, cls in RECORD_TYPES.items()
+}
+
+
+class _SlowPath(Exception):
+    """The page needs the checking decoder, which says exactly what is wrong with it."""
+
+
+def _decode_well_formed(raw: bytes | str, origin: str) -> SummariesPage:
+    """The fast path, taken by every page of a well-behaved agent: raises _SlowPath when the
+    envelope is anything but well formed. A record msgspec refuses goes through
+    record_from_dict alone, so it is rejected with the same reason as on the checking path."""
+    wire: _WirePage | _SummaryPage
     try:
-        return _decode_summaries_response(raw, origin)
-    finally:
-        if collecting:
-            gc.enable()
+        wire = _SUMMARY_PAGE.decode(raw)
+    except msgspec.ValidationError:
+        # other kinds, or a record that is not right: each record on its own
+        try:
+            wire = _WIRE_PAGE.decode(raw)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            raise _SlowPath from None
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        raise _SlowPath from None
+    if wire.protocol_version != PROTOCOL_VERSION:
+        raise _SlowPath
+    items: list[PageItem] = []
+    rejected: list[Rejected] = []
+    last_seq: int | None = None
+    for item in wire.items:
+        seq = item.seq
+        if last_seq is not None and seq <= last_seq:
+            raise _SlowPath
+        last_seq = seq
+        record: AgentRecord | None
+        if isinstance(item, _SummaryItem):
+            record = item.record
+            if record.window_start_at.tzinfo is not UTC:
+                record = _utc_datetimes(record)
+        else:
+            decoder = _RECORD_DECODERS.get(item.kind)
+            try:
+                record = _utc_datetimes(decoder.decode(item.record)) if decoder else None
+            except msgspec.DecodeError:
+                record = None
+        if record is None:
+            if not isinstance(item, _WireItem):
+                raise _SlowPath  # a summary without a time zone: the checking path names it
+            try:
+                data = {"seq": seq, "kind": item.kind, "record": orjson.loads(memoryview(item.record))}
+            except ValueError:
+                raise _SlowPath from None
+            decoded = _decode_item(data, seq, wire.node, origin)
+            if isinstance(decoded, Rejected):
+                rejected.append(decoded)
+                continue
+            record = decoded
+        items.append(PageItem(seq, item.kind, record))
+    if last_seq is not None and wire.next_cursor < last_seq:
+        raise _SlowPath
+    return SummariesPage(
+        node=wire.node,
+        agent_version=wire.agent_version,
+        items=tuple(items),
+        next_cursor=wire.next_cursor,
+        evicted_total=wire.evicted_total,
+        spool_items=wire.spool_items,
+        spool_bytes=wire.spool_bytes,
+        spool_id=wire.spool_id,
+        protocol_version=wire.protocol_version,
+        rejected=tuple(rejected),
+    )
 
 
-def _decode_summaries_response(raw: bytes | str, origin: str) -> SummariesPage:
+def _utc_datetimes(record: AgentRecord) -> AgentRecord | None:
+    """RECORD with its datetimes in UTC; None when one has no time zone (record_from_dict
+    rejects it, naming the field)."""
+    changes = {}
+    cls: type = type(record)
+    for _, name in _shape(cls).datetimes:
+        value = getattr(record, name)
+        if value.tzinfo is UTC:
+            continue
+        if value.tzinfo is None:
+            return None
+        changes[name] = value.astimezone(UTC)
+    return dataclasses.replace(record, **changes) if changes else record
+
+
+def _decode_item(item: Any, seq: int, node: str, origin: str) -> AgentRecord | Rejected:
+    try:
+        kind = item.get("kind")
+        if not isinstance(kind, str):
+            raise ValueError("no 'kind'")
+        return record_from_dict(kind, item.get("record"))
+    except (ValueError, TypeError) as exc:
+        return Rejected(
+            source="agent",
+            origin=f"{origin} ({node})" if node and node not in origin else origin,
+            record_key=f"seq {seq}",
+            reason=str(exc),
+            raw=json.dumps(item, sort_keys=True)[:10000],
+        )
+
+
+def _decode_checking(raw: bytes | str, origin: str) -> SummariesPage:
     try:
         data = orjson.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -407,23 +544,11 @@ def _decode_summaries_response(raw: bytes | str, origin: str) -> SummariesPage:
         if last_seq is not None and seq <= last_seq:
             raise ParseError(f"{origin}: item seq {seq} does not follow {last_seq}")
         last_seq = seq
-        try:
-            kind = item.get("kind")
-            if not isinstance(kind, str):
-                raise ValueError("no 'kind'")
-            record = record_from_dict(kind, item.get("record"))
-        except (ValueError, TypeError) as exc:
-            rejected.append(
-                Rejected(
-                    source="agent",
-                    origin=f"{origin} ({node})" if node and node not in origin else origin,
-                    record_key=f"seq {seq}",
-                    reason=str(exc),
-                    raw=json.dumps(item, sort_keys=True)[:10000],
-                )
-            )
+        decoded = _decode_item(item, seq, node, origin)
+        if isinstance(decoded, Rejected):
+            rejected.append(decoded)
             continue
-        items.append(PageItem(seq, kind, record))
+        items.append(PageItem(seq, item["kind"], decoded))
     if last_seq is not None and next_cursor < last_seq:
         raise ParseError(f"{origin}: next_cursor {next_cursor} is before the last item's seq {last_seq}")
     return SummariesPage(

@@ -62,7 +62,13 @@ class AgentSource:
         headers = _auth_headers(cfg)
         result = RunResult()
         # an unreachable agent keeps its spool: the next run pulls it
-        for_each_target(targets, lambda target: pull_agent(ctx, target, headers, result), result, "agent")
+        for_each_target(
+            targets,
+            lambda target, part: pull_agent(ctx, target, headers, part),
+            result,
+            "agent",
+            concurrency=cfg.concurrency,
+        )
         return result
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
@@ -129,20 +135,20 @@ def pull_agent(ctx: RunContext, target: Target, headers: dict[str, str], result:
 
 
 def _store_page(conn: Connection, page: SummariesPage, result: RunResult) -> None:
-    summaries = page.summaries
-    write_inventory(conn, page.inventory, source=NAME)
+    summaries, events, inventory = page.summaries, page.events, page.inventory
+    write_inventory(conn, inventory, source=NAME)
     stats = write_summaries(conn, summaries, source=NAME, node=page.node)
-    events = write_events(conn, page.events)
-    if page.inventory:
-        resolve_allocation_uuids(conn)
+    events_written = write_events(conn, events)
+    if inventory:
+        resolve_allocation_uuids(conn, node=page.node)
     quarantine(conn, page.rejected)
     result.rows_read += len(page.items) + len(page.rejected)
-    result.rows_written += stats.inserted + events + len(page.inventory)
+    result.rows_written += stats.inserted + events_written + len(inventory)
     result.rows_quarantined += len(page.rejected)
     if page.items or page.rejected:
         result.notes.append(
-            f"{page.node}: {len(summaries)} windows ({stats.inserted} new), {len(page.events)} events, "
-            f"{len(page.inventory)} inventory; spool {page.spool_items} items, {page.evicted_total} evicted"
+            f"{page.node}: {len(summaries)} windows ({stats.inserted} new), {len(events)} events, "
+            f"{len(inventory)} inventory; spool {page.spool_items} items, {page.evicted_total} evicted"
         )
 
 

@@ -54,14 +54,20 @@ class DcgmSource:
         cfg = ctx.config.sources.dcgm
         result = RunResult()
 
-        def scrape(target: Target) -> None:
+        def scrape(target: Target, part: RunResult) -> None:
             raw = http_request(_metrics_url(target, cfg.path), timeout_seconds=cfg.timeout_seconds)
             at = ctx.clock()
             self._store(
-                ctx, parse_dcgm_metrics(raw.decode("utf-8", "replace"), node=target.node, at=at), result
+                ctx, parse_dcgm_metrics(raw.decode("utf-8", "replace"), node=target.node, at=at), part
             )
 
-        for_each_target(targets_for(cfg, "sources.dcgm", options), scrape, result, "dcgm-exporter")
+        for_each_target(
+            targets_for(cfg, "sources.dcgm", options),
+            scrape,
+            result,
+            "dcgm-exporter",
+            concurrency=cfg.concurrency,
+        )
         return result
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
@@ -92,7 +98,7 @@ class DcgmSource:
         with ctx.engine.begin() as conn:
             write_inventory(conn, dcgm_inventory(scrape), source=NAME)
             stats = write_summaries(conn, summaries, source=NAME, node=scrape.node)
-            resolve_allocation_uuids(conn)
+            resolve_allocation_uuids(conn, node=scrape.node)
             quarantine(conn, scrape.rejected)
         result.rows_read += scrape.sample_lines
         result.rows_written += stats.inserted

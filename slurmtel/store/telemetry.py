@@ -18,10 +18,12 @@ from psycopg.errors import UniqueViolation
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
+from slurmtel.parsers.slurm_common import gc_paused
 from slurmtel.records import GpuAllocation, GpuEvent, GpuInventory, GpuSummary, NodeState, PendingJob
 from slurmtel.store.copy import copy_rows
 
 PARTITIONED_TABLE = "gpu_summary"
+PARTITION_LOCK_KEY = 7_355_608_003  # pg_advisory_xact_lock key of partition creation
 
 # (column, PostgreSQL type): every GpuSummary field, stored under its own name
 SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -92,10 +94,16 @@ def existing_partitions(conn: Connection) -> dict[str, date]:
 
 def ensure_partitions(conn: Connection, first: date, last: date) -> list[str]:
     """Create the daily partitions (UTC days) from FIRST to LAST that do not exist yet."""
+    days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
+    existing = existing_partitions(conn)
+    if all(partition_name(day) in existing for day in days):
+        return []
+    # writers of several nodes may want the same new day at once: one creates it, the others
+    # wait for its commit and then see it
+    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PARTITION_LOCK_KEY})
     existing = existing_partitions(conn)
     created = []
-    day = first
-    while day <= last:
+    for day in days:
         name = partition_name(day)
         if name not in existing:
             lo = datetime(day.year, day.month, day.day, tzinfo=UTC)
@@ -107,7 +115,6 @@ def ensure_partitions(conn: Connection, first: date, last: date) -> list[str]:
                 )
             )
             created.append(name)
-        day += timedelta(days=1)
     return created
 
 
@@ -130,13 +137,14 @@ def write_summaries(
     """Store window summaries once each, in the caller's transaction.
 
     The common case (nothing stored yet) is a plain binary COPY into the partitioned table.
-    A retried pull brings rows that exist already; then the batch goes through a staging
-    table and only the new rows are inserted.
+    A retried pull brings rows that exist already (or a page repeats a window); then the batch
+    goes through a staging table and only the new rows are inserted, the first of a repeated
+    window kept.
     """
     if not summaries:
         return SummaryWriteStats(None, 0, 0)
-    windows = [s.window_start_at for s in summaries]
-    lo, hi = min(windows), max(windows)
+    lo = min(s.window_start_at for s in summaries)
+    hi = max(s.window_start_at for s in summaries)
     batch_id = int(
         conn.execute(
             text(
@@ -147,11 +155,11 @@ def write_summaries(
         ).scalar_one()
     )
     ensure_partitions(conn, lo.astimezone(UTC).date(), hi.astimezone(UTC).date())
-    unique = {(s.gpu_uuid, s.window_start_at, s.source): s for s in summaries}
-    rows = summary_rows(unique.values(), batch_id)
     savepoint = conn.begin_nested()
     try:
-        copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)
+        with gc_paused():  # a row tuple per window: nothing cyclic, no need to scan the heap
+            rows = summary_rows(summaries, batch_id)
+            copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)
         savepoint.commit()
         inserted = len(rows)
     except (UniqueViolation, IntegrityError):
@@ -305,8 +313,10 @@ def write_allocations(conn: Connection, allocations: Iterable[GpuAllocation]) ->
     return len(rows)
 
 
-def resolve_allocation_uuids(conn: Connection) -> int:
-    """Fill in UUIDs of allocations seen before their node's inventory arrived."""
+def resolve_allocation_uuids(conn: Connection, *, node: str | None = None) -> int:
+    """Fill in UUIDs of allocations seen before their node's inventory arrived: on NODE, whose
+    inventory was just written (concurrent writers of other nodes' rows never wait on each
+    other), or on every node."""
     result = conn.execute(
         text(
             """
@@ -318,12 +328,14 @@ def resolve_allocation_uuids(conn: Connection) -> int:
                     ORDER BY (i.first_seen_at <= u.first_seen_at AND i.last_seen_at >= u.first_seen_at) DESC,
                              abs(extract(epoch FROM i.last_seen_at - u.first_seen_at))
                     LIMIT 1) AS gpu_uuid
-                FROM gpu_allocation u WHERE u.gpu_uuid = ''
+                FROM gpu_allocation u
+                WHERE u.gpu_uuid = '' AND (CAST(:node AS text) IS NULL OR u.node = CAST(:node AS text))
             ) found
             WHERE found.gpu_uuid IS NOT NULL AND a.cluster = found.cluster AND a.job_id_raw = found.job_id_raw
               AND a.submit_at = found.submit_at AND a.node = found.node AND a.gpu_index = found.gpu_index
             """
-        )
+        ),
+        {"node": node},
     )
     return int(result.rowcount or 0)
 
