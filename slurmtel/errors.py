@@ -7,6 +7,9 @@ class SlurmtelError(Exception):
     """Base class; `kind` is what a collect run records as its error class."""
 
     kind = "error"
+    # what the run had stored before it failed (a RunResult), recorded with the failed run;
+    # set by sources that store in steps, such as sacct's chunks
+    partial_result: object = None
 
 
 class ConfigError(SlurmtelError):

@@ -217,6 +217,11 @@ def test_a_failed_chunk_keeps_the_chunks_before_it_and_their_cursor(ctx: RunCont
     assert len(stored_ids(ctx.engine)) == LAB_JOBS
     # the next poll starts from the end of the stored chunk (minus rescan_seconds)
     assert cursor(ctx.engine) == at("2026-12-02T13:00:00")
+    # the failed run's record counts what it stored before the failure
+    assert (outcome.result.rows_read, outcome.result.rows_written) == (LAB_JOBS, LAB_JOBS)
+    with ctx.engine.connect() as conn:
+        recorded = conn.execute(text("SELECT status, rows_read, rows_written FROM collect_run")).one()
+    assert tuple(recorded) == ("error", LAB_JOBS, LAB_JOBS)
 
 
 def test_chunk_seconds_must_not_be_negative() -> None:

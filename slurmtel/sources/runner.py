@@ -50,6 +50,8 @@ def run_recorded(ctx: RunContext, source: str, mode: str, work: Callable[[], Run
             message = "; ".join(problems)
     except SlurmtelError as exc:
         status, kind, message = "error", exc.kind, str(exc)
+        if isinstance(exc.partial_result, RunResult):
+            result = exc.partial_result
     except OperationalError as exc:
         status, kind, message = "error", DatabaseUnavailable.kind, f"database error: {exc.orig}"
     except Exception as exc:  # a bug: recorded and logged, never fatal to the daemon

@@ -21,7 +21,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from slurmtel.config import Config, SacctSourceConfig
-from slurmtel.errors import ConfigError, SourceUnavailable
+from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
 from slurmtel.parsers.sacct_json import parse_sacct_json
 from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, SACCT_FIELDS, parse_sacct_parsable
 from slurmtel.records import JobAttempt, Rejected
@@ -238,13 +238,15 @@ def store_documents(ctx: RunContext, documents: Iterable[SacctDocument], result:
         failure = exc
     finally:
         writer.close()
-    if writer.error is not None:
-        if failure is not None and failure is not writer.error:
-            writer.error.add_note(f"then, reading a later document: {type(failure).__name__}: {failure}")
-        raise writer.error
-    if failure is not None:
-        raise failure
+    # what was stored before a failure counts too: the run's record says so
     writer.totals.report(result)
+    if writer.error is not None and failure is not None and failure is not writer.error:
+        writer.error.add_note(f"then, reading a later document: {type(failure).__name__}: {failure}")
+    error = writer.error or failure
+    if error is not None:
+        if isinstance(error, SlurmtelError):
+            error.partial_result = result
+        raise error
 
 
 @dataclass(frozen=True)

@@ -294,21 +294,35 @@ def refresh_job_spans(conn: Connection, *, everything: bool = False) -> int:
     """Fold the job ids of the new telemetry batches (new_batch; every stored window with
     EVERYTHING) into gpu_job_span: per GPU, job and hour, the first and last window in which the
     job's processes were on the GPU. Idempotent: spans only grow."""
-    source = "gpu_summary s" if everything else "gpu_summary s JOIN new_batch b ON s.batch_id = b.id"
+    if everything:
+        where, bind = "", {}
+    else:
+        ids, lo, hi = conn.execute(text("SELECT array_agg(id), min(lo), max(hi) FROM new_batch")).one()
+        if not ids:
+            return 0
+        # the batches' ids and their windows' time range as values: the planner then reads only
+        # the day partitions they fall in, through the batch index (a join with new_batch
+        # would scan every partition of the retention period)
+        where = (
+            "AND s.batch_id = ANY (CAST(:ids AS bigint[])) "
+            "AND s.window_start_at >= CAST(:lo AS timestamptz) AND s.window_start_at < CAST(:hi AS timestamptz)"
+        )
+        bind = {"ids": ids, "lo": lo, "hi": hi}
     result = conn.execute(
         text(
             f"""
             INSERT INTO gpu_job_span AS sp (node, gpu_uuid, job_id, hour, first_at, last_at)
             SELECT s.node, s.gpu_uuid, j.job_id, date_trunc('hour', s.window_start_at),
                    min(s.window_start_at), max(s.window_start_at + make_interval(secs => s.window_seconds))
-            FROM {source} CROSS JOIN LATERAL unnest(s.job_ids) AS j(job_id)
-            WHERE cardinality(s.job_ids) > 0
+            FROM gpu_summary s CROSS JOIN LATERAL unnest(s.job_ids) AS j(job_id)
+            WHERE cardinality(s.job_ids) > 0 {where}
             GROUP BY s.node, s.gpu_uuid, j.job_id, date_trunc('hour', s.window_start_at)
             ON CONFLICT (gpu_uuid, job_id, hour) DO UPDATE
             SET first_at = least(sp.first_at, EXCLUDED.first_at), last_at = greatest(sp.last_at, EXCLUDED.last_at),
                 node = EXCLUDED.node
             """
-        )
+        ),
+        bind,
     )
     return int(result.rowcount or 0)
 
