@@ -10,8 +10,14 @@ from datetime import datetime
 
 from slurmtel.access import Action, Identity, Role, Scope, allowed
 from slurmtel.config import Config
-from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
-from slurmtel.parsers.sacctmgr import COORDINATORS_ARGS, parse_coordinators
+from slurmtel.errors import ConfigError, ParseError, SlurmtelError, SourceUnavailable
+from slurmtel.parsers.sacctmgr import (
+    ACCOUNT_TREE_ARGS,
+    COORDINATORS_ARGS,
+    parse_account_parents,
+    parse_coordinators,
+    with_sub_accounts,
+)
 from slurmtel.reports.render import FORMATS
 from slurmtel.sources.base import RunContext, utc_now
 from slurmtel.sources.io import run_command
@@ -98,7 +104,8 @@ def current_identity(config: Config) -> Identity:
 
 
 def coordinated_accounts(config: Config, user: str) -> frozenset[str]:
-    """The accounts USER coordinates in Slurm; none when sacctmgr cannot say (deny by default)."""
+    """The accounts USER coordinates in Slurm and, as in Slurm, their sub-accounts; none when
+    sacctmgr cannot say (deny by default), only the named ones when the tree cannot be read."""
     command = config.access.sacctmgr_command
     if not command:
         return frozenset()
@@ -107,7 +114,16 @@ def coordinated_accounts(config: Config, user: str) -> frozenset[str]:
     except SourceUnavailable as exc:
         log.warning("cannot ask sacctmgr who coordinates which accounts (%s): no coordinator rights", exc)
         return frozenset()
-    return parse_coordinators(raw.decode("utf-8", "replace")).get(user, frozenset())
+    accounts = parse_coordinators(raw.decode("utf-8", "replace")).get(user, frozenset())
+    if not accounts:
+        return accounts
+    try:
+        tree = run_command([command, *ACCOUNT_TREE_ARGS], timeout_seconds=30)
+        parents = parse_account_parents(tree.decode("utf-8", "replace"))
+    except (SourceUnavailable, ParseError) as exc:
+        log.warning("cannot read the account tree from sacctmgr (%s): sub-accounts not included", exc)
+        return accounts
+    return with_sub_accounts(accounts, parents)
 
 
 def scope_for(config: Config, action: Action, identity: Identity | None = None) -> Scope:

@@ -307,6 +307,12 @@ def test_a_slurm_coordinator_gets_their_accounts(slurm_lab: SlurmLab, config: Co
     try:
         assert coordinated_accounts(config, "bob") == {"chemistry"}
         assert coordinated_accounts(config, "carol") == frozenset()
+        # as in Slurm, a coordinator of an account also coordinates its sub-accounts
+        lab.run(["sacctmgr", "-i", "add", "account", "organic", "parent=chemistry"])
+        lab.run(["sacctmgr", "-i", "add", "account", "polymers", "parent=organic"])
+        assert coordinated_accounts(config, "bob") == {"chemistry", "organic", "polymers"}
     finally:
+        for account in ("polymers", "organic"):  # whichever was added
+            subprocess.run(["sacctmgr", "-i", "remove", "account", account], capture_output=True, check=False)
         lab.run(["sacctmgr", "-i", "remove", "coordinator", "account=chemistry", "names=bob"])
     assert coordinated_accounts(config, "bob") == frozenset()
