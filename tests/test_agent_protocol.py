@@ -311,3 +311,12 @@ def test_a_page_the_fast_decoder_cannot_read_gets_the_checking_decoders_reason()
     body["evicted_total"] = True
     with pytest.raises(ParseError, match="'evicted_total' must be an integer, not bool"):
         decode_summaries_response(json.dumps(body).encode(), origin="gpu01:9767")
+
+
+def test_a_summary_has_one_datetime_the_fast_path_puts_in_utc() -> None:
+    """The page-at-once path checks window_start_at alone for UTC: a new datetime field in
+    GpuSummary must be added there."""
+    import typing
+
+    hints = typing.get_type_hints(GpuSummary)
+    assert [name for name, hint in hints.items() if hint is datetime] == ["window_start_at"]
