@@ -1,0 +1,44 @@
+"""Every benchmark still runs (at toy sizes, against the tests' PostgreSQL) and prints what
+its issue asks for: a rate, a ratio measured in the same run, and the target. The figures
+themselves are not checked here: speed is measured by running the benchmarks, not in tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+CASES = {
+    "sacct_ingest.py": (["--jobs", "3000", "--batch", "1000"], ["jobs/s", "ratio", "target"]),
+    "telemetry_ingest.py": (
+        ["--gpus", "16", "--hours", "1"],
+        ["rows/s", "prometheus_client", "ratio", "target", "agent CPU per GPU-second"],
+    ),
+    "attribution.py": (["--gpus", "16", "--days", "1"], ["samples/s", "target", "full recompute"]),
+    "reports.py": (["--jobs", "3000", "--batch", "1000", "--pending", "50", "--repeat", "1"], ["target"]),
+    "chargeback.py": (["--jobs", "3000", "--batch", "1000", "--repeat", "1"], ["target"]),
+}
+
+
+@pytest.mark.parametrize("script", sorted(CASES))
+def test_the_benchmark_runs_and_prints_its_measures(script: str, server_url: str) -> None:
+    args, expected = CASES[script]
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args, "--dsn", server_url],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for word in expected:
+        assert word in proc.stdout, f"{script} printed no '{word}':\n{proc.stdout}"
+
+
+def test_every_benchmark_is_run_here() -> None:
+    helpers = {"scratch.py", "dcgm_parse.py", "agent_cpu.py"}  # run by telemetry_ingest.py
+    assert {p.name for p in BENCHMARKS.glob("*.py")} - helpers == set(CASES)
