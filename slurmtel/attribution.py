@@ -54,7 +54,7 @@ def run_attribution(
             overlap_seconds=config.attribution.overlap_seconds,
             everything=full,
         )
-        refresh_job_spans(conn, everything=full)
+        refresh_job_spans(conn, selection, everything=full)
         rows = recompute_dirty(conn, timezone=config.site.timezone) if selection.attempts else 0
         links = refresh_retry_links(
             conn,

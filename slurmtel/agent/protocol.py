@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
-from operator import itemgetter
 from typing import Any, Literal
 from urllib.parse import urlencode
 
@@ -235,42 +234,10 @@ def _fields(cls: type) -> tuple[tuple[str, Converter, Any], ...]:
     return tuple((f.name, _converter(hints[f.name], f.name), _default(f)) for f in dataclasses.fields(cls))
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """What a well-formed record of one type looks like, for the fast path."""
-
-    values: Callable[[Mapping[str, Any]], tuple[Any, ...]]
-    # the exact JSON types each field may have (bool is not an int, int is not a float)
-    types: tuple[tuple[type, ...], ...]
-    datetimes: tuple[tuple[int, str], ...]
-    tuples: tuple[int, ...]
-
-
-def _json_types(hint: Any) -> tuple[type, ...]:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return tuple(t for arg in typing.get_args(hint) for t in _json_types(arg))
-    if origin is tuple:
-        return (list,)
-    if hint is datetime:
-        return (str,)
-    return (hint,)
-
-
-def _is_instance_exactly(value: Any, allowed: tuple[type, ...]) -> bool:
-    return type(value) in allowed
-
-
 @cache
-def _shape(cls: type) -> _Shape:
+def _datetime_fields(cls: type) -> tuple[str, ...]:
     hints = _hints(cls)
-    fields = dataclasses.fields(cls)
-    return _Shape(
-        values=itemgetter(*(f.name for f in fields)),
-        types=tuple(_json_types(hints[f.name]) for f in fields),
-        datetimes=tuple((i, f.name) for i, f in enumerate(fields) if hints[f.name] is datetime),
-        tuples=tuple(i for i, f in enumerate(fields) if typing.get_origin(hints[f.name]) is tuple),
-    )
+    return tuple(f.name for f in dataclasses.fields(cls) if hints[f.name] is datetime)
 
 
 def record_from_dict(kind: str, data: Mapping[str, Any]) -> AgentRecord:
@@ -280,24 +247,8 @@ def record_from_dict(kind: str, data: Mapping[str, Any]) -> AgentRecord:
         raise ValueError(f"unknown kind {kind!r}")
     if not isinstance(data, Mapping):
         raise ValueError("record must be an object")
-    # fast path, one window summary of every GPU at a time on the head: every field present
-    # with exactly the JSON type it should have; anything else takes the checking path below
-    shape = _shape(cls)
-    try:
-        values = list(shape.values(data))
-    except KeyError:
-        pass
-    else:
-        if all(map(_is_instance_exactly, values, shape.types)):
-            for i in shape.tuples:
-                if not all(type(v) is str for v in values[i]):
-                    break
-                values[i] = tuple(values[i])
-            else:
-                for i, name in shape.datetimes:
-                    values[i] = _parse_datetime(values[i], name)
-                fast: AgentRecord = cls(*values)
-                return fast
+    # the head reads well-formed pages with msgspec (_decode_well_formed); this is the checking
+    # path that names what is wrong with a record
     # positional, in field order
     args: list[Any] = []
     append = args.append
@@ -380,28 +331,27 @@ class _WireItem(msgspec.Struct):
     record: msgspec.Raw
 
 
-class _WirePage(msgspec.Struct):
-    node: str
-    agent_version: str
-    items: list[_WireItem]
-    next_cursor: int
-    evicted_total: int
-    spool_items: int
-    spool_bytes: int
-    spool_id: str = ""
-    protocol_version: int = PROTOCOL_VERSION
-
-
 class _SummaryItem(msgspec.Struct):
     seq: int
     kind: Literal["summary"]
     record: GpuSummary
 
 
-class _SummaryPage(_WirePage):
-    items: list[_SummaryItem]  # type: ignore[assignment]
+# the envelope's fields as SummariesPage declares them, with the items of one wire shape
+_ENVELOPE = tuple(f for f in dataclasses.fields(SummariesPage) if f.name not in ("items", "rejected"))
 
 
+def _wire_page(name: str, item: type) -> type[msgspec.Struct]:
+    hints = _hints(SummariesPage)
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+        (f.name, hints[f.name]) if f.default is dataclasses.MISSING else (f.name, hints[f.name], f.default)
+        for f in _ENVELOPE
+    ]
+    return msgspec.defstruct(name, [*fields, ("items", types.GenericAlias(list, (item,)))], kw_only=True)
+
+
+_WirePage = _wire_page("_WirePage", _WireItem)
+_SummaryPage = _wire_page("_SummaryPage", _SummaryItem)
 # most pages hold window summaries alone: one msgspec call builds all their records
 _SUMMARY_PAGE = msgspec.json.Decoder(_SummaryPage)
 _WIRE_PAGE = msgspec.json.Decoder(_WirePage)
@@ -420,7 +370,7 @@ def _decode_well_formed(raw: bytes | str, origin: str) -> SummariesPage:
     """The fast path, taken by every page of a well-behaved agent: raises _SlowPath when the
     envelope is anything but well formed. A record msgspec refuses goes through
     record_from_dict alone, so it is rejected with the same reason as on the checking path."""
-    wire: _WirePage | _SummaryPage
+    wire: Any
     try:
         wire = _SUMMARY_PAGE.decode(raw)
     except msgspec.ValidationError:
@@ -468,16 +418,7 @@ def _decode_well_formed(raw: bytes | str, origin: str) -> SummariesPage:
     if last_seq is not None and wire.next_cursor < last_seq:
         raise _SlowPath
     return SummariesPage(
-        node=wire.node,
-        agent_version=wire.agent_version,
-        items=tuple(items),
-        next_cursor=wire.next_cursor,
-        evicted_total=wire.evicted_total,
-        spool_items=wire.spool_items,
-        spool_bytes=wire.spool_bytes,
-        spool_id=wire.spool_id,
-        protocol_version=wire.protocol_version,
-        rejected=tuple(rejected),
+        **{f.name: getattr(wire, f.name) for f in _ENVELOPE}, items=tuple(items), rejected=tuple(rejected)
     )
 
 
@@ -486,7 +427,7 @@ def _utc_datetimes(record: AgentRecord) -> AgentRecord | None:
     rejects it, naming the field)."""
     changes = {}
     cls: type = type(record)
-    for _, name in _shape(cls).datetimes:
+    for name in _datetime_fields(cls):
         value = getattr(record, name)
         if value.tzinfo is UTC:
             continue

@@ -32,6 +32,8 @@ MAX_WINDOW = "interval '1 hour'"
 class DirtySelection:
     attempts: int
     batches: list[int]
+    # the new batches' windows start in [lo, hi); None when there are no new batches
+    batch_window: tuple[datetime, datetime] | None
     max_updated_at: datetime | None
     max_allocation_seen_at: datetime | None
 
@@ -81,7 +83,10 @@ def select_dirty_attempts(
             """
         )
     )
-    batches = [int(b) for b in conn.execute(text("SELECT id FROM new_batch ORDER BY id")).scalars()]
+    ids, lo, hi = conn.execute(
+        text("SELECT array_agg(id ORDER BY id), min(lo), max(hi) FROM new_batch")
+    ).one()
+    batches = [int(b) for b in ids or ()]
     conn.execute(
         text(
             """
@@ -139,7 +144,7 @@ def select_dirty_attempts(
             "SELECT (SELECT max(updated_at) FROM job_attempt), (SELECT max(last_seen_at) FROM gpu_allocation)"
         )
     ).one()
-    return DirtySelection(int(count or 0), batches, marks[0], marks[1])
+    return DirtySelection(int(count or 0), batches, (lo, hi) if batches else None, marks[0], marks[1])
 
 
 def recompute_dirty(conn: Connection, *, timezone: str) -> int:
@@ -290,16 +295,15 @@ def recompute_dirty(conn: Connection, *, timezone: str) -> int:
     return int(inserted or 0)
 
 
-def refresh_job_spans(conn: Connection, *, everything: bool = False) -> int:
-    """Fold the job ids of the new telemetry batches (new_batch; every stored window with
+def refresh_job_spans(conn: Connection, selection: DirtySelection, *, everything: bool = False) -> int:
+    """Fold the job ids of the SELECTION's new telemetry batches (every stored window with
     EVERYTHING) into gpu_job_span: per GPU, job and hour, the first and last window in which the
     job's processes were on the GPU. Idempotent: spans only grow."""
     if everything:
         where, bind = "", {}
+    elif selection.batch_window is None:
+        return 0
     else:
-        ids, lo, hi = conn.execute(text("SELECT array_agg(id), min(lo), max(hi) FROM new_batch")).one()
-        if not ids:
-            return 0
         # the batches' ids and their windows' time range as values: the planner then reads only
         # the day partitions they fall in, through the batch index (a join with new_batch
         # would scan every partition of the retention period)
@@ -307,7 +311,8 @@ def refresh_job_spans(conn: Connection, *, everything: bool = False) -> int:
             "AND s.batch_id = ANY (CAST(:ids AS bigint[])) "
             "AND s.window_start_at >= CAST(:lo AS timestamptz) AND s.window_start_at < CAST(:hi AS timestamptz)"
         )
-        bind = {"ids": ids, "lo": lo, "hi": hi}
+        lo, hi = selection.batch_window
+        bind = {"ids": selection.batches, "lo": lo, "hi": hi}
     result = conn.execute(
         text(
             f"""
