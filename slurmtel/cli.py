@@ -7,19 +7,29 @@ quarantined (see `slurmtel quarantine list`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from collections.abc import Sequence
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from slurmtel import __version__
 from slurmtel.commands import COMMAND_MODULES
 from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from slurmtel.config import load_config
 from slurmtel.errors import ConfigError, SlurmtelError
-from slurmtel.logs import configure_logging
+from slurmtel.logs import configure_logging, redact
+
+log = logging.getLogger("slurmtel.cli")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # what a command prints may hold whatever its input held (bytes that are not UTF-8 kept as
+    # surrogates, unpaired \ud800 escapes): shown as escapes rather than failing the print
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
@@ -28,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        print(f"slurmtel: {exc}", file=sys.stderr)
+        _error(exc)
         return EXIT_USAGE
     level = args.log_level or config.logging.level
     configure_logging(level)
@@ -38,13 +48,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args, config))
     except ConfigError as exc:
-        print(f"slurmtel: {exc}", file=sys.stderr)
+        _error(exc)
         return EXIT_USAGE
     except SlurmtelError as exc:
-        print(f"slurmtel: {exc}", file=sys.stderr)
+        _error(exc)
         return EXIT_ERROR
     except BrokenPipeError:
         return EXIT_OK
+    except SQLAlchemyError as exc:
+        # a database failure no command turned into a SlurmtelError: its first line, no traceback
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        _error(f"database error: {detail[0] if detail else type(exc).__name__}")
+        return EXIT_ERROR
+    except Exception as exc:
+        # a bug: one line for the user, the traceback with --log-level DEBUG
+        log.debug("unexpected error", exc_info=True)
+        _error(f"internal error: {type(exc).__name__}: {exc} (run with --log-level DEBUG for the traceback)")
+        return EXIT_ERROR
+
+
+def _error(message: object) -> None:
+    """One line on stderr, secrets masked (a URL's password may be part of an error)."""
+    print(f"slurmtel: {redact(str(message))}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -166,6 +166,12 @@ class TelemetryConfig:
     retention_days: int = 90
     # daily partitions are created this many days ahead
     partitions_ahead_days: int = 7
+    # windows and events dated more than this many seconds after the head's clock are
+    # quarantined (a node's clock is wrong), as are those older than retention_days
+    max_future_seconds: int = 300
+    # daily partitions one run of a source may create at most; windows of further new days are
+    # quarantined (with the plausible range above, only a very long backlog comes near it)
+    max_new_partitions_per_run: int = 100
 
 
 @dataclass(frozen=True)
@@ -522,6 +528,10 @@ def _validated(config: Config) -> Config:
             raise ConfigError(f"sources.{source}.concurrency must be between 1 and 64")
     if config.telemetry.retention_days < 1 or config.telemetry.partitions_ahead_days < 0:
         raise ConfigError("telemetry.retention_days must be >= 1 and partitions_ahead_days >= 0")
+    if config.telemetry.max_future_seconds < 0:
+        raise ConfigError("telemetry.max_future_seconds must not be negative")
+    if config.telemetry.max_new_partitions_per_run < 1:
+        raise ConfigError("telemetry.max_new_partitions_per_run must be at least 1")
     seen: dict[str, str] = {}
     for f in dataclasses.fields(config.outcomes):
         for state in getattr(config.outcomes, f.name):

@@ -75,9 +75,14 @@ def test_the_lab_attempts_are_stored_as_parsed(engine: Engine) -> None:
     assert sorted(v[0] for v in stored.values() if len(v[0]) > 1) == [["gpu01", "gpu02"]]
 
 
-def test_an_int_beyond_int4_is_an_error_not_its_low_bits(engine: Engine) -> None:
-    # psycopg's own binary int4 dumper would write 2**40 as 0
-    with pytest.raises(psycopg.DataError, match="out of range"), engine.begin() as conn:
-        write_attempts(conn, [attempt(array_job_id=1, array_task_id=2**40)])
+def test_an_int_beyond_int4_is_refused_by_name_not_stored_as_its_low_bits(engine: Engine) -> None:
+    # psycopg's own binary int4 dumper would write 2**40 as 0; the attempt is refused, named by
+    # its field and value, and the other attempt of the batch is stored
+    with engine.begin() as conn:
+        stats = write_attempts(conn, [attempt(job_id_raw=1, array_job_id=1, array_task_id=2**40), attempt(job_id_raw=2)])
+    assert (stats.inserted, len(stats.refused)) == (1, 1)
+    ((refused, reason),) = stats.refused
+    assert refused.job_id_raw == 1
+    assert reason == f"array_task_id is {2**40}, beyond int4 (-2147483648 .. 2147483647)"
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM job_attempt")).scalar_one() == 0
+        assert conn.execute(text("SELECT job_id_raw FROM job_attempt")).scalars().all() == [2]

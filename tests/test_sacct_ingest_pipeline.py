@@ -115,27 +115,49 @@ def test_an_unreadable_document_stops_after_the_ones_before_it(ctx: RunContext) 
     assert cursor(ctx.engine) == at("2026-12-02T11:00:00")
 
 
+POISON = 4_000_000_000
+
+
+@pytest.fixture
+def poisoned_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write of attempts fails (as a database would) when its batch holds job POISON: one
+    bad record no longer fails its batch, so a failed write is made, not found."""
+    import slurmtel.sources.sacct as sacct_source
+
+    real = sacct_source.write_attempts
+
+    def write_attempts(conn, attempts, **kwargs):  # type: ignore[no-untyped-def]
+        attempts = list(attempts)
+        if any(a.job_id_raw == POISON for a in attempts):
+            raise psycopg.DataError("the database refused the write")
+        return real(conn, attempts, **kwargs)
+
+    monkeypatch.setattr(sacct_source, "write_attempts", write_attempts)
+
+
+def poison(raw: bytes) -> bytes:
+    doc = orjson.loads(raw)
+    doc["jobs"][0]["job_id"] = POISON
+    return orjson.dumps(doc)
+
+
+@pytest.mark.usefixtures("poisoned_writes")
 def test_after_a_failed_write_no_later_document_is_written(ctx: RunContext) -> None:
     raws = lab_documents(4)
-    # an array task id beyond int4: the second document's transaction fails in the COPY
-    poisoned = orjson.loads(raws[1])
-    poisoned["jobs"][0]["array"] = {"job_id": 1, "task_id": 2**40}
-    docs = documents([raws[0], orjson.dumps(poisoned), raws[2], raws[3]], at("2026-12-02T10:00:00"))
+    # the second document's transaction fails
+    docs = documents([raws[0], poison(raws[1]), raws[2], raws[3]], at("2026-12-02T10:00:00"))
     with pytest.raises(psycopg.DataError):
         store_documents(ctx, docs, RunResult())
     assert set(stored_ids(ctx.engine)) == job_ids(raws[0])
     assert cursor(ctx.engine) == at("2026-12-02T10:00:00")
 
 
+@pytest.mark.usefixtures("poisoned_writes")
 def test_a_fetch_failure_after_a_write_failure_reports_the_write_first(ctx: RunContext) -> None:
     (raw,) = lab_documents(1)
-    poisoned = orjson.loads(raw)
-    poisoned["jobs"][0]["array"] = {"job_id": 1, "task_id": 2**40}
 
     def fetched() -> Iterator[SacctDocument]:
-        yield SacctDocument(
-            "part 0", orjson.dumps(poisoned), cursor_scope="local", cursor_at=at("2026-12-02T10:00:00")
-        )
+        yield SacctDocument("part 0", poison(raw), cursor_scope="local", cursor_at=at("2026-12-02T10:00:00"))
         raise SourceUnavailable("sacct failed: slurmdbd down")
 
     # the write of part 0 fails whether before or after the next sacct call does: the

@@ -143,6 +143,8 @@ def test_agents_are_pulled_several_at_once_each_stored_once(ctx: RunContext, tmp
     the writers race to create it), and one dead target: everything stored once, the run's
     counts are the sum of the nodes', the dead node makes it partial."""
     new_day = T0 + timedelta(days=40)
+    # the head's clock on that day: windows dated after it would be clock skew
+    ctx = replace(ctx, clock=lambda: new_day + timedelta(hours=1))
     agents = [RunningAgent(tmp_path / f"{n}.sqlite", node=f"gpu{n:02d}") for n in range(1, 7)]
     try:
         for n, running in enumerate(agents, start=1):

@@ -406,9 +406,10 @@ def _decode_well_formed(raw: bytes | str, origin: str) -> SummariesPage:
             if not isinstance(item, _WireItem):
                 raise _SlowPath  # a summary without a time zone: the checking path names it
             try:
-                data = {"seq": seq, "kind": item.kind, "record": orjson.loads(memoryview(item.record))}
-            except ValueError:
-                raise _SlowPath from None
+                data = {"seq": seq, "kind": item.kind, "record": _loads(memoryview(item.record))}
+            except (ValueError, RecursionError) as exc:
+                rejected.append(_rejected_item(item, seq, wire.node, origin, f"record is not JSON: {exc}"))
+                continue
             decoded = _decode_item(data, seq, wire.node, origin)
             if isinstance(decoded, Rejected):
                 rejected.append(decoded)
@@ -417,8 +418,35 @@ def _decode_well_formed(raw: bytes | str, origin: str) -> SummariesPage:
         items.append(PageItem(seq, item.kind, record))
     if last_seq is not None and wire.next_cursor < last_seq:
         raise _SlowPath
+    if any(not 0 <= getattr(wire, name) <= _INT8_MAX for name in _COUNTERS):
+        raise _SlowPath
     return SummariesPage(
         **{f.name: getattr(wire, f.name) for f in _ENVELOPE}, items=tuple(items), rejected=tuple(rejected)
+    )
+
+
+_INT8_MAX = 2**63 - 1
+# the envelope's counters, stored as bigint with the node's cursor
+_COUNTERS = ("next_cursor", "evicted_total", "spool_items", "spool_bytes")
+
+
+def _loads(raw: bytes | str | memoryview) -> Any:
+    """JSON text -> objects; integers beyond 64 bits (which orjson refuses) through Python's json."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        text = bytes(raw).decode("utf-8", "replace") if not isinstance(raw, str) else raw
+        return json.loads(text)
+
+
+def _rejected_item(item: _WireItem, seq: int, node: str, origin: str, reason: str) -> Rejected:
+    raw = f'{{"seq":{seq},"kind":{json.dumps(item.kind)},"record":{bytes(item.record).decode("utf-8", "replace")}}}'
+    return Rejected(
+        source="agent",
+        origin=f"{origin} ({node})" if node and node not in origin else origin,
+        record_key=f"seq {seq}",
+        reason=reason,
+        raw=raw[:10000],
     )
 
 
@@ -443,21 +471,28 @@ def _decode_item(item: Any, seq: int, node: str, origin: str) -> AgentRecord | R
         if not isinstance(kind, str):
             raise ValueError("no 'kind'")
         return record_from_dict(kind, item.get("record"))
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
+        try:
+            raw = json.dumps(item, sort_keys=True)[:10000]
+        except (ValueError, TypeError, RecursionError):
+            try:
+                raw = repr(item)[:10000]
+            except RecursionError:
+                raw = f"<seq {seq}: nested too deeply to show>"
         return Rejected(
             source="agent",
             origin=f"{origin} ({node})" if node and node not in origin else origin,
             record_key=f"seq {seq}",
-            reason=str(exc),
-            raw=json.dumps(item, sort_keys=True)[:10000],
+            reason=str(exc) or type(exc).__name__,
+            raw=raw,
         )
 
 
 def _decode_checking(raw: bytes | str, origin: str) -> SummariesPage:
     try:
-        data = orjson.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ParseError(f"{origin}: summaries response is not JSON: {exc}") from exc
+        data = _loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ParseError(f"{origin}: summaries response is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ParseError(f"{origin}: summaries response is not a JSON object")
     version = data.get("protocol_version", PROTOCOL_VERSION)
@@ -475,6 +510,9 @@ def _decode_checking(raw: bytes | str, origin: str) -> SummariesPage:
     spool_id = data.get("spool_id", "")
     if not isinstance(spool_id, str):
         raise ParseError(f"{origin}: 'spool_id' must be a string")
+    for name in _COUNTERS:
+        if not 0 <= data[name] <= _INT8_MAX:
+            raise ParseError(f"{origin}: '{name}' is {data[name]}, outside 0 .. {_INT8_MAX}")
     items: list[PageItem] = []
     rejected: list[Rejected] = []
     last_seq: int | None = None

@@ -76,7 +76,7 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.scheduler import Schedule, enabled_sources
     from slurmtel.sources.base import RunContext, utc_now
     from slurmtel.store.daemon import last_success_by_source
-    from slurmtel.store.engine import make_engine, require_schema
+    from slurmtel.store.engine import display_url, make_engine, require_schema
 
     _register_secrets(config)
     engine = make_engine(config)
@@ -113,7 +113,7 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
         "started",
         version=__version__,
         pid=os.getpid(),
-        database=engine.url.render_as_string(hide_password=True),
+        database=display_url(engine.url),
         jobs=",".join(schedule.states),
         metrics=f"http://{host}:{port}/metrics",
     )
@@ -161,7 +161,12 @@ def _register_secrets(config: Config) -> None:
         url = config.database_url()
         if url:
             with contextlib.suppress(Exception):  # an unparsable URL: make_engine reports it
-                add_secret(make_url(url).password)
+                parsed = make_url(url)
+                add_secret(parsed.password)
+                for key, value in parsed.query.items():
+                    if "password" in key.lower():
+                        for secret in [value] if isinstance(value, str) else value:
+                            add_secret(secret)
     if config.sources.agent.token_file:
         with contextlib.suppress(OSError):  # unreadable: the agent source reports it
             add_secret(Path(config.sources.agent.token_file).read_text().strip())
@@ -181,11 +186,11 @@ def cmd_check_config(args: argparse.Namespace, config: Config) -> int:
     print(f"# database: {describe_database(config, url)}")
     sys.stdout.write(dump_toml(config))
     if args.database:
-        from slurmtel.store.engine import make_engine, require_schema
+        from slurmtel.store.engine import display_url, make_engine, require_schema
 
         engine = make_engine(config)
         require_schema(engine)  # raises with the reason; the CLI exits 1
-        print(f"# database reachable, schema current ({engine.url.render_as_string(hide_password=True)})")
+        print(f"# database reachable, schema current ({display_url(engine.url)})")
         engine.dispose()
     return EXIT_OK
 
@@ -205,16 +210,10 @@ def describe_database(config: Config, url: str | None) -> str:
 
 
 def mask_url(url: str) -> str:
-    """URL with its password replaced by ***."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    """URL with its password replaced by ***, in the user part or the query."""
+    from slurmtel.store.engine import display_url
 
-    from slurmtel.logs import redact
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return redact(url)
+    return display_url(url)
 
 
 def dump_toml(config: Config) -> str:

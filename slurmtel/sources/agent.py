@@ -27,9 +27,12 @@ from slurmtel.config import AgentSourceConfig, Config
 from slurmtel.errors import ConfigError, SourceUnavailable
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
+from slurmtel.sources.plausible import split_plausible
 from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
+from slurmtel.store.checks import EVENT_COLUMNS, INVENTORY_COLUMNS, rejections, split_storable
 from slurmtel.store.quarantine import quarantine
 from slurmtel.store.telemetry import (
+    PartitionBudget,
     get_agent_cursor,
     resolve_allocation_uuids,
     set_agent_cursor,
@@ -61,10 +64,11 @@ class AgentSource:
         targets = targets_for(cfg, "sources.agent", options)
         headers = _auth_headers(cfg)
         result = RunResult()
+        budget = PartitionBudget(ctx.config.telemetry.max_new_partitions_per_run)
         # an unreachable agent keeps its spool: the next run pulls it
         for_each_target(
             targets,
-            lambda target, part: pull_agent(ctx, target, headers, part),
+            lambda target, part: pull_agent(ctx, target, headers, part, budget),
             result,
             "agent",
             concurrency=cfg.concurrency,
@@ -79,12 +83,19 @@ class AgentSource:
             raise SourceUnavailable(f"cannot read {path}: {exc.strerror}") from exc
         result = RunResult()
         page = decode_summaries_response(raw, origin=str(path))
+        budget = PartitionBudget(ctx.config.telemetry.max_new_partitions_per_run)
         with ctx.engine.begin() as conn:
-            _store_page(conn, page, result)
+            _store_page(ctx, conn, page, result, budget, origin=str(path))
         return result
 
 
-def pull_agent(ctx: RunContext, target: Target, headers: dict[str, str], result: RunResult) -> None:
+def pull_agent(
+    ctx: RunContext,
+    target: Target,
+    headers: dict[str, str],
+    result: RunResult,
+    budget: PartitionBudget | None = None,
+) -> None:
     cfg = ctx.config.sources.agent
     with ctx.engine.connect() as conn:
         stored = get_agent_cursor(conn, target.node)
@@ -107,7 +118,9 @@ def pull_agent(ctx: RunContext, target: Target, headers: dict[str, str], result:
                 continue
             spool_id = page.spool_id
         with ctx.engine.begin() as conn:
-            _store_page(conn, page, result)
+            # what cannot be stored of the page is quarantined in this transaction: the page
+            # is stored and acked all the same, and the agent trims it
+            _store_page(ctx, conn, page, result, budget, origin=origin)
             set_agent_cursor(
                 conn,
                 target.node,
@@ -134,17 +147,36 @@ def pull_agent(ctx: RunContext, target: Target, headers: dict[str, str], result:
         result.notes.append(f"{target.node}: backlog left for the next run")
 
 
-def _store_page(conn: Connection, page: SummariesPage, result: RunResult) -> None:
-    summaries, events, inventory = page.summaries, page.events, page.inventory
+def _store_page(
+    ctx: RunContext,
+    conn: Connection,
+    page: SummariesPage,
+    result: RunResult,
+    budget: PartitionBudget | None,
+    *,
+    origin: str,
+) -> None:
+    now, telemetry = ctx.clock(), ctx.config.telemetry
+    # a node whose clock is wrong: its windows and events are kept out, the rest of the page in
+    summaries, skewed = split_plausible(
+        page.summaries, now=now, telemetry=telemetry, source=NAME, origin=origin
+    )
+    events, skewed_events = split_plausible(
+        page.events, now=now, telemetry=telemetry, source=NAME, origin=origin
+    )
+    inventory, refused = split_storable(page.inventory, INVENTORY_COLUMNS, source=NAME, origin=origin)
+    events, refused_events = split_storable(events, EVENT_COLUMNS, source=NAME, origin=origin)
+    rejected = [*page.rejected, *skewed, *skewed_events, *refused, *refused_events]
     write_inventory(conn, inventory, source=NAME)
-    stats = write_summaries(conn, summaries, source=NAME, node=page.node)
+    stats = write_summaries(conn, summaries, source=NAME, node=page.node, partition_budget=budget)
     events_written = write_events(conn, events)
     if inventory:
         resolve_allocation_uuids(conn, node=page.node)
-    quarantine(conn, page.rejected)
+    rejected += rejections(stats.refused, source=NAME, origin=origin)
+    quarantine(conn, rejected)
     result.rows_read += len(page.items) + len(page.rejected)
     result.rows_written += stats.inserted + events_written + len(inventory)
-    result.rows_quarantined += len(page.rejected)
+    result.rows_quarantined += len(rejected)
     if page.items or page.rejected:
         result.notes.append(
             f"{page.node}: {len(summaries)} windows ({stats.inserted} new), {len(events)} events, "

@@ -19,9 +19,16 @@ from slurmtel.parsers.dcgm import DcgmScrape, dcgm_inventory, dcgm_summaries, pa
 from slurmtel.records import GpuSummary
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
+from slurmtel.sources.plausible import split_plausible
 from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
+from slurmtel.store.checks import INVENTORY_COLUMNS, rejections, split_storable
 from slurmtel.store.quarantine import quarantine
-from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory, write_summaries
+from slurmtel.store.telemetry import (
+    PartitionBudget,
+    resolve_allocation_uuids,
+    write_inventory,
+    write_summaries,
+)
 from slurmtel.timeparse import parse_slurm_time
 
 NAME = "dcgm"
@@ -54,11 +61,16 @@ class DcgmSource:
         cfg = ctx.config.sources.dcgm
         result = RunResult()
 
+        budget = PartitionBudget(ctx.config.telemetry.max_new_partitions_per_run)
+
         def scrape(target: Target, part: RunResult) -> None:
             raw = http_request(_metrics_url(target, cfg.path), timeout_seconds=cfg.timeout_seconds)
             at = ctx.clock()
             self._store(
-                ctx, parse_dcgm_metrics(raw.decode("utf-8", "replace"), node=target.node, at=at), part
+                ctx,
+                parse_dcgm_metrics(raw.decode("utf-8", "replace"), node=target.node, at=at),
+                part,
+                budget,
             )
 
         for_each_target(
@@ -82,11 +94,13 @@ class DcgmSource:
         except OSError as exc:
             raise SourceUnavailable(f"cannot read {path}: {exc.strerror}") from exc
         result = RunResult()
-        self._store(ctx, parse_dcgm_metrics(raw, node=options.input_node, at=at), result)
+        budget = PartitionBudget(ctx.config.telemetry.max_new_partitions_per_run)
+        self._store(ctx, parse_dcgm_metrics(raw, node=options.input_node, at=at), result, budget)
         return result
 
-    def _store(self, ctx: RunContext, scrape: DcgmScrape, result: RunResult) -> None:
+    def _store(self, ctx: RunContext, scrape: DcgmScrape, result: RunResult, budget: PartitionBudget) -> None:
         window = float(ctx.config.sources.dcgm.interval_seconds)
+        origin = f"dcgm-exporter on {scrape.node}"
         summaries = [
             self._with_energy(s, scrape)
             for s in dcgm_summaries(
@@ -95,14 +109,23 @@ class DcgmSource:
                 idle_threshold_percent=ctx.config.attribution.idle_threshold_percent,
             )
         ]
+        # a scrape dated where no clock can be (collect dcgm --input --at 9999-12-31) is kept out
+        summaries, rejected = split_plausible(
+            summaries, now=ctx.clock(), telemetry=ctx.config.telemetry, source=NAME, origin=origin
+        )
+        inventory, refused = split_storable(
+            dcgm_inventory(scrape), INVENTORY_COLUMNS, source=NAME, origin=origin
+        )
+        rejected = [*scrape.rejected, *rejected, *refused]
         with ctx.engine.begin() as conn:
-            write_inventory(conn, dcgm_inventory(scrape), source=NAME)
-            stats = write_summaries(conn, summaries, source=NAME, node=scrape.node)
+            write_inventory(conn, inventory, source=NAME)
+            stats = write_summaries(conn, summaries, source=NAME, node=scrape.node, partition_budget=budget)
             resolve_allocation_uuids(conn, node=scrape.node)
-            quarantine(conn, scrape.rejected)
+            rejected += rejections(stats.refused, source=NAME, origin=origin)
+            quarantine(conn, rejected)
         result.rows_read += scrape.sample_lines
         result.rows_written += stats.inserted
-        result.rows_quarantined += len(scrape.rejected)
+        result.rows_quarantined += len(rejected)
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(scrape.dropped.items()))
         result.notes.append(
             f"{scrape.node}: {len(scrape.gpus)} GPUs, {stats.inserted} new windows"

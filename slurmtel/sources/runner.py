@@ -13,7 +13,7 @@ from sqlalchemy.exc import OperationalError
 
 from slurmtel.errors import DatabaseUnavailable, SlurmtelError
 from slurmtel.sources.base import RunContext, RunResult
-from slurmtel.store.runs import finish_run, start_run
+from slurmtel.store.runs import finish_run, mark_interrupted_runs, start_run
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +36,19 @@ def run_recorded(ctx: RunContext, source: str, mode: str, work: Callable[[], Run
     """
     started = ctx.clock()
     try:
-        run_id = start_run(ctx.engine, source, mode, started)
+        interrupted = mark_interrupted_runs(ctx.engine)
+        lock = start_run(ctx.engine, source, mode, started)
     except OperationalError as exc:
         raise DatabaseUnavailable(f"cannot record the {source} run: {exc.orig}") from exc
+    if interrupted:
+        log.warning("runs %s were interrupted (their process ended before they did)", interrupted)
+    try:
+        return _run(ctx, source, lock.run_id, work)
+    finally:
+        lock.release()
+
+
+def _run(ctx: RunContext, source: str, run_id: int, work: Callable[[], RunResult]) -> RunOutcome:
     result = RunResult()
     status, kind, message = "ok", "", ""
     try:
@@ -55,7 +65,9 @@ def run_recorded(ctx: RunContext, source: str, mode: str, work: Callable[[], Run
     except OperationalError as exc:
         status, kind, message = "error", DatabaseUnavailable.kind, f"database error: {exc.orig}"
     except Exception as exc:  # a bug: recorded and logged, never fatal to the daemon
-        log.exception("source %s failed", source)
+        # one line for whoever reads the output; the traceback at DEBUG, for a bug report
+        log.error("source %s failed: %s: %s", source, type(exc).__name__, exc)
+        log.debug("source %s failed", source, exc_info=True)
         status, kind, message = "error", "internal_error", f"{type(exc).__name__}: {exc}"
     try:
         finish_run(

@@ -27,6 +27,7 @@ from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, SACCT_FIELDS, parse
 from slurmtel.records import JobAttempt, Rejected
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import run_command
+from slurmtel.store.checks import rejections
 from slurmtel.store.jobs import WriteStats, sync_outcome_classes, write_attempts
 from slurmtel.store.quarantine import quarantine
 from slurmtel.store.runs import get_cursor, set_cursor
@@ -130,10 +131,12 @@ class SacctSource:
                 origin = f"sacct -S {_sacct_time(chunk_start)} -E {_sacct_time(chunk_end)}" + (
                     f" -M {cluster}" if cluster else ""
                 )
+                captured_at = ctx.clock()
                 # no local name for the output: it is freed once parsed, not at the next call
                 yield SacctDocument(
                     origin,
                     run_sacct(config, chunk_start, chunk_end, cluster),
+                    captured_at=captured_at,
                     format=config.format,
                     default_cluster=cluster or ctx.config.site.cluster,
                     # the cursor only moves when the caller did not pick the window by hand
@@ -168,7 +171,8 @@ class SacctSource:
         if any(isinstance(r, JobAttempt) and not r.cluster for r in records):
             raise ConfigError(f"{path} has no Cluster column: give --cluster NAME (or set site.cluster)")
         result = RunResult()
-        store_records(ctx, records, result, cursor_scope=None, cursor_at=None)
+        # when a saved file was captured is not known: it never replaces a view as far along
+        store_records(ctx, records, result, origin=str(path), cursor_scope=None, cursor_at=None)
         return result
 
 
@@ -177,12 +181,14 @@ def store_records(
     records: Sequence[JobAttempt | Rejected],
     result: RunResult,
     *,
+    origin: str,
     cursor_scope: str | None,
     cursor_at: datetime | None,
+    captured_at: datetime | None = None,
 ) -> None:
     """Write attempts, quarantine the rest and move the cursor, in one transaction."""
     totals = _Totals()
-    _store(ctx, records, cursor_scope, cursor_at, totals)
+    _store(ctx, _Parsed(records, origin, cursor_scope, cursor_at, captured_at), totals)
     totals.report(result)
 
 
@@ -192,6 +198,8 @@ class SacctDocument:
 
     origin: str
     raw: bytes
+    # when the output was taken (None: unknown, a saved file)
+    captured_at: datetime | None = None
     # "json" or "parsable" (sacct -P with SACCT_FIELDS, epoch times)
     format: str = "json"
     # the cluster of -P rows without one
@@ -232,7 +240,11 @@ def store_documents(ctx: RunContext, documents: Iterable[SacctDocument], result:
     try:
         for document in documents:
             records = parse_document(document)
-            writer.put(_Parsed(records, document.cursor_scope, document.cursor_at))
+            writer.put(
+                _Parsed(
+                    records, document.origin, document.cursor_scope, document.cursor_at, document.captured_at
+                )
+            )
             del document, records  # the writer holds the records; the raw text can go
     except Exception as exc:
         failure = exc
@@ -252,8 +264,10 @@ def store_documents(ctx: RunContext, documents: Iterable[SacctDocument], result:
 @dataclass(frozen=True)
 class _Parsed:
     records: Sequence[JobAttempt | Rejected]
+    origin: str
     cursor_scope: str | None
     cursor_at: datetime | None
+    captured_at: datetime | None
 
 
 @dataclass
@@ -319,37 +333,25 @@ class _Writer:
                 continue  # nothing after a failed document: the cursor must not pass it
             try:
                 # the outcome classes once a run, in its first document's transaction
-                _store(
-                    self.ctx,
-                    parsed.records,
-                    parsed.cursor_scope,
-                    parsed.cursor_at,
-                    self.totals,
-                    sync_outcomes=self.totals.documents == 0,
-                )
+                _store(self.ctx, parsed, self.totals, sync_outcomes=self.totals.documents == 0)
             except BaseException as exc:
                 self.error = exc
 
 
-def _store(
-    ctx: RunContext,
-    records: Sequence[JobAttempt | Rejected],
-    cursor_scope: str | None,
-    cursor_at: datetime | None,
-    totals: _Totals,
-    *,
-    sync_outcomes: bool = True,
-) -> None:
+def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: bool = True) -> None:
+    records = parsed.records
     attempts = [r for r in records if isinstance(r, JobAttempt)]
     rejected = [r for r in records if isinstance(r, Rejected)]
     with ctx.engine.begin() as conn:
         if sync_outcomes:
             sync_outcome_classes(conn, ctx.config.outcomes.mapping())
-        stats = write_attempts(conn, attempts)
+        stats = write_attempts(conn, attempts, captured_at=parsed.captured_at)
+        # what could not be stored is quarantined in the same transaction: the cursor moves on
+        rejected += rejections(stats.refused, source=NAME, origin=parsed.origin)
         quarantine(conn, rejected)
-        if cursor_scope is not None and cursor_at is not None:
-            set_cursor(conn, NAME, cursor_scope, cursor_at)
-    totals.add(len(records), len(attempts), stats, rejected)
+        if parsed.cursor_scope is not None and parsed.cursor_at is not None:
+            set_cursor(conn, NAME, parsed.cursor_scope, parsed.cursor_at)
+    totals.add(len(records), len(attempts) - len(stats.refused), stats, rejected)
 
 
 def run_sacct(config: SacctSourceConfig, start: datetime, end: datetime, cluster: str | None) -> bytes:

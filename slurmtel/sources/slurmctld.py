@@ -21,6 +21,7 @@ from slurmtel.parsers.slurmctld import parse_scontrol_jobs, parse_scontrol_nodes
 from slurmtel.records import GpuAllocation, NodeState, PendingJob, Rejected
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import run_command
+from slurmtel.store.checks import ALLOCATION_COLUMNS, NODE_STATE_COLUMNS, PENDING_COLUMNS, split_storable
 from slurmtel.store.quarantine import quarantine
 from slurmtel.store.telemetry import (
     resolve_allocation_uuids,
@@ -124,11 +125,18 @@ ControllerRecord = GpuAllocation | PendingJob | NodeState | Rejected
 def store_controller_view(
     ctx: RunContext, records: Sequence[ControllerRecord], *, cluster: str, at: datetime
 ) -> RunResult:
-    """Write one controller snapshot in one transaction."""
-    allocations = [r for r in records if isinstance(r, GpuAllocation)]
-    pending = [r for r in records if isinstance(r, PendingJob)]
-    nodes = [r for r in records if isinstance(r, NodeState)]
-    rejected = [r for r in records if isinstance(r, Rejected)]
+    """Write one controller snapshot in one transaction; what cannot be stored is quarantined."""
+    origin = f"controller snapshot of {cluster}"
+    allocations, refused = split_storable(
+        [r for r in records if isinstance(r, GpuAllocation)], ALLOCATION_COLUMNS, source=NAME, origin=origin
+    )
+    pending, refused_pending = split_storable(
+        [r for r in records if isinstance(r, PendingJob)], PENDING_COLUMNS, source=NAME, origin=origin
+    )
+    nodes, refused_nodes = split_storable(
+        [r for r in records if isinstance(r, NodeState)], NODE_STATE_COLUMNS, source=NAME, origin=origin
+    )
+    rejected = [r for r in records if isinstance(r, Rejected)] + refused + refused_pending + refused_nodes
     with ctx.engine.begin() as conn:
         write_allocations(conn, allocations)
         resolve_allocation_uuids(conn)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
 
 from slurmtel.config import Config
 from slurmtel.errors import DatabaseUnavailable, SchemaMissing
@@ -17,6 +17,19 @@ def normalize_url(url: str) -> str:
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
+
+
+def display_url(url: str | URL) -> str:
+    """URL as messages show it: the password masked wherever it is given, in the user part
+    (`user:PASSWORD@host`) or as a query parameter (`?password=...`, `sslpassword=...`)."""
+    from slurmtel.logs import redact
+
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError:
+        return redact(str(url))
+    # the user part by SQLAlchemy, password= query parameters by the log masking
+    return redact(parsed.render_as_string(hide_password=True))
 
 
 def database_url(config: Config) -> str:
@@ -45,7 +58,7 @@ def check_connection(engine: Engine) -> None:
             conn.execute(text("SELECT 1"))
     except OperationalError as exc:
         raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {engine.url.render_as_string(hide_password=True)}: {exc.orig}"
+            f"cannot connect to PostgreSQL at {display_url(engine.url)}: {exc.orig}"
         ) from exc
 
 

@@ -1,19 +1,19 @@
-"""Job attempts: bulk upsert on the natural key, job linking, outcome classes."""
+"""Job attempts: bulk upsert on the natural key (the newest state wins), job linking, outcome classes."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from operator import attrgetter
 from typing import Any
 
-from psycopg.errors import CharacterNotInRepertoire
 from sqlalchemy import Connection, text
-from sqlalchemy.exc import DataError
 
 from slurmtel.parsers.slurm_common import gc_paused
 from slurmtel.records import JobAttempt
-from slurmtel.store.copy import copy_rows
+from slurmtel.store.checks import record_problem
+from slurmtel.store.copy import ROW_ERRORS, copy_rows, copy_rows_isolating
 
 # States an attempt ends in when Slurm runs the same job again (sacct -D shows each attempt).
 REQUEUE_STATES = ("REQUEUED", "NODE_FAIL", "PREEMPTED", "REQUEUE_FED", "REQUEUE_HOLD")
@@ -62,6 +62,56 @@ KEY = ("cluster", "job_id_raw", "submit_at")
 
 
 WRITE_LOCK_KEY = 7_355_608_002  # pg_advisory_xact_lock key of attempt writes
+# (column, PostgreSQL type) of the COPY: COLUMNS, then when the view was captured
+_COPY_COLUMNS = [*((c, t) for c, t, _ in COLUMNS), ("captured_at", "timestamptz")]
+# (JobAttempt attribute, PostgreSQL type): what checks.record_problem checks an attempt against
+ATTEMPT_FIELDS = tuple((attribute, pgtype) for _, pgtype, attribute in COLUMNS)
+
+# States of an attempt that has not ended yet (Slurm's own; the outcome classes are the site's
+# reading of the final ones). Anything else is final: the attempt ended, even without an end time.
+UNFINISHED_STATES = (
+    "PENDING",
+    "RUNNING",
+    "SUSPENDED",
+    "COMPLETING",
+    "CONFIGURING",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "STOPPED",
+)
+_UNFINISHED = frozenset(UNFINISHED_STATES)
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+
+def progress(a: JobAttempt) -> tuple[int, datetime]:
+    """How far an attempt's view has come: (0 pending, 1 running, 2 ended; its end time).
+
+    The newest state wins: a view replaces the stored one when it has come further (an ended
+    attempt never runs again, a later end never becomes an earlier one), or as far and it
+    was captured no earlier than the stored one (a view whose capture time is unknown, a
+    saved file, never replaces an equal one): _NEWER_SQL.
+    """
+    if a.end_at is not None or a.state not in _UNFINISHED:
+        return 2, a.end_at or _EARLIEST
+    return (1 if a.start_at is not None else 0), _EARLIEST
+
+
+def _progress_sql(row: str) -> str:
+    """progress() of ROW in SQL."""
+    unfinished = ", ".join(f"'{s}'" for s in UNFINISHED_STATES)
+    return (
+        f"(CASE WHEN {row}.end_at IS NOT NULL OR {row}.state NOT IN ({unfinished}) THEN 2 "
+        f"WHEN {row}.start_at IS NOT NULL THEN 1 ELSE 0 END, coalesce({row}.end_at, '-infinity'))"
+    )
+
+
+# whether the incoming view (EXCLUDED) may replace the stored one (job_attempt)
+_NEWER_SQL = (
+    f"({_progress_sql('EXCLUDED')} > {_progress_sql('job_attempt')} "
+    f"OR ({_progress_sql('EXCLUDED')} = {_progress_sql('job_attempt')} "
+    "AND EXCLUDED.captured_at >= coalesce(job_attempt.captured_at, '-infinity')))"
+)
 
 
 def _without_nul(row: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -82,16 +132,30 @@ class WriteStats:
     received: int
     inserted: int
     updated: int
+    # attempts that cannot be stored (a value beyond its column, text that is not text), with
+    # the reason naming the field: the caller quarantines them (checks.rejection)
+    refused: tuple[tuple[JobAttempt, str], ...] = ()
 
     @property
     def unchanged(self) -> int:
-        return self.received - self.inserted - self.updated
+        return self.received - self.inserted - self.updated - len(self.refused)
+
+
+def _one_per_key(attempts: Iterable[JobAttempt]) -> list[JobAttempt]:
+    """One attempt per natural key: of several views of one attempt in a batch (one capture),
+    the one that has come furthest (progress), the later one of equal progress."""
+    by_key: dict[tuple[str, int, datetime], JobAttempt] = {}
+    for a in attempts:
+        key = (a.cluster, a.job_id_raw, a.submit_at)
+        known = by_key.get(key)
+        if known is None or progress(a) >= progress(known):
+            by_key[key] = a
+    return list(by_key.values())
 
 
 def attempt_rows(attempts: Iterable[JobAttempt]) -> list[tuple[Any, ...]]:
-    """Rows in COLUMNS order, one per natural key (a later record of the same key wins)."""
-    by_key = {(a.cluster, a.job_id_raw, a.submit_at): a for a in attempts}
-    return list(map(_ROW, by_key.values()))
+    """Rows in COLUMNS order, one per natural key (of several views, the newest state)."""
+    return list(map(_ROW, _one_per_key(attempts)))
 
 
 def copy_attempt_rows(conn: Connection, table: str, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -99,19 +163,26 @@ def copy_attempt_rows(conn: Connection, table: str, rows: Sequence[tuple[Any, ..
     copy_rows(conn, table, [(c, t) for c, t, _ in COLUMNS], rows)
 
 
-def write_attempts(conn: Connection, attempts: Iterable[JobAttempt]) -> WriteStats:
+def write_attempts(
+    conn: Connection, attempts: Iterable[JobAttempt], *, captured_at: datetime | None = None
+) -> WriteStats:
     """Insert new attempts and update changed ones, in the caller's transaction.
 
-    Idempotent: writing the same records again changes no row (updated_at included).
+    CAPTURED_AT is when the input was taken (None: unknown). A stored view is only replaced by
+    one that is not behind it (progress): whatever order captures arrive in, the newest state
+    wins. Idempotent: writing the same records again changes no row (updated_at included).
+    An attempt that cannot be stored is left out and returned in WriteStats.refused.
     """
     # tens of thousands of acyclic row tuples: the cyclic collector would only rescan them
     with gc_paused():
-        return _write_attempts(conn, attempts)
+        return _write_attempts(conn, attempts, captured_at)
 
 
-def _write_attempts(conn: Connection, attempts: Iterable[JobAttempt]) -> WriteStats:
-    rows = attempt_rows(attempts)
-    if not rows:
+def _write_attempts(
+    conn: Connection, attempts: Iterable[JobAttempt], captured_at: datetime | None
+) -> WriteStats:
+    records = _one_per_key(attempts)
+    if not records:
         return WriteStats(0, 0, 0)
     # one writer of attempts at a time (the daemon and a backfill from the CLI): job linking
     # must see every attempt of a job id, and an uncommitted one of another writer it cannot
@@ -121,22 +192,32 @@ def _write_attempts(conn: Connection, attempts: Iterable[JobAttempt]) -> WriteSt
     conn.execute(
         text(
             f"CREATE TEMP TABLE IF NOT EXISTS attempt_stage ON COMMIT DELETE ROWS "
-            f"AS SELECT {cols} FROM job_attempt WITH NO DATA"
+            f"AS SELECT {cols}, captured_at FROM job_attempt WITH NO DATA"
         )
     )
     conn.execute(text("TRUNCATE attempt_stage"))
+    rows = [(*_ROW(a), captured_at) for a in records]
+    refused: list[tuple[JobAttempt, str]] = []
     savepoint = conn.begin_nested()
     try:
-        copy_attempt_rows(conn, "attempt_stage", rows)
+        copy_rows(conn, "attempt_stage", _COPY_COLUMNS, rows)
         savepoint.commit()
-    except (CharacterNotInRepertoire, DataError) as exc:
-        # PostgreSQL text cannot hold NUL (a job name from a careless script can): keep the
-        # attempt, with U+FFFD where the NUL was, rather than lose its GPU time
+    except ROW_ERRORS:
+        # one attempt spoils the COPY of all: keep the others. A NUL (a job name from a careless
+        # script) becomes U+FFFD, so the attempt keeps its GPU time; an attempt with a value
+        # no column can hold is refused by name (field, value, job)
         savepoint.rollback()
-        if "0x00" not in str(exc):
-            raise
         conn.execute(text("TRUNCATE attempt_stage"))
-        copy_attempt_rows(conn, "attempt_stage", [_without_nul(row) for row in rows])
+        kept_records = []
+        for record in records:
+            problem = record_problem(record, ATTEMPT_FIELDS)
+            if problem is None:
+                kept_records.append(record)
+            else:
+                refused.append((record, problem))
+        rows = [_without_nul((*_ROW(a), captured_at)) for a in kept_records]
+        failed = copy_rows_isolating(conn, "attempt_stage", _COPY_COLUMNS, rows)
+        refused += [(kept_records[i], f"the database refused it: {error}") for i, error in failed]
     non_key = [c for c in COLUMN_NAMES if c not in KEY]
     assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in non_key)
     current = ", ".join(f"job_attempt.{c}" for c in non_key)
@@ -145,11 +226,12 @@ def _write_attempts(conn: Connection, attempts: Iterable[JobAttempt]) -> WriteSt
         text(
             f"""
             WITH written AS (
-                INSERT INTO job_attempt ({cols}, job_submit_at, attempt_number)
-                SELECT {cols}, submit_at, 1 FROM attempt_stage
+                INSERT INTO job_attempt ({cols}, captured_at, job_submit_at, attempt_number)
+                SELECT {cols}, captured_at, submit_at, 1 FROM attempt_stage
                 ON CONFLICT (cluster, job_id_raw, submit_at) DO UPDATE
-                SET {assignments}, updated_at = now()
+                SET {assignments}, captured_at = EXCLUDED.captured_at, updated_at = now()
                 WHERE ({current}) IS DISTINCT FROM ({incoming})
+                  AND {_NEWER_SQL}
                 RETURNING (xmax = 0) AS inserted
             )
             SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM written
@@ -159,7 +241,7 @@ def _write_attempts(conn: Connection, attempts: Iterable[JobAttempt]) -> WriteSt
     inserted, updated = int(result[0]), int(result[1])
     if inserted or updated:
         link_jobs(conn)
-    return WriteStats(len(rows), inserted, updated)
+    return WriteStats(len(records), inserted, updated, tuple(refused))
 
 
 def link_jobs(conn: Connection) -> None:

@@ -10,6 +10,7 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 
 from slurmtel.records import Rejected
+from slurmtel.store.text import storable_text
 
 
 @dataclass(frozen=True)
@@ -26,18 +27,26 @@ class QuarantinedRecord:
 
 
 def quarantine(conn: Connection, rejected: Iterable[Rejected]) -> int:
-    """Store rejected records; the same record seen again only bumps its counter."""
-    rows = [
-        {
-            "source": r.source,
-            "origin": r.origin,
-            "record_key": r.record_key,
-            "reason": r.reason,
-            "raw": r.raw,
-            "sha": hashlib.sha256(r.raw.encode("utf-8", "surrogateescape")).hexdigest(),
+    """Store rejected records; the same record seen again only bumps its counter.
+
+    Whatever the record holds (NUL, text that is not UTF-8, unpaired surrogates, megabytes),
+    it is stored: as escapes, bounded (store.text), so this insert never fails on its text.
+    """
+    by_key: dict[tuple[str, str, str], dict[str, str]] = {}
+    for r in rejected:
+        raw = r.raw if isinstance(r.raw, str) else storable_text(r.raw)
+        row = {
+            "source": storable_text(r.source, 200),
+            "origin": storable_text(r.origin, 2000),
+            "record_key": storable_text(r.record_key, 2000),
+            "reason": storable_text(r.reason, 4000),
+            "raw": storable_text(raw),
+            # of the whole raw text as it came (surrogatepass: even an unpaired one has bytes)
+            "sha": hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest(),
         }
-        for r in rejected
-    ]
+        # one row per natural key: a batch with the same record twice must not hit it twice
+        by_key[(row["source"], row["reason"], row["sha"])] = row
+    rows = list(by_key.values())
     if not rows:
         return 0
     conn.execute(

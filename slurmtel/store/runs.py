@@ -1,12 +1,31 @@
-"""Collect runs (one row per run of a source) and per-source cursors."""
+"""Collect runs (one row per run of a source) and per-source cursors.
+
+A run in progress holds a session-level PostgreSQL advisory lock keyed by its id, taken in
+the transaction that records it (so no other session ever sees the row 'running' without
+its lock held). When the process dies (kill -9, a lost host), its session ends and the lock
+with it: the next run that starts anywhere, on any host, marks every 'running' run whose
+lock nobody holds as 'interrupted' (mark_interrupted_runs).
+"""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from slurmtel.store.text import storable_text
+
+# first key of pg_advisory_lock(namespace, run id) that each running run holds
+RUN_LOCK_NAMESPACE = 7_355_608
+_RUN_LOCK_KEY = "CAST(id % 2147483648 AS int4)"
+INTERRUPTED_MESSAGE = (
+    "interrupted: the process running it ended (killed, or it lost its database connection) "
+    "before it could record the end"
+)
 
 
 @dataclass(frozen=True)
@@ -24,17 +43,73 @@ class CollectRun:
     rows_quarantined: int
 
 
-def start_run(engine: Engine, source: str, mode: str, started_at: datetime) -> int:
-    with engine.begin() as conn:
-        return int(
+class RunLock:
+    """The connection whose session holds a running run's advisory lock, until release()."""
+
+    def __init__(self, conn: Connection, run_id: int) -> None:
+        self.conn = conn
+        self.run_id = run_id
+
+    def release(self) -> None:
+        try:
+            self.conn.execute(
+                text(f"SELECT pg_advisory_unlock(:ns, {_RUN_LOCK_KEY}) FROM (SELECT :id AS id) r"),
+                {"ns": RUN_LOCK_NAMESPACE, "id": self.run_id},
+            )
+            self.conn.commit()
+        except SQLAlchemyError:
+            # the session may still hold the lock: never hand it back to the pool
+            with contextlib.suppress(SQLAlchemyError):
+                self.conn.invalidate()
+        finally:
+            with contextlib.suppress(SQLAlchemyError):
+                self.conn.close()
+
+
+def start_run(engine: Engine, source: str, mode: str, started_at: datetime) -> RunLock:
+    """Record a run as 'running', holding its lock (release it after finish_run)."""
+    conn = engine.connect()
+    try:
+        with conn.begin():
+            run_id = int(
+                conn.execute(
+                    text(
+                        "INSERT INTO collect_run (source, mode, started_at, status) "
+                        "VALUES (:source, :mode, :started_at, 'running') RETURNING id"
+                    ),
+                    {"source": source, "mode": mode, "started_at": started_at},
+                ).scalar_one()
+            )
+            # taken before the row is committed: nobody can see it running without the lock
             conn.execute(
-                text(
-                    "INSERT INTO collect_run (source, mode, started_at, status) "
-                    "VALUES (:source, :mode, :started_at, 'running') RETURNING id"
-                ),
-                {"source": source, "mode": mode, "started_at": started_at},
-            ).scalar_one()
-        )
+                text(f"SELECT pg_advisory_lock(:ns, {_RUN_LOCK_KEY}) FROM (SELECT :id AS id) r"),
+                {"ns": RUN_LOCK_NAMESPACE, "id": run_id},
+            )
+    except BaseException:
+        conn.close()
+        raise
+    return RunLock(conn, run_id)
+
+
+def mark_interrupted_runs(engine: Engine) -> list[int]:
+    """Mark 'running' runs whose lock nobody holds (their process is gone) 'interrupted'."""
+    with engine.begin() as conn:
+        ids = conn.execute(
+            text(
+                f"""
+                WITH running AS MATERIALIZED (SELECT id FROM collect_run WHERE status = 'running'),
+                orphaned AS MATERIALIZED (
+                    SELECT id FROM running WHERE pg_try_advisory_xact_lock(:ns, {_RUN_LOCK_KEY})
+                )
+                UPDATE collect_run c SET status = 'interrupted',
+                    message = :message
+                FROM orphaned o WHERE c.id = o.id AND c.status = 'running'
+                RETURNING c.id
+                """
+            ),
+            {"ns": RUN_LOCK_NAMESPACE, "message": INTERRUPTED_MESSAGE},
+        ).scalars()
+        return sorted(int(i) for i in ids)
 
 
 def finish_run(
@@ -66,8 +141,8 @@ def finish_run(
                 "id": run_id,
                 "finished_at": finished_at,
                 "status": status,
-                "error_kind": error_kind,
-                "message": message,
+                "error_kind": storable_text(error_kind, 200),
+                "message": storable_text(message, 8000),
                 "rows_read": rows_read,
                 "rows_written": rows_written,
                 "rows_quarantined": rows_quarantined,

@@ -8,6 +8,7 @@ can replace it without touching attribution.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -20,7 +21,8 @@ from sqlalchemy.exc import IntegrityError
 
 from slurmtel.parsers.slurm_common import gc_paused
 from slurmtel.records import GpuAllocation, GpuEvent, GpuInventory, GpuSummary, NodeState, PendingJob
-from slurmtel.store.copy import copy_rows
+from slurmtel.store.checks import record_problem, value_problem
+from slurmtel.store.copy import ROW_ERRORS, copy_rows, copy_rows_isolating
 
 PARTITIONED_TABLE = "gpu_summary"
 PARTITION_LOCK_KEY = 7_355_608_003  # pg_advisory_xact_lock key of partition creation
@@ -57,10 +59,12 @@ class SummaryWriteStats:
     batch_id: int | None
     received: int
     inserted: int
+    # summaries that cannot be stored, with the reason naming the field (the caller quarantines)
+    refused: tuple[tuple[GpuSummary, str], ...] = ()
 
     @property
     def duplicates(self) -> int:
-        return self.received - self.inserted
+        return self.received - self.inserted - len(self.refused)
 
 
 _SUMMARY_ROW = attrgetter(*(c for c, _ in SUMMARY_COLUMNS))
@@ -94,7 +98,17 @@ def existing_partitions(conn: Connection) -> dict[str, date]:
 
 def ensure_partitions(conn: Connection, first: date, last: date) -> list[str]:
     """Create the daily partitions (UTC days) from FIRST to LAST that do not exist yet."""
-    days = [first + timedelta(days=n) for n in range((last - first).days + 1)]
+    return ensure_day_partitions(conn, [first + timedelta(days=n) for n in range((last - first).days + 1)])
+
+
+def ensure_day_partitions(conn: Connection, wanted: Iterable[date]) -> list[str]:
+    """Create the daily partitions (UTC days) of the days WANTED that do not exist yet.
+
+    Only the days asked for: a batch of windows creates the partitions of the days its
+    windows are in, never every day between its first and last (the ingest boundary has
+    refused windows outside the plausible range, so these are few).
+    """
+    days = sorted(set(wanted))
     existing = existing_partitions(conn)
     if all(partition_name(day) in existing for day in days):
         return []
@@ -131,18 +145,49 @@ def drop_partitions_before(conn: Connection, cutoff: date) -> list[str]:
 # ---------------------------------------------------------------- summaries
 
 
+class PartitionBudget:
+    """How many daily partitions one run may still create (telemetry.max_new_partitions_per_run).
+
+    Shared by the threads of one run (agents pulled several at a time)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._left = limit
+        self._lock = threading.Lock()
+
+    def grant(self, days: Sequence[date]) -> set[date]:
+        """The DAYS (in the order given) that may get a partition; the budget shrinks by them."""
+        with self._lock:
+            granted = list(days[: max(self._left, 0)])
+            self._left -= len(granted)
+        return set(granted)
+
+
 def write_summaries(
-    conn: Connection, summaries: Sequence[GpuSummary], *, source: str, node: str = ""
+    conn: Connection,
+    summaries: Sequence[GpuSummary],
+    *,
+    source: str,
+    node: str = "",
+    partition_budget: PartitionBudget | None = None,
 ) -> SummaryWriteStats:
     """Store window summaries once each, in the caller's transaction.
 
     The common case (nothing stored yet) is a plain binary COPY into the partitioned table.
     A retried pull brings rows that exist already (or a page repeats a window); then the batch
     goes through a staging table and only the new rows are inserted, the first of a repeated
-    window kept.
+    window kept. A summary that cannot be stored (a value beyond its column) is left out and
+    returned in SummaryWriteStats.refused, with the field that does not fit; the rest is stored.
+    Partitions are created for the days the windows are in, as far as PARTITION_BUDGET allows
+    (the newest days first); the windows of a day left without one are refused too.
     """
+    summaries, refused = _storable_windows(summaries)
+    if summaries:
+        summaries, refused_days = _within_partition_budget(conn, summaries, partition_budget)
+        refused += refused_days
     if not summaries:
-        return SummaryWriteStats(None, 0, 0)
+        return SummaryWriteStats(None, len(refused), 0, tuple(refused))
+    received = len(summaries) + len(refused)
     lo = min(s.window_start_at for s in summaries)
     hi = max(s.window_start_at for s in summaries)
     batch_id = int(
@@ -154,28 +199,90 @@ def write_summaries(
             {"source": source, "node": node, "lo": lo, "hi": hi, "rows": len(summaries)},
         ).scalar_one()
     )
-    ensure_partitions(conn, lo.astimezone(UTC).date(), hi.astimezone(UTC).date())
+    ensure_day_partitions(conn, {_day(s) for s in summaries})
     savepoint = conn.begin_nested()
+    with gc_paused():  # a row tuple per window: nothing cyclic, no need to scan the heap
+        rows = summary_rows(summaries, batch_id)
     try:
-        with gc_paused():  # a row tuple per window: nothing cyclic, no need to scan the heap
-            rows = summary_rows(summaries, batch_id)
+        with gc_paused():
             copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)
         savepoint.commit()
         inserted = len(rows)
     except (UniqueViolation, IntegrityError):
         savepoint.rollback()
-        inserted = _insert_new_summaries(conn, rows)
+        inserted, failed = _insert_new_summaries(conn, rows)
+        refused += [(summaries[i], _refusal(summaries[i], error)) for i, error in failed]
+    except ROW_ERRORS:
+        # one summary spoils the COPY of all: name it by field, store the others
+        savepoint.rollback()
+        kept: list[GpuSummary] = []
+        for summary in summaries:
+            problem = record_problem(summary, SUMMARY_COLUMNS)
+            if problem is None:
+                kept.append(summary)
+            else:
+                refused.append((summary, problem))
+        with gc_paused():
+            rows = summary_rows(kept, batch_id)
+        inserted, failed = _insert_new_summaries(conn, rows)
+        refused += [(kept[i], _refusal(kept[i], error)) for i, error in failed]
     if inserted == 0:
         conn.execute(text("DELETE FROM ingest_batch WHERE id = :id"), {"id": batch_id})
-        return SummaryWriteStats(None, len(summaries), 0)
+        return SummaryWriteStats(None, received, 0, tuple(refused))
     if inserted != len(summaries):
         conn.execute(
             text("UPDATE ingest_batch SET rows = :n WHERE id = :id"), {"n": inserted, "id": batch_id}
         )
-    return SummaryWriteStats(batch_id, len(summaries), inserted)
+    return SummaryWriteStats(batch_id, received, inserted, tuple(refused))
 
 
-def _insert_new_summaries(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> int:
+def _day(summary: GpuSummary) -> date:
+    return summary.window_start_at.astimezone(UTC).date()
+
+
+def _within_partition_budget(
+    conn: Connection, summaries: list[GpuSummary], budget: PartitionBudget | None
+) -> tuple[list[GpuSummary], list[tuple[GpuSummary, str]]]:
+    if budget is None:
+        return summaries, []
+    days = {_day(s) for s in summaries}
+    missing = sorted(days - set(existing_partitions(conn).values()), reverse=True)
+    if not missing:
+        return summaries, []
+    allowed = days - set(missing) | budget.grant(missing)
+    kept = [s for s in summaries if _day(s) in allowed]
+    reason = (
+        f"its day has no partition yet, and this run has created as many as "
+        f"telemetry.max_new_partitions_per_run allows ({budget.limit})"
+    )
+    return kept, [(s, reason) for s in summaries if _day(s) not in allowed]
+
+
+def _refusal(summary: GpuSummary, error: str) -> str:
+    return record_problem(summary, SUMMARY_COLUMNS) or f"the database refused it: {error}"
+
+
+def _storable_windows(
+    summaries: Sequence[GpuSummary],
+) -> tuple[list[GpuSummary], list[tuple[GpuSummary, str]]]:
+    """The summaries whose window start can place them in a partition, and the others (a
+    window start that is no aware datetime cannot be compared or given a day)."""
+    kept: list[GpuSummary] = []
+    refused: list[tuple[GpuSummary, str]] = []
+    for summary in summaries:
+        start = summary.window_start_at
+        if type(start) is datetime and start.tzinfo is not None:
+            kept.append(summary)
+        else:
+            refused.append((summary, f"window_start_at {value_problem(start, 'timestamptz')}"))
+    return kept, refused
+
+
+def _insert_new_summaries(
+    conn: Connection, rows: Sequence[tuple[Any, ...]]
+) -> tuple[int, list[tuple[int, str]]]:
+    """Insert the ROWS not stored yet, through a staging table; also (index, error) of the rows
+    that could not be written."""
     names = ", ".join(c for c, _ in _COPY_COLUMNS)
     conn.execute(
         text(
@@ -184,14 +291,14 @@ def _insert_new_summaries(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> 
         )
     )
     conn.execute(text("TRUNCATE summary_stage"))
-    copy_rows(conn, "summary_stage", _COPY_COLUMNS, rows)
+    failed = copy_rows_isolating(conn, "summary_stage", _COPY_COLUMNS, rows)
     result = conn.execute(
         text(
             f"INSERT INTO {PARTITIONED_TABLE} ({names}) SELECT {names} FROM summary_stage "
             "ON CONFLICT (gpu_uuid, window_start_at, source) DO NOTHING"
         )
     )
-    return int(result.rowcount or 0)
+    return int(result.rowcount or 0), failed
 
 
 # ---------------------------------------------------------------- events and inventory

@@ -1,0 +1,70 @@
+"""The ingest boundary of telemetry: what a node's clock can plausibly say, and what it cannot.
+
+A GPU node whose clock is off (a dead RTC battery, no NTP, a VM restored from a snapshot)
+dates its windows and events years away from the head's clock. Stored, such a window would
+need a partition of its own and would fall outside every report; created for every day in
+between, partitions would exhaust PostgreSQL's lock memory. So before anything is written,
+windows and events dated before `now - telemetry.retention_days` (they would be dropped with
+their partition at once) or after `now + telemetry.max_future_seconds` are quarantined with
+their reason, and the rest of their page or scrape is stored as usual.
+
+This check sits here, in front of the store, so it holds whatever the store does with the
+windows it gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from slurmtel.config import TelemetryConfig
+from slurmtel.records import GpuEvent, GpuSummary, Rejected
+from slurmtel.store.checks import rejection
+
+T = TypeVar("T", GpuSummary, GpuEvent)
+
+
+def plausible_range(now: datetime, telemetry: TelemetryConfig) -> tuple[datetime, datetime]:
+    """(earliest, latest) time a window or event may carry when the head's clock says NOW."""
+    return (
+        now - timedelta(days=telemetry.retention_days),
+        now + timedelta(seconds=telemetry.max_future_seconds),
+    )
+
+
+def _when(record: GpuSummary | GpuEvent) -> object:
+    return record.window_start_at if isinstance(record, GpuSummary) else record.at
+
+
+def split_plausible(
+    records: Iterable[T], *, now: datetime, telemetry: TelemetryConfig, source: str, origin: str
+) -> tuple[list[T], list[Rejected]]:
+    """RECORDS dated inside the plausible range, and a Rejected for each one outside it.
+
+    A record whose time is no aware datetime at all passes: the store refuses it by name.
+    """
+    earliest, latest = plausible_range(now, telemetry)
+    kept: list[T] = []
+    refused: list[Rejected] = []
+    for record in records:
+        at = _when(record)
+        if not isinstance(at, datetime) or at.tzinfo is None or earliest <= at <= latest:
+            kept.append(record)
+            continue
+        what = "window starts" if isinstance(record, GpuSummary) else "event is dated"
+        if at < earliest:
+            reason = (
+                f"clock skew: its {what} at {at.isoformat()}, more than telemetry.retention_days "
+                f"({telemetry.retention_days}) before the head's clock ({now.isoformat()})"
+            )
+        else:
+            reason = (
+                f"clock skew: its {what} at {at.isoformat()}, more than telemetry.max_future_seconds "
+                f"({telemetry.max_future_seconds}) after the head's clock ({now.isoformat()})"
+            )
+        refused.append(rejection(record, reason, source=source, origin=origin))
+    return kept, refused
+
+
+__all__ = ["plausible_range", "split_plausible"]
