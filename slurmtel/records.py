@@ -73,6 +73,20 @@ class Rejected:
 
 
 @dataclass(frozen=True, slots=True)
+class SchemaNotice:
+    """A document in a schema version slurmtel does not know, read all the same by the newest
+    shape it knows (a Slurm upgrade must not stop ingestion). Sources log it and count it in
+    the daemon's slurmtel_schema_unknown_total metric."""
+
+    source: str
+    origin: str
+    # what the document says it is ("data_parser/v0.0.45"), as it says it
+    schema: str
+    # how it was read ("data_parser/v0.0.44")
+    read_as: str
+
+
+@dataclass(frozen=True, slots=True)
 class GpuInventory:
     """One GPU (or MIG instance) of a node, as the node agent or DCGM sees it."""
 

@@ -18,7 +18,7 @@ import pytest
 
 from slurmtel.errors import ParseError
 from slurmtel.parsers.sacct_json import parse_sacct_json
-from slurmtel.records import JobAttempt, Rejected
+from slurmtel.records import JobAttempt, Rejected, SchemaNotice
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sacct"
 LAB = FIXTURES / "slurm-22.05"
@@ -370,31 +370,49 @@ def test_slurm_25_11_data_parser_v0_0_44():
 # --- schema detection -------------------------------------------------------------------------
 
 
-def test_unknown_schema_version_is_refused():
-    doc = json.loads(read(WEB / "25.11" / "0.0.44" / "slurmdb-job-completed.json"))
+def notices(records: list) -> list[tuple[str, str]]:  # type: ignore[type-arg]
+    return [(n.schema, n.read_as) for n in records if isinstance(n, SchemaNotice)]
+
+
+def test_an_unknown_schema_version_is_read_by_the_newest_shape_with_a_notice():
+    # a Slurm upgrade must not stop ingestion: 26.05 prints data_parser/v0.0.45
+    path = WEB / "25.11" / "0.0.44" / "slurmdb-job-completed.json"
+    doc = json.loads(read(path))
     doc["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.45"
-    with pytest.raises(
-        ParseError, match=r"<mem>: unknown sacct JSON schema 'data_parser/v0.0.45'; supported"
-    ):
-        parse_sacct_json(json.dumps(doc), origin="<mem>")
+    records = parse_sacct_json(json.dumps(doc), origin="<mem>")
+    assert notices(records) == [("data_parser/v0.0.45", "data_parser/v0.0.44")]
+    assert [r for r in records if not isinstance(r, SchemaNotice)] == parse_file(path)
+    # and older names than any known are read by shape too
     old = json.loads(read(LAB / "sacct-a-D.json"))
     old["meta"]["plugin"]["type"] = "openapi/dbv0.0.36"
-    with pytest.raises(ParseError, match=re.escape("'openapi/dbv0.0.36'")):
-        parse_sacct_json(json.dumps(old), origin="<mem>")
+    records = parse_sacct_json(json.dumps(old), origin="<mem>")
+    assert notices(records) == [("openapi/dbv0.0.36", "data_parser/v0.0.44")]
+    assert lab_rows(attempts_of([r for r in records if not isinstance(r, SchemaNotice)])) == expected_lab_rows()
+
+
+def test_an_unknown_schema_whose_objects_match_no_shape_is_refused():
+    doc = json.loads(read(WEB / "25.11" / "0.0.44" / "slurmdb-job-completed.json"))
+    doc["meta"]["plugin"]["data_parser"] = "data_parser/v1.0.0"
+    doc["jobs"] = [{"id": {"job": 5749}, "times": {"submitted": 1762788774}}]
+    with pytest.raises(ParseError, match=r"<mem>: unknown sacct JSON schema 'data_parser/v1.0.0', and its job"):
+        parse_sacct_json(json.dumps(doc), origin="<mem>")
+    # an empty window of an unknown schema is just empty
+    doc["jobs"] = []
+    assert notices(parse_sacct_json(json.dumps(doc))) == [("data_parser/v1.0.0", "data_parser/v0.0.44")]
 
 
 def test_schema_names_in_every_place_meta_has_held_them():
     plural = json.loads(read(FIXTURES / "sarc" / "sacct_json_slurm_23_2_6.json"))
     assert plural["meta"]["plugins"]["data_parser"] == "data_parser/v0.0.39"
+    assert notices(parse_sacct_json(json.dumps(plural))) == []
     plural["meta"]["plugins"]["data_parser"] = "data_parser/v0.0.99"
-    with pytest.raises(ParseError, match=re.escape("v0.0.99")):
-        parse_sacct_json(json.dumps(plural))
+    assert notices(parse_sacct_json(json.dumps(plural))) == [("data_parser/v0.0.99", "data_parser/v0.0.44")]
     # 23.11 leaves plugin.type empty and names the parser in plugin.data_parser
     sarc = json.loads(read(FIXTURES / "sarc" / "sacct_json_slurm_23_11_5.json"))
     assert sarc["meta"]["plugin"]["type"] == ""
+    assert notices(parse_sacct_json(json.dumps(sarc))) == []
     sarc["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.36"
-    with pytest.raises(ParseError, match=re.escape("v0.0.36")):
-        parse_sacct_json(json.dumps(sarc))
+    assert notices(parse_sacct_json(json.dumps(sarc))) == [("data_parser/v0.0.36", "data_parser/v0.0.44")]
 
 
 def test_without_meta_jobs_are_read_by_shape():
@@ -586,9 +604,23 @@ def test_truncated_objects_of_unknown_shape_raise():
         parse_sacct_json(raw[: raw.index(b'"meta"') + 30], origin="cut.json")
 
 
-def test_damage_that_is_not_a_cut_raises():
+def test_damage_inside_one_job_rejects_that_job_alone():
+    # one job that is not JSON: the others of the document are kept (per-record isolation)
     raw = read(LAB / "sacct-a-D.json")
     broken = raw.replace(b'"name": "gpu1-fail",', b'"name": "gpu1-fail" "x",', 1)
+    records = parse_sacct_json(broken, origin="lab")
+    (bad,) = [r for r in records if isinstance(r, Rejected)]
+    assert (bad.origin, bad.record_key) == ("lab", "jobs[6]")
+    assert bad.reason.startswith("job is not valid JSON: Expecting ',' delimiter")
+    assert '"name": "gpu1-fail" "x",' in bad.raw
+    assert lab_rows([r for r in records if isinstance(r, JobAttempt)]) == [
+        row for row in expected_lab_rows() if row[0] != "5"
+    ]
+
+
+def test_damage_outside_the_jobs_raises():
+    raw = read(LAB / "sacct-a-D.json")
+    broken = raw.replace(b'"meta": {', b'"meta": {{', 1)
     with pytest.raises(ParseError, match=r"^lab: invalid JSON"):
         parse_sacct_json(broken, origin="lab")
 

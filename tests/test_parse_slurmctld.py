@@ -577,15 +577,17 @@ def test_slurmrestd_node_with_gpus(version: str, kind: str, expected: tuple) -> 
 
 def test_v0040_nodes_with_mig_and_h100() -> None:
     # lcrownover /slurm/v0.0.40/nodes (Slurm 23.11.1): A100, MIG slices as a GPU type, H100,
-    # "(S:0-1)" socket suffixes, "IDX:N/A", "gpu:0" on nodes without GPUs
+    # "(S:0-1)" socket suffixes, "IDX:N/A", "gpu:0" on nodes without GPUs. A node of MIG slices
+    # counts its physical GPUs: gpu:1g.10gb:21 (S:1) is 21 slices of 1/7 on 3 A100 80 GB (like
+    # n0164's 3 whole ones), not 21 GPUs; in use, the GPUs the slices need at least
     assert nodes_of("lcrownover_slurm_exporter", "V0040OpenapiNodesResp.json") == [
         ("dtn1", ("DOWN", "NOT_RESPONDING"), 0, 0, (), "", "Not responding"),
         ("dtn2", ("DOWN", "NOT_RESPONDING"), 0, 0, (), "", "Not responding"),
         ("n0160", ("ALLOCATED",), 1, 1, ("gpu", "preempt"), "nvidia_a100_80gb_pcie", ""),
-        ("n0161", ("ALLOCATED",), 21, 1, ("interactivegpu", "preempt"), "1g.10gb", ""),
-        # gres_used "gpu:1g.10gb:9(IDX:0-3,5-9)"
-        ("n0162", ("MIXED",), 21, 9, ("gpu", "gpulong", "preempt"), "1g.10gb", ""),
-        ("n0163", ("ALLOCATED",), 21, 5, ("gpu", "gpulong", "preempt"), "1g.10gb", ""),
+        ("n0161", ("ALLOCATED",), 3, 1, ("interactivegpu", "preempt"), "1g.10gb", ""),
+        # gres_used "gpu:1g.10gb:9(IDX:0-3,5-9)": 9 slices, at least 2 GPUs
+        ("n0162", ("MIXED",), 3, 2, ("gpu", "gpulong", "preempt"), "1g.10gb", ""),
+        ("n0163", ("ALLOCATED",), 3, 1, ("gpu", "gpulong", "preempt"), "1g.10gb", ""),
         (
             "n0164",
             ("IDLE", "DRAIN"),

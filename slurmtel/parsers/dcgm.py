@@ -34,6 +34,7 @@ label is the parent GPU's), so a MIG instance without a MIG UUID label is identi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable
@@ -90,6 +91,8 @@ class DcgmGpuSample:
     ecc_dbe_aggregate_total: int | None = None
     # Slurm job ids from the hpc_job label, in the order the scrape showed them
     job_ids: tuple[str, ...] = ()
+    # a GPU in MIG mode, seen through its instances too (its time is theirs)
+    mig_parent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,6 +392,13 @@ def parse_dcgm_metrics(raw: str, *, node: str, at: datetime) -> DcgmScrape:
         )
 
     samples = [_sample(key, gpu, node, at, dropped) for key, gpu in gpus.items()]
+    # a GPU in MIG mode also shows device-level series of its own (no GPU_I_ID): it is the
+    # parent of its instances, not one more whole GPU beside them
+    parents = {s.parent_gpu_uuid for s in samples if s.parent_gpu_uuid}
+    samples = [
+        dataclasses.replace(s, mig_parent=True) if s.gpu_uuid in parents and not s.parent_gpu_uuid else s
+        for s in samples
+    ]
     return DcgmScrape(
         node=node,
         at=at,
@@ -490,10 +500,13 @@ def dcgm_summaries(
     so no_process_seconds is None. energy_joules is None: the head computes it as the delta of
     energy_joules_total between consecutive scrapes of the same GPU (energy_method "counter").
     A MIG instance carries no power: the exporter repeats the parent GPU's power on every
-    instance, and summing those would count it several times.
+    instance, and summing those would count it several times. A GPU in MIG mode gives no
+    summary of its own: its time is that of its instances (counted once, as their shares).
     """
     summaries: list[GpuSummary] = []
     for gpu in scrape.gpus:
+        if gpu.mig_parent:
+            continue
         util = gpu.util_percent
         measured = util is not None
         is_mig = bool(gpu.parent_gpu_uuid or gpu.mig_profile)
@@ -526,12 +539,16 @@ def dcgm_summaries(
 
 
 def dcgm_inventory(scrape: DcgmScrape) -> list[GpuInventory]:
-    """The GPUs (and MIG instances) a scrape shows; GPUs without a `gpu` index label are left out."""
+    """The GPUs (and MIG instances) a scrape shows; GPUs without a `gpu` index label are left out.
+
+    A GPU in MIG mode is its instances' parent (mig_mode "enabled", parent of no one, its whole
+    share), as the node agent lists it: each physical GPU once, each instance as its share.
+    """
     inventory: list[GpuInventory] = []
     for gpu in scrape.gpus:
         if gpu.gpu_index is None:
             continue
-        is_mig = bool(gpu.parent_gpu_uuid or gpu.mig_profile)
+        is_mig = bool(gpu.parent_gpu_uuid or gpu.mig_profile) or gpu.mig_parent
         inventory.append(
             GpuInventory(
                 node=scrape.node,
@@ -548,7 +565,7 @@ def dcgm_inventory(scrape: DcgmScrape) -> list[GpuInventory]:
                 mig_mode="enabled" if is_mig else "",
                 parent_gpu_uuid=gpu.parent_gpu_uuid,
                 mig_profile=gpu.mig_profile,
-                gpu_fraction=_mig_fraction(gpu.mig_profile) if is_mig else 1.0,
+                gpu_fraction=_mig_fraction(gpu.mig_profile) if is_mig and not gpu.mig_parent else 1.0,
             )
         )
     return inventory

@@ -20,6 +20,7 @@ python-hostlist for those).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -128,6 +129,53 @@ def gpu_items(text: str | None) -> list[GresItem]:
 def gpu_count(text: str | None) -> int:
     """Total GPUs a GRES string names."""
     return sum(item.count for item in gpu_items(text))
+
+
+# a MIG profile as a GPU type: "1g.10gb", "3g.40gb", "1g.10gb+me", "1c.3g.71gb" (a compute
+# instance: 1 of the 3 compute slices of a 3g GPU instance)
+_MIG_PROFILE = re.compile(r"(?:(\d+)c\.)?(\d+)g\.(\d+)gb(?:\+\w+)*", re.IGNORECASE)
+# how many instances of a profile with G compute slices one GPU holds at most (NVIDIA's MIG
+# user guide: A100/H100/H200/B200 have 7 compute slices; A30 has 4, its profiles are 6 GB a slice)
+_MAX_INSTANCES = {7: {1: 7, 2: 3, 3: 2, 4: 1, 7: 1}, 4: {1: 4, 2: 2, 4: 1}}
+
+
+def mig_slices(gpu_type: str) -> tuple[int, int] | None:
+    """(compute slices, slices of its GPU) of a MIG profile ("3g.40gb" -> (3, 7), "2g.12gb" ->
+    (2, 4) on an A30); None when GPU_TYPE is not a MIG profile."""
+    m = _MIG_PROFILE.fullmatch(gpu_type.strip())
+    if m is None:
+        return None
+    compute, gpu_slices, memory = int(m.group(1) or 0), int(m.group(2)), int(m.group(3))
+    per_gpu = 4 if gpu_slices and memory == 6 * gpu_slices and gpu_slices in (1, 2, 4) else 7
+    return (compute or gpu_slices), per_gpu
+
+
+def physical_gpus(items: list[GresItem]) -> int:
+    """The physical GPUs a node's GRES stands for: whole GPUs as counted, MIG slices as shares
+    of their GPU (DESIGN §4: capacity counts physical GPUs, never slices).
+
+    `gpu:1g.10gb:21` on a node of three A100 80 GB is 3 GPUs, not 21. Slurm does not say which
+    slice sits on which GPU, so the count is the least number of GPUs that can hold the slices:
+    the compute slices over 7 (4 on an A30), and each profile's instances over the most one GPU
+    holds (3 of 2g.20gb), rounded up, whichever is larger.
+    """
+    whole = 0
+    slices: dict[int, float] = {}
+    needed = 0
+    for item in items:
+        if item.count <= 0:
+            continue
+        profile = mig_slices(item.type) if item.type else None
+        if profile is None:
+            whole += item.count
+            continue
+        compute, per_gpu = profile
+        slices[per_gpu] = slices.get(per_gpu, 0.0) + item.count * compute / per_gpu
+        most = _MAX_INSTANCES[per_gpu].get(compute, 1)
+        needed = max(needed, math.ceil(item.count / most))
+    if not slices:
+        return whole
+    return whole + max(needed, sum(math.ceil(share - 1e-9) for share in slices.values()))
 
 
 def single_gpu_type(items: list[GresItem]) -> str:

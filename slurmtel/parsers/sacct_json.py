@@ -3,22 +3,25 @@
 Every schema from Slurm 21.08 (openapi/dbv0.0.37) to 25.11 (data_parser/v0.0.44) is read by the
 same per-job code: the fields slurmtel uses only changed shape between versions (a string or a
 list of states, a plain int or a `{"set", "infinite", "number"}` object), and each field is read
-in a way that accepts every shape. `meta` names the schema; a version outside the supported
-range is refused. Without a readable `meta` (a slurmrestd response trimmed by a proxy, a
-truncated file whose `meta` came after the jobs) the jobs are read by shape.
+in a way that accepts every shape. Slurm's "not set" values (NO_VAL/INFINITE in every width,
+`{"set": false}`, 0 epochs) are read as not set everywhere. `meta` names the schema; a version
+slurmtel does not know (a newer Slurm) is read by the newest known shape, with a SchemaNotice;
+only a document whose jobs have no known shape is refused. Without a readable `meta` (a
+slurmrestd response trimmed by a proxy, a truncated file whose `meta` came after the jobs) the
+jobs are read by shape. "Nothing found" (error 9003) beside an empty jobs list is an empty window.
 
 Only allocations become attempts: the steps nested under each job are ignored.
 
 A well-formed document is read job by job (msgspec finds each job's text, orjson decodes it);
-anything else (truncated, damaged, numbers orjson refuses) is read as a whole, the slower
-general way, with the same results.
+anything else (truncated, damaged, nested too deep) is read value by value (json_scan), the
+slower general way, with the same results; a job that cannot be read is rejected alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,38 +29,53 @@ import msgspec
 import orjson
 
 from slurmtel.errors import ParseError
+from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, byte_offset, loads_one, scan_object
 from slurmtel.parsers.slurm_common import (
     BASE_STATES,
     GPU_KEY,
+    NO_VAL32,
     expand_nodelist,
     gc_paused,
     minutes_to_seconds,
     normalize_state,
+    only_informational,
     parse_tres_list,
+    slurm_epoch,
     unwrap_number,
 )
-from slurmtel.records import JobAttempt, Rejected
+from slurmtel.records import JobAttempt, Rejected, SchemaNotice
 
 SOURCE = "sacct"
 SUPPORTED_VERSIONS = range(37, 45)
 SUPPORTED_SCHEMAS = "openapi/dbv0.0.37, openapi/dbv0.0.38, data_parser/v0.0.39 .. data_parser/v0.0.44"
+NEWEST_SCHEMA = "data_parser/v0.0.44"
 # how much of a broken tail (characters) a truncation record keeps
 TAIL_CHARS = 4096
+# how much of a job's text a Rejected record keeps when the job cannot be decoded
+MAX_RAW_CHARS = 65536
 
 _SCHEMA = re.compile(r"(?:openapi/dbv|data_parser/v)0\.0\.(\d+)")
 # slurmctld's own plugin names: squeue --json and slurmrestd /slurm/ responses, not accounting
 _SLURMCTLD = re.compile(r"openapi/(?:v0\.0\.\d+|slurmctld)")
 _GPU_TYPED = GPU_KEY + ":"
 _from_epoch = datetime.fromtimestamp
+# epochs at or below this are 16-bit sentinels or 1970: the checked path reads them
+_EARLIEST_EPOCH = 0xFFFF
 
 
-def parse_sacct_json(raw: str | bytes, *, origin: str = "<input>") -> list[JobAttempt | Rejected]:
+def parse_sacct_json(
+    raw: str | bytes, *, origin: str = "<input>"
+) -> list[JobAttempt | Rejected | SchemaNotice]:
     """Parse one `sacct --json` document into attempts; bad jobs become Rejected records.
 
     Raises ParseError when the input as a whole cannot be read: not JSON, not an object, no
-    "jobs" list, an unknown schema version, slurmctld job JSON instead of sacct's. A truncated
-    document keeps every job that was complete before the cut, plus one Rejected record that
-    says where the cut is.
+    "jobs" list, slurmctld job JSON instead of sacct's, Slurm's errors without any job (but
+    "Nothing found", error 9003, is an empty window: []). A schema version slurmtel does not
+    know is read by the newest shape it knows, with a SchemaNotice in the result; only objects
+    that do not look like sacct jobs under such a schema are refused. A truncated document
+    keeps every job that was complete before the cut, plus one Rejected record that says where
+    the cut is. A job that cannot be read (not JSON, nested 1000 deep, a value of the wrong
+    kind) is rejected alone.
     """
     # A bulk sacct call becomes hundreds of thousands of small acyclic objects; with the cyclic
     # collector on, CPython rescans them again and again while they are built (twice the time).
@@ -71,87 +89,155 @@ class _Envelope(msgspec.Struct):
     jobs: list[msgspec.Raw]
     meta: Any = None
     errors: Any = None
+    warnings: Any = None
 
 
 # msgspec checks the whole document and finds each job's bytes without building a thing
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
 
 
-def _parse(raw: str | bytes, origin: str) -> list[JobAttempt | Rejected]:
+def _parse(raw: str | bytes, origin: str) -> list[JobAttempt | Rejected | SchemaNotice]:
     # Job by job: each job is decoded (orjson), read and freed before the next, so the work
     # stays in the CPU caches and a 20,000-job document never exists as 4 million Python
     # objects at once (a third of the time of decoding it whole, and a fraction of the memory).
     try:
         envelope = _ENVELOPE.decode(raw)
-    except msgspec.DecodeError:
-        pass  # not an object with a "jobs" list, truncated, damaged: the general path says which
-    else:
-        try:
-            return _read(envelope.jobs, envelope.meta, envelope.errors, origin, None, _decode_job)
-        except orjson.JSONDecodeError:
-            pass  # a job orjson refuses where msgspec did not look (bad UTF-8, 1e999)
-    return _parse_whole(raw, origin)
-
-
-def _parse_whole(raw: str | bytes, origin: str) -> list[JobAttempt | Rejected]:
-    """The general path: the document decoded at once, or what can be read of it."""
-    truncation: Rejected | None = None
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        doc, truncation = _recover(raw, origin)
-    if not isinstance(doc, dict):
-        raise ParseError(f"{origin}: expected a JSON object with a 'jobs' list, got {type(doc).__name__}")
-    jobs = doc.get("jobs")
-    if not isinstance(jobs, list):
-        raise ParseError(f"{origin}: no 'jobs' list in the sacct JSON")
-    return _read(jobs, doc.get("meta"), doc.get("errors"), origin, truncation, None)
-
-
-def _decode_job(raw: msgspec.Raw) -> Any:
-    return orjson.loads(memoryview(raw))
-
-
-def _read(
-    jobs: list[Any],
-    meta: Any,
-    errors: Any,
-    origin: str,
-    truncation: Rejected | None,
-    decode: Callable[[msgspec.Raw], Any] | None,
-) -> list[JobAttempt | Rejected]:
-    """The attempts of JOBS: decoded objects, or JSON texts that DECODE decodes one by one."""
-    if decode is not None and jobs:
-        jobs[0] = decode(jobs[0])  # the checks below look at the first job
-    if isinstance(meta, dict):
-        _check_schema(meta, origin)
-    if truncation is not None and not isinstance(meta, dict) and not all(map(_looks_like_job, jobs)):
-        raise ParseError(f"{origin}: truncated JSON whose job objects are not sacct jobs")
-    if jobs and isinstance(jobs[0], dict) and "job_state" in jobs[0] and "state" not in jobs[0]:
-        raise ParseError(f"{origin}: this is slurmctld job JSON (squeue --json), not sacct --json")
-    if errors and not jobs:
-        raise ParseError(f"{origin}: sacct reported errors and no jobs: {_describe_errors(errors)}")
-    default_cluster = _meta_cluster(meta)
-    out: list[JobAttempt | Rejected] = []
-    append = out.append
+    except (msgspec.DecodeError, RecursionError, UnicodeError):
+        # not an object with a "jobs" list, truncated, damaged, nested deeper than msgspec
+        # goes, a str with unpaired surrogates: the general path reads what can be read and
+        # says what cannot
+        return _parse_whole(raw, origin)
+    reader = _Reader(origin)
+    reader.set_meta(envelope.meta)
+    reader.errors = envelope.errors
+    jobs = envelope.jobs
+    del envelope
     for index, job in enumerate(jobs):
         # each job is freed once it is read: its memory, still in the caches, takes the next one
-        jobs[index] = None
-        if decode is not None and index:
-            job = decode(job)
-        if type(job) is not dict:
-            append(_reject(origin, f"jobs[{index}]", "job is not a JSON object", job))
-            continue
+        jobs[index] = None  # type: ignore[call-overload]
+        reader.read_text(index, job)
+    return reader.finish()
+
+
+def _parse_whole(raw: str | bytes, origin: str) -> list[JobAttempt | Rejected | SchemaNotice]:
+    """The general path: the document read value by value, each job on its own.
+
+    Memory is bounded by the largest job, not by the document: every job is read into an
+    attempt as soon as it is found (a truncated 150 MB capture is no longer 2 GB of objects).
+    """
+    text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+    if not text.strip():
+        raise ParseError(f"{origin}: empty input, expected sacct JSON")
+    return _scan(text, origin)
+
+
+class _BadText(Exception):
+    """A job's text that is not JSON (or is too deeply nested to read)."""
+
+
+def _decode_job(raw: msgspec.Raw | str) -> Any:
+    """One job's JSON text -> objects; what orjson refuses (a 1e999, bad UTF-8, an integer
+    beyond 64 bits, nesting past 1024) by Python's json, and _BadText when neither reads it."""
+    try:
+        return orjson.loads(memoryview(raw) if isinstance(raw, msgspec.Raw) else raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return loads_one(_raw_text(raw))
+    except ValueError as exc:
+        raise _BadText(str(exc)) from None
+
+
+def _raw_text(raw: msgspec.Raw | str) -> str:
+    return bytes(raw).decode("utf-8", "replace") if isinstance(raw, msgspec.Raw) else raw
+
+
+class _Reader:
+    """Turns a document's jobs into records one at a time, with the document-level checks.
+
+    `meta` may come before the jobs (sacct up to 23.02) or after them (23.11+): a cluster name
+    it brings late is given to the attempts read without one.
+    """
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.meta: Any = None
+        self.errors: Any = None
+        self.out: list[JobAttempt | Rejected | SchemaNotice] = []
+        self.default_cluster = ""
+        self.notice: SchemaNotice | None = None
+        # objects read, and whether each / any of them looked like a sacct job
+        self.seen = 0
+        self.all_jobs = True
+        self.any_job = False
+
+    def set_meta(self, meta: Any) -> None:
+        self.meta = meta
+        if isinstance(meta, dict):
+            self.notice = _check_schema(meta, self.origin)
+        cluster = _meta_cluster(meta)
+        if cluster and cluster != self.default_cluster:
+            self.default_cluster = cluster
+            self.out = [
+                dataclasses.replace(r, cluster=cluster) if isinstance(r, JobAttempt) and not r.cluster else r
+                for r in self.out
+            ]
+
+    def read_text(self, index: int, raw: msgspec.Raw | str) -> None:
         try:
-            append(_attempt(job, default_cluster))
+            job = _decode_job(raw)
+        except _BadText as exc:
+            self.seen += 1
+            self.all_jobs = False
+            self.out.append(
+                Rejected(SOURCE, self.origin, f"jobs[{index}]", f"job is {exc}", _raw_text(raw)[:MAX_RAW_CHARS])
+            )
+            return
+        self.read(index, job, raw)
+
+    def read(self, index: int, job: Any, raw: msgspec.Raw | str | None = None) -> None:
+        append = self.out.append
+        if not self.seen and type(job) is dict and "job_state" in job and "state" not in job:
+            raise ParseError(f"{self.origin}: this is slurmctld job JSON (squeue --json), not sacct --json")
+        self.seen += 1
+        if type(job) is not dict:
+            self.all_jobs = False
+            append(_reject(self.origin, f"jobs[{index}]", "job is not a JSON object", job, raw))
+            return
+        if _looks_like_job(job):
+            self.any_job = True
+        else:
+            self.all_jobs = False
+        try:
+            append(_attempt(job, self.default_cluster))
         except _BadJob as exc:
-            append(_reject(origin, exc.key, exc.reason, job))
-        except (TypeError, ValueError, AttributeError, OverflowError, OSError) as exc:
-            key = f"job {job.get('job_id')}" if "job_id" in job else f"jobs[{index}]"
-            append(_reject(origin, key, f"unreadable job: {exc}", job))
-    if truncation is not None:
-        out.append(truncation)
-    return out
+            append(_reject(self.origin, exc.key, exc.reason, job, raw))
+        except (TypeError, ValueError, AttributeError, OverflowError, OSError, RecursionError) as exc:
+            key = f"job {_shown_id(job.get('job_id'))}" if "job_id" in job else f"jobs[{index}]"
+            append(_reject(self.origin, key, f"unreadable job: {exc or type(exc).__name__}", job, raw))
+
+    def finish(self, truncation: Rejected | None = None) -> list[JobAttempt | Rejected | SchemaNotice]:
+        if self.errors and not self.seen and not only_informational(self.errors):
+            raise ParseError(f"{self.origin}: sacct reported errors and no jobs: {_describe_errors(self.errors)}")
+        if self.notice is not None and self.seen and not self.any_job:
+            # read by the newest known shape, and nothing had that shape: some other document
+            raise ParseError(
+                f"{self.origin}: unknown sacct JSON schema '{self.notice.schema}', and its job objects "
+                f"do not have the shape of any known one ({SUPPORTED_SCHEMAS})"
+            )
+        if truncation is not None and not isinstance(self.meta, dict) and not self.all_jobs:
+            raise ParseError(f"{self.origin}: truncated JSON whose job objects are not sacct jobs")
+        out = self.out
+        if self.notice is not None:
+            out.insert(0, self.notice)
+        if truncation is not None:
+            out.append(truncation)
+        return out
+
+
+def _shown_id(value: Any) -> str:
+    text = repr(value) if not isinstance(value, int | str) else str(value)
+    return text[:40]
 
 
 class _BadJob(Exception):
@@ -167,31 +253,35 @@ def _attempt(job: dict[str, Any], default_cluster: str) -> JobAttempt:
     # helpers only for the other shapes.
     get = job.get
     job_id_raw = get("job_id")
-    if type(job_id_raw) is not int:
+    if type(job_id_raw) is not int or not 0 < job_id_raw < NO_VAL32:
+        # a number object, NO_VAL, or something that is no job id at all
+        shown = _shown_id(job_id_raw)
         job_id_raw = unwrap_number(job_id_raw) if job_id_raw is not None else None
         if job_id_raw is None:
-            raise _BadJob("job ?", "no job_id")
+            raise _BadJob("job ?", f"no job_id (it is {shown})" if shown != "None" else "no job_id")
+        if job_id_raw < 0:
+            raise _BadJob(f"job {job_id_raw}", f"job_id is {job_id_raw}, negative")
     time = get("time")
     if type(time) is not dict:
         raise _BadJob(f"job {job_id_raw}", "no time object")
     time_get = time.get
     submission = time_get("submission")
-    submit_at = _at(submission)
+    submit_at = _at(submission, "submission")
     if submit_at is None:
         raise _BadJob(f"job {job_id_raw}", "no submission time")
-    start_at = _at(time_get("start"))
-    end_at = _at(time_get("end"))
+    start_at = _at(time_get("start"), "start")
+    end_at = _at(time_get("end"), "end")
     if start_at is not None and end_at is not None and end_at < start_at:
         raise _BadJob(f"job {job_id_raw}", f"end {end_at.isoformat()} precedes start {start_at.isoformat()}")
     eligible = time_get("eligible")
     # most jobs are eligible when submitted: share the datetime instead of building another
-    eligible_at = submit_at if eligible == submission and type(eligible) is int else _at(eligible)
+    eligible_at = submit_at if eligible == submission and type(eligible) is int else _at(eligible, "eligible")
 
     array_job_id = array_task_id = het_job_id = het_job_offset = None
     job_id = str(job_id_raw)
     array = get("array")
     if array:
-        array_job_id = array.get("job_id") or None
+        array_job_id = unwrap_number(array.get("job_id")) or None
         array_task_id = unwrap_number(array.get("task_id"))
         if array_job_id is not None:
             if array_task_id is not None:
@@ -200,7 +290,7 @@ def _attempt(job: dict[str, Any], default_cluster: str) -> JobAttempt:
                 job_id = _array_range_id(array_job_id, array)
     het = get("het")
     if het:
-        het_job_id = het.get("job_id") or None
+        het_job_id = unwrap_number(het.get("job_id")) or None
         het_job_offset = unwrap_number(het.get("job_offset"))
         if het_job_id is not None and het_job_offset is not None:
             job_id = f"{het_job_id}+{het_job_offset}"
@@ -265,21 +355,25 @@ def _attempt(job: dict[str, Any], default_cluster: str) -> JobAttempt:
         time_limit_seconds=minutes_to_seconds(time_get("limit")),
         nodelist=nodelist,
         nodes=nodes,
-        uid=uid if type(uid) is int else None,
+        uid=unwrap_number(uid),
         work_dir=get("working_directory") or "",
         submit_line=get("submit_line") or "",
     )
 
 
-def _at(value: Any) -> datetime | None:
-    """Epoch seconds -> aware UTC datetime; 0, null and unset objects mean "not set"."""
-    if type(value) is not int:
-        if not value:
-            return None
-        value = unwrap_number(value)
-    if not value:
+def _at(value: Any, name: str) -> datetime | None:
+    """Epoch seconds -> aware UTC datetime. 0, null, unset objects and Slurm's NO_VAL/INFINITE
+    (4294967294: time.start of a job that never started, 23.x-24.x) mean "not set"; a number
+    no clock can show (year 36812) is an error naming the field."""
+    if type(value) is int and _EARLIEST_EPOCH < value < NO_VAL32:
+        return _from_epoch(value, UTC)
+    seconds = slurm_epoch(value)
+    if seconds is None:
         return None
-    return _from_epoch(value, UTC)
+    try:
+        return _from_epoch(seconds, UTC)
+    except (OverflowError, ValueError, OSError):
+        raise ValueError(f"time.{name} is {seconds}, not a time") from None
 
 
 def _array_range_id(array_job_id: int, array: dict[str, Any]) -> str:
@@ -321,7 +415,7 @@ def _exit_code(value: Any) -> str:
     sig = None
     if type(signal) is dict:
         # v0.0.37/38: {"signal_id": 125, "name": ...}; v0.0.40+: {"id": {set, number}, "name": ...}
-        sig = unwrap_number(signal["id"] if "id" in signal else signal.get("signal_id"))
+        sig = unwrap_number(signal["id"] if "id" in signal else signal.get("signal_id"), 16)
     if rc is None and sig is None:
         return ""
     return _EXIT_CODES.get((rc, sig)) or f"{rc or 0}:{sig or 0}"
@@ -331,7 +425,9 @@ def _exit_code(value: Any) -> str:
 _EXIT_CODES = {(rc, sig): f"{rc or 0}:{sig or 0}" for rc in (None, 0, 1, 2) for sig in (None, 0)}
 
 
-def _check_schema(meta: dict[str, Any], origin: str) -> None:
+def _check_schema(meta: dict[str, Any], origin: str) -> SchemaNotice | None:
+    """Refuse slurmctld's JSON; a schema version slurmtel does not know gives a notice (the
+    jobs are read by the newest known shape); a known one, or none named, gives None."""
     plugin = meta.get("plugin")
     plugin = plugin if isinstance(plugin, dict) else {}
     plugins = meta.get("plugins")
@@ -349,10 +445,12 @@ def _check_schema(meta: dict[str, Any], origin: str) -> None:
         if not isinstance(label, str) or not label or label == "openapi/slurmdbd":
             continue
         m = _SCHEMA.fullmatch(label)
-        if m is None or int(m.group(1)) not in SUPPORTED_VERSIONS:
-            raise ParseError(f"{origin}: unknown sacct JSON schema '{label}'; supported: {SUPPORTED_SCHEMAS}")
-        return
-    # meta names no schema: the jobs are read by shape
+        if m is not None and int(m.group(1)) in SUPPORTED_VERSIONS:
+            return None
+        # a newer Slurm (26.05 prints data_parser/v0.0.45), or a name never seen: read it by
+        # the newest shape known; finish() refuses it if nothing in it has that shape
+        return SchemaNotice(SOURCE, origin, label[:100], NEWEST_SCHEMA)
+    return None  # meta names no schema: the jobs are read by shape
 
 
 def _meta_cluster(meta: Any) -> str:
@@ -379,153 +477,75 @@ def _describe_errors(errors: Any) -> str:
     return "; ".join(parts)[:500]
 
 
-def _reject(origin: str, key: str, reason: str, job: Any) -> Rejected:
+def _reject(origin: str, key: str, reason: str, job: Any, raw: msgspec.Raw | str | None = None) -> Rejected:
+    """A Rejected for JOB: its object without the steps as JSON, or its own text when that
+    cannot be written again (nested too deeply, strings that are not UTF-8)."""
     if type(job) is dict:
         job = {k: v for k, v in job.items() if k != "steps"}
     try:
-        raw = orjson.dumps(job).decode()
+        text = orjson.dumps(job).decode()
     except TypeError:
-        raw = repr(job)
-    return Rejected(source=SOURCE, origin=origin, record_key=key, reason=reason, raw=raw)
+        if raw is not None:
+            text = _raw_text(raw)[:MAX_RAW_CHARS]
+        else:
+            try:
+                text = json.dumps(job)[:MAX_RAW_CHARS]
+            except (TypeError, ValueError, RecursionError):
+                text = f"<{type(job).__name__} that cannot be shown>"
+    return Rejected(source=SOURCE, origin=origin, record_key=key, reason=reason, raw=text)
 
 
-# --- truncated or damaged input ---------------------------------------------------------------
-
-_WS = re.compile(r"[ \t\n\r]*")
-_PARTIAL_TOKEN = re.compile(
-    r"-?\d*(?:\.\d*)?(?:[eE][+-]?\d*)?|t(?:r(?:ue?)?)?|f(?:a(?:l(?:se?)?)?)?|n(?:u(?:ll?)?)?"
-)
+# --- the general path: truncated, damaged or unusual input ----------------------------------
 
 
-class _Truncated(Exception):
-    def __init__(self, pos: int) -> None:
-        super().__init__(pos)
-        self.pos = pos
+def _scan(text: str, origin: str) -> list[JobAttempt | Rejected | SchemaNotice]:
+    """Read the top-level object value by value and "jobs" element by element (json_scan).
 
-
-def _recover(raw: str | bytes, origin: str) -> tuple[Any, Rejected | None]:
-    """Read what can be read of a document orjson refused.
-
-    Invalid UTF-8 is replaced and the document read again. A document cut short keeps every
-    job before the cut; anything else is a ParseError.
+    Each job is read into an attempt as soon as it is decoded; one that cannot be decoded
+    (not JSON, nested too deep) is rejected alone. A document cut short keeps every job before
+    the cut and ends in a truncation record; damage outside the jobs, or a document that is not
+    an object with a jobs list, is a ParseError.
     """
-    if not raw.strip():
-        raise ParseError(f"{origin}: empty input, expected sacct JSON")
-    text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
-    if not isinstance(raw, str):
-        try:
-            return orjson.loads(text), None
-        except orjson.JSONDecodeError:
-            pass
-    decoder = json.JSONDecoder()
-    doc: dict[str, Any] = {}
-    jobs: list[Any] = []
+    reader = _Reader(origin)
+
+    def on_item(index: int, job: Any, job_text: str) -> None:
+        if isinstance(job, BadItem):
+            reader.seen += 1
+            reader.all_jobs = False
+            reader.out.append(
+                Rejected(SOURCE, origin, f"jobs[{index}]", f"job is {job.reason}", job.text[:MAX_RAW_CHARS])
+            )
+        else:
+            reader.read(index, job, job_text)
+
+    def on_value(key: str, value: Any) -> None:
+        if key == "meta":
+            reader.set_meta(value)
+        elif key == "errors":
+            reader.errors = value
+
+    truncation: Rejected | None = None
     try:
-        _scan_document(text, decoder, doc, jobs)
-    except _Truncated as cut:
-        at = _byte_offset(text, cut.pos)
-        if not jobs:
+        found_jobs = scan_object(text, "jobs", on_item, on_value)
+    except Truncated as cut:
+        at = byte_offset(text, cut.pos)
+        if not reader.seen:
             raise ParseError(f"{origin}: truncated JSON before any complete job (at byte {at})") from None
         truncation = Rejected(
             source=SOURCE,
             origin=origin,
             record_key="truncated input",
-            reason=f"truncated JSON after {len(jobs)} complete jobs at byte {at}",
+            reason=f"truncated JSON after {reader.seen} complete jobs at byte {at}",
             raw=text[cut.pos : cut.pos + TAIL_CHARS],
         )
-        return doc, truncation
+        found_jobs = True
+    except NotAnObject as kind:
+        raise ParseError(f"{origin}: expected a JSON object with a 'jobs' list, got {kind}") from None
     except ValueError as bad:
         raise ParseError(f"{origin}: invalid JSON: {bad}") from None
-    # the whole document was read: orjson refused something Python's json accepts (an
-    # integer beyond 64 bits, say)
-    return doc, None
-
-
-def _scan_document(text: str, decoder: json.JSONDecoder, doc: dict[str, Any], jobs: list[Any]) -> None:
-    """Read the top-level object key by key and "jobs" element by element into DOC and JOBS.
-
-    Raises _Truncated at the start of the first value the text ends inside of, ValueError when
-    the text is not JSON for another reason, and returns when the whole object was read.
-    """
-    end = len(text)
-    pos = _WS.match(text, 0).end()  # type: ignore[union-attr]
-    if pos >= end:
-        raise _Truncated(pos)
-    if text[pos] != "{":
-        raise ValueError(f"expected an object at char {pos}")
-    pos += 1
-    while True:
-        pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
-        if pos >= end:
-            raise _Truncated(pos)
-        char = text[pos]
-        if char == "}":
-            if _WS.match(text, pos + 1).end() != end:  # type: ignore[union-attr]
-                raise ValueError(f"extra data after the document at char {pos + 1}")
-            return
-        if char == ",":
-            pos += 1
-            continue
-        item_start = pos
-        key, pos = _decode(decoder, text, pos, item_start)
-        pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
-        if pos >= end:
-            raise _Truncated(item_start)
-        if text[pos] != ":":
-            raise ValueError(f"expected ':' at char {pos}")
-        pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
-        if pos >= end:
-            raise _Truncated(item_start)
-        if key == "jobs" and text[pos] == "[":
-            doc["jobs"] = jobs
-            pos = _scan_array(text, decoder, pos + 1, jobs)
-        else:
-            doc[key], pos = _decode(decoder, text, pos, item_start)
-
-
-def _scan_array(text: str, decoder: json.JSONDecoder, pos: int, items: list[Any]) -> int:
-    """Read array elements into ITEMS; a cut reports the end of the last complete element."""
-    end = len(text)
-    after_last = pos
-    try:
-        while True:
-            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
-            if pos >= end:
-                raise _Truncated(pos)
-            char = text[pos]
-            if char == "]":
-                return pos + 1
-            if char == ",":
-                pos += 1
-                continue
-            item, pos = _decode(decoder, text, pos, pos)
-            items.append(item)
-            after_last = pos
-    except _Truncated:
-        raise _Truncated(after_last) from None
-
-
-def _decode(decoder: json.JSONDecoder, text: str, pos: int, restart: int) -> tuple[Any, int]:
-    try:
-        return decoder.raw_decode(text, pos)
-    except json.JSONDecodeError as exc:
-        if _ends_inside(text, exc):
-            raise _Truncated(restart) from None
-        raise ValueError(f"{exc.msg} at char {exc.pos}") from None
-
-
-def _ends_inside(text: str, exc: json.JSONDecodeError) -> bool:
-    """Whether a decode error means "the text stopped" rather than "the text is wrong"."""
-    if exc.pos >= len(text) or exc.msg.startswith("Unterminated string"):
-        return True
-    if exc.msg.startswith("Invalid \\uXXXX escape") or exc.msg.startswith("Invalid \\escape"):
-        return exc.pos >= len(text) - 6
-    # a number or literal cut in the middle: "tru", "-", "12."
-    return _PARTIAL_TOKEN.fullmatch(text, exc.pos) is not None
-
-
-def _byte_offset(text: str, pos: int) -> int:
-    return len(text[:pos].encode("utf-8", "replace"))
+    if not found_jobs:
+        raise ParseError(f"{origin}: no 'jobs' list in the sacct JSON")
+    return reader.finish(truncation)
 
 
 __all__ = ["SUPPORTED_SCHEMAS", "parse_sacct_json"]

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, tzinfo
 
 from slurmtel.errors import ParseError
 from slurmtel.parsers.slurm_common import (
+    NO_TIME_WORDS,
     expand_nodelist,
     gpu_count,
     gpu_model,
@@ -28,6 +29,8 @@ from slurmtel.parsers.slurm_common import (
     normalize_state,
     parse_duration_seconds,
     parse_tres_string,
+    slurm_epoch,
+    text_number,
 )
 from slurmtel.records import JobAttempt, Rejected
 
@@ -65,7 +68,6 @@ SACCT_FIELDS: tuple[str, ...] = (
 NAME_FIELDS = frozenset({"jobname", "submitline", "comment", "admincomment", "systemcomment"})
 # free text that may stand last and take back what its stray delimiters split off
 FREE_TEXT_FIELDS = NAME_FIELDS | {"workdir"}
-_NO_TIME = frozenset({"", "unknown", "none", "n/a"})
 _ARRAY_ID = re.compile(r"(\d+)_(?:(\d+)|\[[^\]]*\])")
 _HET_ID = re.compile(r"(\d+)\+(\d+)")
 # how a record's first value looks when it is a job id (1, 10_4, 10_[1-4%2], 123+1, 1.batch)
@@ -102,8 +104,16 @@ def parse_sacct_parsable(
         fields = lines[first].rstrip("\r").split(delimiter)
         first += 1
         what = "header"
+        # sacct -p (--parsable) ends every line, the header too, with the delimiter
+        trailing = len(fields) > 1 and not fields[-1].strip()
+        if trailing:
+            fields = fields[:-1]
     else:
         what = "field list"
+        body = [line.rstrip("\r") for line in lines[first:] if line.strip()]
+        trailing = bool(body) and all(line.endswith(delimiter) for line in body)
+    if trailing:
+        lines = lines[:first] + [_without_trailing(line, delimiter) for line in lines[first:]]
     names = [f.strip().lower() for f in fields]
     column = {name: i for i, name in reversed(list(enumerate(names)))}
     missing = [
@@ -185,6 +195,12 @@ def _records(
         yield current_line, current
 
 
+def _without_trailing(line: str, delimiter: str) -> str:
+    """A line of `sacct -p` without the delimiter it ends in."""
+    end = line[:-1] if line.endswith("\r") else line
+    return end[: -len(delimiter)] if end.endswith(delimiter) else line
+
+
 def _looks_like_row(line: str, delimiter: str) -> bool:
     return _ROW_START.fullmatch(line.split(delimiter, 1)[0]) is not None
 
@@ -212,7 +228,7 @@ class _RowReader:
         key = f"job {raw_id or job_id}"
         try:
             return self._attempt(get, job_id, raw_id)
-        except (ValueError, OverflowError, OSError) as exc:
+        except (ValueError, OverflowError, OSError, TypeError, RecursionError) as exc:
             key = f"{key} (line {lineno})"
             return Rejected(source=SOURCE, origin=self.origin, record_key=key, reason=str(exc), raw=text)
 
@@ -232,6 +248,12 @@ class _RowReader:
         elif het_job_offset == 0:
             # a heterogeneous job's leader has its own id as the het job id
             job_id_raw = het_job_id  # type: ignore[assignment]
+        elif array_job_id is not None:
+            # Slurm gives array tasks ids of their own (10_1 may be job 15): only JobIDRaw says which
+            raise ValueError(
+                f"array task '{job_id}' and no JobIDRaw column: its raw job id cannot be told from its "
+                "JobID (ask sacct for JobIDRaw)"
+            )
         else:
             raise ValueError(f"no JobIDRaw column, and job id '{job_id}' does not give the raw id")
         submit_at = self._time(get("submit"), "Submit")
@@ -256,8 +278,7 @@ class _RowReader:
             if not nodes:
                 nodelist = ""
         if "timelimitraw" in self.column:
-            raw_limit = get("timelimitraw").strip()
-            time_limit = minutes_to_seconds(int(raw_limit)) if raw_limit.isdigit() else None
+            time_limit = minutes_to_seconds(text_number(get("timelimitraw")))
         else:
             time_limit = parse_duration_seconds(get("timelimit"))
         return JobAttempt(
@@ -297,23 +318,29 @@ class _RowReader:
 
     def _time(self, text: str, label: str) -> datetime | None:
         text = text.strip()
-        if text.lower() in _NO_TIME:
+        if text.lower() in NO_TIME_WORDS:
             return None
-        if text.isdigit():
-            epoch = int(text)
-            return datetime.fromtimestamp(epoch, UTC) if epoch else None
+        if text.isdigit() and text.isascii():
+            # epoch seconds (SLURM_TIME_FORMAT=%s); 0 and NO_VAL/INFINITE are "not set"
+            epoch = slurm_epoch(int(text))
+            if epoch is None:
+                return None
+            try:
+                return datetime.fromtimestamp(epoch, UTC)
+            except (OverflowError, ValueError, OSError):
+                raise ValueError(f"{label} is {text}, not a time") from None
         try:
             at = datetime.fromisoformat(text)
         except ValueError:
-            raise ValueError(f"cannot read {label} time '{text}'") from None
+            raise ValueError(f"cannot read {label} time '{text[:60]}'") from None
         if at.tzinfo is None:
             at = at.replace(tzinfo=self.zone)
         return at.astimezone(UTC)
 
 
 def _int(text: str) -> int | None:
-    text = text.strip()
-    return int(text) if text.isdigit() else None
+    """A count or id column ("32", "1002"); None when empty or one of Slurm's sentinels."""
+    return text_number(text)
 
 
 __all__ = ["SACCT_DELIMITER", "SACCT_FIELDS", "parse_sacct_parsable"]

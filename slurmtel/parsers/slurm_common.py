@@ -7,6 +7,7 @@ parsers and the store shares it.)
 from __future__ import annotations
 
 import gc
+import math
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -16,9 +17,24 @@ from typing import Any
 
 import hostlist
 
-# Slurm's "no value" and "infinite" sentinels for 32-bit fields, as the pre-23.02 JSON prints them
-NO_VAL32 = 0xFFFFFFFE
-INFINITE32 = 0xFFFFFFFF
+# Slurm's "no value" and "infinite" sentinels (slurm.h NO_VAL16/INFINITE16, NO_VAL/INFINITE,
+# NO_VAL64/INFINITE64). Every JSON schema prints them in plain-int fields (time.start of a job
+# that never started is 4294967294 in 23.x-24.x), the newer ones also wrap numbers in
+# {"set", "infinite", "number"}; the text outputs print them as they are.
+NO_VAL16, INFINITE16 = 0xFFFE, 0xFFFF
+NO_VAL32, INFINITE32 = 0xFFFFFFFE, 0xFFFFFFFF
+NO_VAL64, INFINITE64 = 0xFFFFFFFFFFFFFFFE, 0xFFFFFFFFFFFFFFFF
+# the sentinels of a field of each width: Slurm copies a 32-bit NO_VAL into 64-bit fields
+# (times, TRES counts), never a 16-bit one into a wider field (65534 is a real uid: nobody)
+SENTINELS: dict[int, frozenset[int]] = {
+    16: frozenset({NO_VAL16, INFINITE16}),
+    32: frozenset({NO_VAL32, INFINITE32}),
+    64: frozenset({NO_VAL32, INFINITE32, NO_VAL64, INFINITE64}),
+}
+# any width: what no time field can mean
+_ANY_SENTINEL = SENTINELS[16] | SENTINELS[64]
+# the text outputs' words for "no time"
+NO_TIME_WORDS = frozenset({"", "unknown", "none", "n/a", "(null)", "0", "none assigned"})
 
 # the state flags sacct prints instead of the base state, in the order slurm's
 # job_state_string() tests them (src/common/slurm_protocol_defs.c)
@@ -64,21 +80,66 @@ _TRES_VALUE = re.compile(r"(\d+(?:\.\d+)?)([KMGTPE]?)", re.IGNORECASE)
 _DURATION = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?")
 
 
-def unwrap_number(value: Any) -> int | None:
-    """Slurm's `{"set", "infinite", "number"}` object (or a plain number) -> int, None if unset/infinite."""
-    if value is None or type(value) is int:
-        return value
-    if isinstance(value, dict):
+def unwrap_number(value: Any, bits: int = 32) -> int | None:
+    """Slurm's `{"set", "infinite", "number"}` object (or a plain number) -> int; None when it is
+    not set: unset, infinite, Slurm's NO_VAL/INFINITE of a BITS-wide field (16, 32 or 64), or
+    not a number at all (a string, true/false)."""
+    if type(value) is int:
+        return None if value >= NO_VAL16 and value in SENTINELS[bits] else value
+    if value is None:
+        return None
+    if type(value) is dict:
         if value.get("infinite") or not value.get("set", True):
             return None
         value = value.get("number")
-        if value is None or type(value) is int:
-            return value
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int | float):
-        return int(value)
+        if type(value) is int:
+            return None if value >= NO_VAL16 and value in SENTINELS[bits] else value
+    if type(value) is float and math.isfinite(value):
+        return unwrap_number(int(value), bits)
     return None
+
+
+def slurm_epoch(value: Any) -> int | None:
+    """A Slurm time field (epoch seconds, plain or wrapped) -> seconds; None when not set: 0,
+    negative, any NO_VAL/INFINITE, {"set": false}, or not a number."""
+    if type(value) is not int:
+        value = unwrap_number(value, 64)
+        if value is None:
+            return None
+    if value <= 0 or value in _ANY_SENTINEL:
+        return None
+    return value
+
+
+def text_number(text: str | None, bits: int = 32) -> int | None:
+    """A number as the text outputs print it ("4", " 17 ") -> int; None when it is no plain
+    decimal count or one of Slurm's sentinels of a BITS-wide field ("4294967294")."""
+    if text is None:
+        return None
+    text = text.strip()
+    if not text.isdigit() or not text.isascii():
+        return None
+    return unwrap_number(int(text), bits)
+
+
+# errors Slurm prints beside a (possibly empty) list of records that only say nothing was found
+# (ESLURM_REST_EMPTY_RESULT "Nothing found": sacct --json of 22.05 for a window without jobs)
+INFORMATIONAL_ERRORS = frozenset({9003})
+
+
+def only_informational(errors: Any) -> bool:
+    """Whether every entry of a JSON document's `errors` list only says that nothing was found
+    (`{"error": "Nothing found", "error_number": 9003}`): an empty result, not a failure."""
+    if not isinstance(errors, list) or not errors:
+        return False
+    for entry in errors:
+        if not isinstance(entry, dict):
+            return False
+        number = next((entry[k] for k in ("error_number", "errno", "error_code") if k in entry), None)
+        words = " ".join(str(entry.get(k) or "") for k in ("error", "description")).strip().lower()
+        if not (type(number) is int and number in INFORMATIONAL_ERRORS) and words != "nothing found":
+            return False
+    return True
 
 
 def parse_tres_string(text: str) -> dict[str, int]:
@@ -103,8 +164,8 @@ def parse_tres_string(text: str) -> dict[str, int]:
 
 
 def _tres_count(key: str, value: str) -> int | None:
-    if value.isdigit():
-        return int(value)
+    if value.isdigit() and value.isascii():
+        return unwrap_number(int(value), 64)
     m = _TRES_VALUE.fullmatch(value)
     if not m:
         return None
@@ -139,8 +200,9 @@ def parse_tres_list(items: Iterable[Mapping[str, Any]] | None) -> dict[str, int]
             count = unwrap_number(item.get("count"))
             name = item.get("name")
             tres_type = item.get("type")
-        if type(count) is not int:
-            count = unwrap_number(count)
+        if type(count) is not int or count >= NO_VAL32:
+            # a number object, a TRES count of NO_VAL (not set), or no number at all
+            count = unwrap_number(count, 64)
             if count is None:
                 continue
         if count < 0 or not tres_type:
@@ -231,7 +293,7 @@ def parse_duration_seconds(text: str | None) -> int | None:
 
 def minutes_to_seconds(value: Any) -> int | None:
     """A time limit in minutes (int or Slurm number object) -> seconds; None when unset or infinite."""
-    minutes = value if type(value) is int else unwrap_number(value)
+    minutes = unwrap_number(value)
     if minutes is None or minutes < 0 or minutes >= NO_VAL32:
         return None
     return minutes * 60

@@ -23,6 +23,7 @@ the index is the MIG device's index in the node's gres.conf order, not a physica
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, tzinfo
@@ -31,8 +32,18 @@ from typing import Any
 import orjson
 
 from slurmtel.errors import ParseError
-from slurmtel.parsers.gres import gpu_items, single_gpu_type
-from slurmtel.parsers.slurm_common import BASE_STATES, expand_nodelist, parse_tres_string, unwrap_number
+from slurmtel.parsers.gres import gpu_items, physical_gpus, single_gpu_type
+from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, byte_offset, scan_object
+from slurmtel.parsers.slurm_common import (
+    BASE_STATES,
+    NO_TIME_WORDS,
+    expand_nodelist,
+    only_informational,
+    parse_tres_string,
+    slurm_epoch,
+    text_number,
+    unwrap_number,
+)
 from slurmtel.parsers.slurm_common import gpu_count as tres_gpu_count
 from slurmtel.records import GpuAllocation, NodeState, PendingJob, Rejected
 
@@ -92,11 +103,31 @@ def _pairs(record: str) -> list[tuple[str, str]]:
     return pairs
 
 
+# what squeue prints when asked for --json it cannot give: its table (Slurm without the
+# serializer/json plugin ignores the option or says so), or its complaint about the option
+_SQUEUE_TABLE = re.compile(r"\s*JOBID\s+PARTITION\s+NAME\s+USER", re.IGNORECASE)
+_NO_JSON = re.compile(r"serializer|--json|\bjson\b|data_parser", re.IGNORECASE)
+SQUEUE_JSON_UNAVAILABLE = (
+    "squeue --json is not available here (Slurm without the serializer/json plugin, or older "
+    "than 21.08); use sources.slurmctld.job_view = \"scontrol_text\""
+)
+
+
+def squeue_json_unavailable(text: str) -> bool:
+    """Whether TEXT is what squeue prints instead of JSON when it cannot give JSON."""
+    head = text.lstrip()[:2000]
+    if head.startswith("{"):
+        return False
+    return bool(_SQUEUE_TABLE.match(head)) or bool(_NO_JSON.search(head))
+
+
 def _check_text(raw: str, first_key: str, origin: str, empty_answers: Iterable[str]) -> str:
     text = raw.strip()
     if not text or any(text.startswith(answer) for answer in empty_answers):
         return ""
     if first_key + "=" not in text:
+        if first_key == "JobId" and squeue_json_unavailable(text):
+            raise ParseError(f"{origin}: {SQUEUE_JSON_UNAVAILABLE}; it printed: {text[:200]!r}")
         raise ParseError(f"{origin}: no {first_key}= record in the output: {text[:200]!r}")
     return text
 
@@ -106,8 +137,11 @@ def _local_time(value: str | None, zone: tzinfo) -> datetime | None:
     if value is None:
         return None
     value = value.strip().strip('"')
-    if value in _NO_TIME:
+    if value in _NO_TIME or value.lower() in NO_TIME_WORDS:
         return None
+    if value.isdigit() and value.isascii():
+        # SLURM_TIME_FORMAT=%s: epoch seconds (0 and NO_VAL mean not set)
+        return _epoch(int(value))
     parsed = datetime.fromisoformat(value)
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=zone)
@@ -215,7 +249,7 @@ def parse_scontrol_jobs(
     for record in _records(text, "JobId"):
         try:
             results.extend(_scontrol_job(record, cluster=cluster, at=at, zone=timezone))
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError, OverflowError, TypeError) as exc:
             job_key = record.split(None, 1)[0].replace("JobId=", "job ")
             results.append(Rejected(SOURCE, origin, job_key, str(exc) or type(exc).__name__, record))
     return results
@@ -286,25 +320,26 @@ def _scontrol_job(record: str, *, cluster: str, at: datetime, zone: tzinfo) -> l
 
 
 def _int(value: str | None) -> int | None:
-    if value is None:
-        return None
-    value = value.strip()
-    return int(value) if value.isdigit() else None
+    """An id or count as scontrol prints it; None when absent, "N/A" or a Slurm sentinel."""
+    return text_number(value)
 
 
 # --------------------------------------------------------------------------- JSON jobs
 
 
 def _load_json(raw: str | bytes, origin: str, key: str) -> list[Any]:
+    """The KEY list of a JSON document; an element that cannot be decoded is a json_scan.BadItem
+    (rejected alone by the caller)."""
     try:
         document = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ParseError(f"{origin}: not JSON ({exc})") from None
+    except (orjson.JSONDecodeError, UnicodeError):
+        document = _salvage_json(raw, origin, key)
     if not isinstance(document, dict):
         raise ParseError(f"{origin}: expected a JSON object, got {type(document).__name__}")
     errors = document.get("errors") or []
-    if errors:
-        # an error document also carries an empty list: reading it as "nothing there" would be wrong
+    if errors and not (only_informational(errors) and isinstance(document.get(key), list)):
+        # an error document also carries an empty list: reading it as "nothing there" would be
+        # wrong, except when all Slurm says is "Nothing found"
         first = errors[0]
         detail = first.get("error") or first.get("description") if isinstance(first, dict) else first
         raise ParseError(f"{origin}: Slurm reported {len(errors)} error(s): {detail}")
@@ -321,11 +356,54 @@ def _load_json(raw: str | bytes, origin: str, key: str) -> list[Any]:
     return items
 
 
+def _salvage_json(raw: str | bytes, origin: str, key: str) -> dict[str, Any]:
+    """A document orjson refuses (a record nested too deeply, an integer beyond 64 bits, a
+    damaged record) read value by value: the records that can be read, the others as BadItem."""
+    text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+    if text.lstrip()[:1] != "{":
+        raise ParseError(f"{origin}: not JSON: {text.strip()[:200]!r}")
+    document: dict[str, Any] = {}
+    items: list[Any] = []
+
+    def on_item(index: int, item: Any, item_text: str) -> None:
+        items.append(item)
+
+    def on_value(name: str, value: Any) -> None:
+        document[name] = value
+
+    try:
+        if scan_object(text, key, on_item, on_value):
+            document[key] = items
+    except Truncated as cut:
+        raise ParseError(f"{origin}: not JSON (cut short at byte {byte_offset(text, cut.pos)})") from None
+    except (NotAnObject, ValueError) as exc:
+        raise ParseError(f"{origin}: not JSON ({exc})") from None
+    return document
+
+
 def _epoch(value: Any) -> datetime | None:
-    number = unwrap_number(value)
-    if not number:
+    """Epoch seconds -> aware UTC; None for 0, NO_VAL/INFINITE, {"set": false} (not set)."""
+    number = slurm_epoch(value)
+    if number is None:
         return None
-    return datetime.fromtimestamp(number, UTC)
+    try:
+        return datetime.fromtimestamp(number, UTC)
+    except (OverflowError, ValueError, OSError):
+        raise ValueError(f"{number} is not a time") from None
+
+
+def _bad_json_record(origin: str, what: str, item: BadItem) -> Rejected:
+    return Rejected(SOURCE, origin, f"{what} ?", f"{what} is {item.reason}", item.text[:65536])
+
+
+def _json_text(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        try:
+            return json.dumps(value)[:65536]
+        except (TypeError, ValueError, RecursionError):
+            return f"<{type(value).__name__} that cannot be shown>"
 
 
 def _state_words(state: Any, flags: Any = None) -> tuple[str, ...]:
@@ -364,19 +442,25 @@ def parse_squeue_json(
     origin: str = "squeue --json",
 ) -> list[JobRecord]:
     """`squeue --json` / slurmrestd `/slurm/vX/jobs` and `/job/<id>` -> allocations and pending jobs."""
+    head = raw[:2000].decode("utf-8", "replace") if isinstance(raw, bytes) else raw[:2000]
+    if squeue_json_unavailable(head):
+        raise ParseError(f"{origin}: {SQUEUE_JSON_UNAVAILABLE}; it printed: {head.strip()[:200]!r}")
     results: list[JobRecord] = []
     for job in _load_json(raw, origin, "jobs"):
+        if isinstance(job, BadItem):
+            results.append(_bad_json_record(origin, "job", job))
+            continue
         try:
             results.extend(_json_job(job, cluster=cluster, at=at))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
             job_id = job.get("job_id") if isinstance(job, dict) else None
             results.append(
                 Rejected(
                     SOURCE,
                     origin,
-                    f"job {job_id}" if job_id is not None else "job ?",
+                    f"job {str(job_id)[:40]}" if job_id is not None else "job ?",
                     str(exc) or type(exc).__name__,
-                    orjson.dumps(job).decode(),
+                    _json_text(job),
                 )
             )
     return results
@@ -458,11 +542,13 @@ def _node_state(
     reason: str,
 ) -> NodeState:
     configured = gpu_items(gres)
-    total = sum(item.count for item in configured)
+    # physical GPUs: a node of MIG slices (gpu:1g.10gb:21) is its GPUs (3), never its slices
+    total = physical_gpus(configured)
     if not configured:
         total = tres_gpu_count(parse_tres_string(cfg_tres))
     if gres_used is not None and (gpu_items(gres_used) or not alloc_tres):
-        allocated = sum(item.count for item in gpu_items(gres_used))
+        # in the same unit: the GPUs the slices in use need at least
+        allocated = physical_gpus(gpu_items(gres_used))
     else:
         # `scontrol show node` without -d prints no GresUsed; AllocTRES has the count
         allocated = tres_gpu_count(parse_tres_string(alloc_tres))
@@ -514,7 +600,7 @@ def parse_scontrol_nodes(
                 )
             )
         except ValueError as exc:
-            results.append(Rejected(SOURCE, origin, f"node {name or '?'}", str(exc), record))
+            results.append(Rejected(SOURCE, origin, f"node {name[:100] or '?'}", str(exc), record))
     return results
 
 
@@ -529,6 +615,9 @@ def parse_sinfo_json(
     (`{"nodes": [...]}`) -> one NodeState per node."""
     results: list[NodeRecord] = []
     for node in _load_json(raw, origin, "nodes"):
+        if isinstance(node, BadItem):
+            results.append(_bad_json_record(origin, "node", node))
+            continue
         name = node.get("name") if isinstance(node, dict) else None
         try:
             if not name:
@@ -547,14 +636,14 @@ def parse_sinfo_json(
                     reason=node.get("reason") or "",
                 )
             )
-        except (ValueError, TypeError, AttributeError) as exc:
+        except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
             results.append(
                 Rejected(
                     SOURCE,
                     origin,
-                    f"node {name or '?'}",
+                    f"node {str(name)[:100] if name else '?'}",
                     str(exc) or type(exc).__name__,
-                    orjson.dumps(node).decode(),
+                    _json_text(node),
                 )
             )
     return results

@@ -37,6 +37,9 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     # parts that failed while the rest went on (an unreachable node); the run is 'partial'
     errors: list[str] = field(default_factory=list)
+    # the schema names of documents read in a schema version slurmtel does not know (read by
+    # the newest shape it knows), once per document: slurmtel_schema_unknown_total counts them
+    unknown_schemas: list[str] = field(default_factory=list)
 
 
 class Source(Protocol):

@@ -11,6 +11,7 @@ the next call is made and parsed while the previous output is written (store_doc
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import queue
 import threading
@@ -22,9 +23,9 @@ from zoneinfo import ZoneInfo
 
 from slurmtel.config import Config, SacctSourceConfig
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
-from slurmtel.parsers.sacct_json import parse_sacct_json
+from slurmtel.parsers.sacct_json import NEWEST_SCHEMA, parse_sacct_json
 from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, SACCT_FIELDS, parse_sacct_parsable
-from slurmtel.records import JobAttempt, Rejected
+from slurmtel.records import JobAttempt, Rejected, SchemaNotice
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import run_command
 from slurmtel.store.checks import rejections
@@ -35,6 +36,8 @@ from slurmtel.timeparse import parse_slurm_time
 
 NAME = "sacct"
 LOCAL_SCOPE = "local"
+
+log = logging.getLogger(__name__)
 
 
 class SacctSource:
@@ -153,6 +156,7 @@ class SacctSource:
         fmt = options.input_format
         if fmt == "auto":
             fmt = "json" if raw.lstrip()[:1] == b"{" else "parsable"
+        records: Sequence[JobAttempt | Rejected | SchemaNotice]
         if fmt == "json":
             records = parse_sacct_json(raw, origin=str(path))
         else:
@@ -161,7 +165,9 @@ class SacctSource:
             except Exception as exc:
                 raise ConfigError(f"--timezone: unknown time zone '{options.input_timezone}'") from exc
             records = parse_sacct_parsable(
-                raw.decode("utf-8", "surrogateescape"),
+                # a byte that is not UTF-8 becomes U+FFFD, as in what sacct prints live: the
+                # attempt keeps its GPU time
+                raw.decode("utf-8", "replace"),
                 origin=str(path),
                 fields=_split(options.fields) or None,
                 delimiter=options.delimiter or "|",
@@ -178,7 +184,7 @@ class SacctSource:
 
 def store_records(
     ctx: RunContext,
-    records: Sequence[JobAttempt | Rejected],
+    records: Sequence[JobAttempt | Rejected | SchemaNotice],
     result: RunResult,
     *,
     origin: str,
@@ -209,7 +215,7 @@ class SacctDocument:
     cursor_at: datetime | None = None
 
 
-def parse_document(document: SacctDocument) -> list[JobAttempt | Rejected]:
+def parse_document(document: SacctDocument) -> Sequence[JobAttempt | Rejected | SchemaNotice]:
     """The records of one sacct output (ParseError when it cannot be read at all)."""
     if document.format == "json":
         return parse_sacct_json(document.raw, origin=document.origin)
@@ -263,7 +269,7 @@ def store_documents(ctx: RunContext, documents: Iterable[SacctDocument], result:
 
 @dataclass(frozen=True)
 class _Parsed:
-    records: Sequence[JobAttempt | Rejected]
+    records: Sequence[JobAttempt | Rejected | SchemaNotice]
     origin: str
     cursor_scope: str | None
     cursor_at: datetime | None
@@ -281,9 +287,18 @@ class _Totals:
     quarantined: int = 0
     # the first few, for the run's notes
     rejected: list[Rejected] = field(default_factory=list)
+    notices: list[SchemaNotice] = field(default_factory=list)
 
-    def add(self, read: int, attempts: int, stats: WriteStats, rejected: list[Rejected]) -> None:
+    def add(
+        self,
+        read: int,
+        attempts: int,
+        stats: WriteStats,
+        rejected: list[Rejected],
+        notices: list[SchemaNotice],
+    ) -> None:
         self.documents += 1
+        self.notices.extend(notices)
         self.read += read
         self.attempts += attempts
         self.inserted += stats.inserted
@@ -302,6 +317,14 @@ class _Totals:
             f"{self.unchanged} unchanged; {self.quarantined} quarantined"
         )
         result.notes.extend(f"quarantined {r.record_key}: {r.reason}" for r in self.rejected)
+        for notice in self.notices:
+            result.unknown_schemas.append(notice.schema)
+        for schema in sorted(set(result.unknown_schemas)):
+            documents = result.unknown_schemas.count(schema)
+            result.notes.append(
+                f"warning: {documents} sacct output(s) in schema '{schema}', which this slurmtel does not "
+                f"know: read as {NEWEST_SCHEMA}, the newest it knows"
+            )
 
 
 class _Writer:
@@ -342,6 +365,14 @@ def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: 
     records = parsed.records
     attempts = [r for r in records if isinstance(r, JobAttempt)]
     rejected = [r for r in records if isinstance(r, Rejected)]
+    notices = [r for r in records if isinstance(r, SchemaNotice)]
+    for notice in notices:
+        log.warning(
+            "%s: sacct JSON schema '%s' is not one this slurmtel knows; read as %s",
+            notice.origin,
+            notice.schema,
+            notice.read_as,
+        )
     with ctx.engine.begin() as conn:
         if sync_outcomes:
             sync_outcome_classes(conn, ctx.config.outcomes.mapping())
@@ -351,7 +382,7 @@ def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: 
         quarantine(conn, rejected)
         if parsed.cursor_scope is not None and parsed.cursor_at is not None:
             set_cursor(conn, NAME, parsed.cursor_scope, parsed.cursor_at)
-    totals.add(len(records), len(attempts) - len(stats.refused), stats, rejected)
+    totals.add(len(records) - len(notices), len(attempts) - len(stats.refused), stats, rejected, notices)
 
 
 def run_sacct(config: SacctSourceConfig, start: datetime, end: datetime, cluster: str | None) -> bytes:

@@ -17,7 +17,13 @@ from pathlib import Path
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SourceUnavailable
 from slurmtel.parsers.scontrol_config import cluster_name
-from slurmtel.parsers.slurmctld import parse_scontrol_jobs, parse_scontrol_nodes, parse_squeue_json
+from slurmtel.parsers.slurmctld import (
+    SQUEUE_JSON_UNAVAILABLE,
+    parse_scontrol_jobs,
+    parse_scontrol_nodes,
+    parse_squeue_json,
+    squeue_json_unavailable,
+)
 from slurmtel.records import GpuAllocation, NodeState, PendingJob, Rejected
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import run_command
@@ -76,9 +82,14 @@ class SlurmctldSource:
         )
         at = ctx.clock()
         if cfg.job_view == "squeue_json":
-            raw_jobs = run_command(
-                [cfg.squeue_command, "-a", "--json"], timeout_seconds=cfg.timeout_seconds, env=env
-            )
+            try:
+                raw_jobs = run_command(
+                    [cfg.squeue_command, "-a", "--json"], timeout_seconds=cfg.timeout_seconds, env=env
+                )
+            except SourceUnavailable as exc:
+                if squeue_json_unavailable(str(exc)):
+                    raise SourceUnavailable(f"{SQUEUE_JSON_UNAVAILABLE}: {exc}") from exc
+                raise
             jobs = parse_squeue_json(raw_jobs, cluster=cluster, at=at)
         else:
             raw_jobs = run_command(
