@@ -68,6 +68,13 @@ class DaemonMetrics:
         self.rows_quarantined = Counter(
             "slurmtel_source_rows_quarantined", "Records a source quarantined", ["source"], registry=r
         )
+        self.schema_unknown = Counter(
+            "slurmtel_schema_unknown",
+            "Documents in a schema version slurmtel does not know (a newer Slurm), read by the newest "
+            "shape it knows",
+            ["source", "schema"],
+            registry=r,
+        )
         self.source_errors = Counter(
             "slurmtel_source_errors",
             "Failed or partial source runs by error class",
@@ -167,9 +174,12 @@ class DaemonMetrics:
         rows_read: int = 0,
         rows_written: int = 0,
         rows_quarantined: int = 0,
+        unknown_schemas: Sequence[str] = (),
     ) -> None:
         now = self.clock()
         self.source_runs.labels(source=source, status=status).inc()
+        for schema in unknown_schemas:
+            self.schema_unknown.labels(source=source, schema=schema).inc()
         self.rows_read.labels(source=source).inc(rows_read)
         self.rows_written.labels(source=source).inc(rows_written)
         self.rows_quarantined.labels(source=source).inc(rows_quarantined)

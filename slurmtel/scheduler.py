@@ -277,6 +277,7 @@ class Schedule:
                 rows_read=result.rows_read,
                 rows_written=result.rows_written,
                 rows_quarantined=result.rows_quarantined,
+                unknown_schemas=result.unknown_schemas,
             )
             fields: dict[str, object] = {
                 "source": source.name,
@@ -288,6 +289,8 @@ class Schedule:
             }
             if outcome.error_kind or outcome.message:
                 fields.update(error_kind=outcome.error_kind, message=outcome.message)
+            if result.unknown_schemas:
+                fields.update(unknown_schemas=",".join(sorted(set(result.unknown_schemas))))
             level = {"ok": logging.INFO, "partial": logging.WARNING}.get(outcome.status, logging.ERROR)
             log_event(log, "source_run", level, **fields)
             if outcome.status == "error":

@@ -18,12 +18,25 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 from slurmtel.config import Config
 from slurmtel.store.engine import make_engine, normalize_url
 from slurmtel.store.migrate import upgrade
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# how long the real-Slurm tests may take each (they bring up a cluster and run a scenario)
+SLURM_TEST_TIMEOUT_SECONDS = 1800
+# seconds any wait on the test PostgreSQL may take: connecting, and a lock another session holds
+PG_CONNECT_TIMEOUT_SECONDS = 10
+PG_LOCK_TIMEOUT = "30s"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The real-Slurm tests get a longer per-test timeout than the default (pyproject)."""
+    for item in items:
+        if item.get_closest_marker("slurm") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLURM_TEST_TIMEOUT_SECONDS))
 
 
 def fixture_path(*parts: str) -> Path:
@@ -52,11 +65,15 @@ def server_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def database_url(server_url: str) -> Iterator[str]:
     name = f"slurmtel_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    admin = create_engine(
+        server_url,
+        isolation_level="AUTOCOMMIT",
+        connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_SECONDS},
+    )
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    engine = create_engine(url)
+    engine = create_engine(url, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_SECONDS})
     upgrade(engine)
     engine.dispose()
     yield url
@@ -74,8 +91,29 @@ def _session_engine(database_url: str) -> Iterator[Engine]:
 
 @pytest.fixture
 def engine(_session_engine: Engine) -> Engine:
-    """The test database with every slurmtel table emptied."""
-    with _session_engine.begin() as conn:
+    """The test database with every slurmtel table emptied.
+
+    A session an earlier test left open (a thread still in its transaction) would make the
+    TRUNCATE wait for ever: it waits PG_LOCK_TIMEOUT, then ends the other sessions and retries.
+    """
+    try:
+        _empty_tables(_session_engine)
+    except OperationalError:
+        with _session_engine.begin() as conn:
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+        _session_engine.dispose()
+        _empty_tables(_session_engine)
+    return _session_engine
+
+
+def _empty_tables(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text(f"SET LOCAL lock_timeout = '{PG_LOCK_TIMEOUT}'"))
         tables = (
             conn.execute(
                 text(
@@ -91,7 +129,6 @@ def engine(_session_engine: Engine) -> Engine:
             conn.execute(
                 text("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " RESTART IDENTITY CASCADE")
             )
-    return _session_engine
 
 
 @pytest.fixture

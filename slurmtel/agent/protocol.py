@@ -39,6 +39,7 @@ import msgspec
 import orjson
 
 from slurmtel.errors import ParseError
+from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, scan_object
 from slurmtel.parsers.slurm_common import gc_paused
 from slurmtel.records import GpuEvent, GpuInventory, GpuSummary, Rejected
 
@@ -377,9 +378,10 @@ def _decode_well_formed(raw: bytes | str, origin: str) -> SummariesPage:
         # other kinds, or a record that is not right: each record on its own
         try:
             wire = _WIRE_PAGE.decode(raw)
-        except (msgspec.DecodeError, UnicodeDecodeError):
+        except (msgspec.DecodeError, UnicodeError, RecursionError):
             raise _SlowPath from None
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeError, RecursionError):
+        # RecursionError: an item nested deeper than msgspec goes (the checking path rejects it)
         raise _SlowPath from None
     if wire.protocol_version != PROTOCOL_VERSION:
         raise _SlowPath
@@ -488,11 +490,33 @@ def _decode_item(item: Any, seq: int, node: str, origin: str) -> AgentRecord | R
         )
 
 
+def _salvage(raw: bytes | str, origin: str) -> dict[str, Any]:
+    """A page no decoder takes whole (an item nested too deeply, or damaged) read value by
+    value: the items that can be decoded, the others as BadItem (rejected alone)."""
+    text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+    data: dict[str, Any] = {}
+    items: list[Any] = []
+
+    def on_item(index: int, item: Any, item_text: str) -> None:
+        items.append(item)
+
+    def on_value(key: str, value: Any) -> None:
+        data[key] = value
+
+    try:
+        if scan_object(text, "items", on_item, on_value):
+            data["items"] = items
+    except (Truncated, NotAnObject, ValueError) as exc:
+        kind = "cut short" if isinstance(exc, Truncated) else str(exc)
+        raise ParseError(f"{origin}: summaries response is not JSON ({kind})") from None
+    return data
+
+
 def _decode_checking(raw: bytes | str, origin: str) -> SummariesPage:
     try:
         data = _loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise ParseError(f"{origin}: summaries response is not JSON: {exc}") from None
+    except (ValueError, UnicodeError, RecursionError):
+        data = _salvage(raw, origin)
     if not isinstance(data, dict):
         raise ParseError(f"{origin}: summaries response is not a JSON object")
     version = data.get("protocol_version", PROTOCOL_VERSION)
@@ -517,6 +541,12 @@ def _decode_checking(raw: bytes | str, origin: str) -> SummariesPage:
     rejected: list[Rejected] = []
     last_seq: int | None = None
     for position, item in enumerate(raw_items):
+        if isinstance(item, BadItem):
+            # its seq cannot be read either: the next seq check still holds the page's order
+            rejected.append(
+                Rejected("agent", origin, f"item {position}", f"item is {item.reason}", item.text[:10000])
+            )
+            continue
         seq = item.get("seq") if isinstance(item, dict) else None
         if isinstance(seq, bool) or not isinstance(seq, int):
             raise ParseError(f"{origin}: item {position} has no integer 'seq'")

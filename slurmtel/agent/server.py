@@ -59,6 +59,12 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        # counted before the answer goes out: a client that has read the answer (and scrapes
+        # /metrics next) must find its request counted
+        path = urlsplit(self.path).path
+        self.server.app.metrics.http_requests.labels(
+            method=self.command, path=path if path in _ROUTES else "other", code=str(status)
+        ).inc()
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -66,10 +72,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
-        path = urlsplit(self.path).path
-        self.server.app.metrics.http_requests.labels(
-            method=self.command, path=path if path in _ROUTES else "other", code=str(status)
-        ).inc()
 
     def _error(self, status: int, message: str) -> None:
         self._send(status, json.dumps({"error": message}).encode())

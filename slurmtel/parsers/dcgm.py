@@ -338,6 +338,8 @@ def parse_dcgm_metrics(raw: str, *, node: str, at: datetime) -> DcgmScrape:
             rest = line[close + 1 :].split()
         else:
             parts = line.split()
+            if not parts:
+                continue  # only characters str.split() counts as white space (\x1c-\x1f, U+2028)
             name = parts[0]
             block = ""
             rest = parts[1:]

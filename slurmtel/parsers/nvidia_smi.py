@@ -394,7 +394,8 @@ def parse_nvidia_smi_xml(raw: str | bytes) -> list[NvidiaSmiGpu]:
     """`nvidia-smi -q -x` output (DTD v10 to v13) -> one NvidiaSmiGpu per <gpu> element."""
     try:
         root = ET.fromstring(raw)
-    except ET.ParseError as exc:
+    except (ET.ParseError, UnicodeError, ValueError) as exc:
+        # ValueError/UnicodeError: text the XML parser cannot even take (unpaired surrogates)
         raise ParseError(f"nvidia-smi -q -x: not well-formed XML: {exc}") from exc
     if root.tag != "nvidia_smi_log":
         raise ParseError(f"nvidia-smi -q -x: root element is <{root.tag}>, not <nvidia_smi_log>")

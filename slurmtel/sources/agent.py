@@ -164,9 +164,12 @@ def _store_page(
     events, skewed_events = split_plausible(
         page.events, now=now, telemetry=telemetry, source=NAME, origin=origin
     )
-    inventory, refused = split_storable(page.inventory, INVENTORY_COLUMNS, source=NAME, origin=origin)
+    inventory, skewed_inventory = split_plausible(
+        page.inventory, now=now, telemetry=telemetry, source=NAME, origin=origin
+    )
+    inventory, refused = split_storable(inventory, INVENTORY_COLUMNS, source=NAME, origin=origin)
     events, refused_events = split_storable(events, EVENT_COLUMNS, source=NAME, origin=origin)
-    rejected = [*page.rejected, *skewed, *skewed_events, *refused, *refused_events]
+    rejected = [*page.rejected, *skewed, *skewed_events, *skewed_inventory, *refused, *refused_events]
     write_inventory(conn, inventory, source=NAME)
     stats = write_summaries(conn, summaries, source=NAME, node=page.node, partition_budget=budget)
     events_written = write_events(conn, events)

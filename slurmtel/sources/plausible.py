@@ -4,9 +4,9 @@ A GPU node whose clock is off (a dead RTC battery, no NTP, a VM restored from a 
 dates its windows and events years away from the head's clock. Stored, such a window would
 need a partition of its own and would fall outside every report; created for every day in
 between, partitions would exhaust PostgreSQL's lock memory. So before anything is written,
-windows and events dated before `now - telemetry.retention_days` (they would be dropped with
-their partition at once) or after `now + telemetry.max_future_seconds` are quarantined with
-their reason, and the rest of their page or scrape is stored as usual.
+windows, events and inventory dated before `now - telemetry.retention_days` (windows would be
+dropped with their partition at once) or after `now + telemetry.max_future_seconds` are
+quarantined with their reason, and the rest of their page or scrape is stored as usual.
 
 This check sits here, in front of the store, so it holds whatever the store does with the
 windows it gets.
@@ -19,10 +19,10 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from slurmtel.config import TelemetryConfig
-from slurmtel.records import GpuEvent, GpuSummary, Rejected
+from slurmtel.records import GpuEvent, GpuInventory, GpuSummary, Rejected
 from slurmtel.store.checks import rejection
 
-T = TypeVar("T", GpuSummary, GpuEvent)
+T = TypeVar("T", GpuSummary, GpuEvent, GpuInventory)
 
 
 def plausible_range(now: datetime, telemetry: TelemetryConfig) -> tuple[datetime, datetime]:
@@ -33,8 +33,10 @@ def plausible_range(now: datetime, telemetry: TelemetryConfig) -> tuple[datetime
     )
 
 
-def _when(record: GpuSummary | GpuEvent) -> object:
-    return record.window_start_at if isinstance(record, GpuSummary) else record.at
+def _when(record: GpuSummary | GpuEvent | GpuInventory) -> object:
+    if isinstance(record, GpuSummary):
+        return record.window_start_at
+    return record.at if isinstance(record, GpuEvent) else record.observed_at
 
 
 def split_plausible(
@@ -52,7 +54,9 @@ def split_plausible(
         if not isinstance(at, datetime) or at.tzinfo is None or earliest <= at <= latest:
             kept.append(record)
             continue
-        what = "window starts" if isinstance(record, GpuSummary) else "event is dated"
+        what = {GpuSummary: "window starts", GpuEvent: "event is dated"}.get(
+            type(record), "inventory was seen"
+        )
         if at < earliest:
             reason = (
                 f"clock skew: its {what} at {at.isoformat()}, more than telemetry.retention_days "

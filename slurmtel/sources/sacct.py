@@ -376,7 +376,9 @@ def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: 
     with ctx.engine.begin() as conn:
         if sync_outcomes:
             sync_outcome_classes(conn, ctx.config.outcomes.mapping())
-        stats = write_attempts(conn, attempts, captured_at=parsed.captured_at)
+        stats = write_attempts(
+            conn, attempts, captured_at=parsed.captured_at, unknown_capture=parsed.captured_at is None
+        )
         # what could not be stored is quarantined in the same transaction: the cursor moves on
         rejected += rejections(stats.refused, source=NAME, origin=parsed.origin)
         quarantine(conn, rejected)

@@ -88,9 +88,8 @@ def progress(a: JobAttempt) -> tuple[int, datetime]:
     """How far an attempt's view has come: (0 pending, 1 running, 2 ended; its end time).
 
     The newest state wins: a view replaces the stored one when it has come further (an ended
-    attempt never runs again, a later end never becomes an earlier one), or as far and it
-    was captured no earlier than the stored one (a view whose capture time is unknown, a
-    saved file, never replaces an equal one): _NEWER_SQL.
+    attempt never runs again, a later end never becomes an earlier one); between views that
+    have come as far, the one captured later (_tie_sql).
     """
     if a.end_at is not None or a.state not in _UNFINISHED:
         return 2, a.end_at or _EARLIEST
@@ -106,12 +105,20 @@ def _progress_sql(row: str) -> str:
     )
 
 
-# whether the incoming view (EXCLUDED) may replace the stored one (job_attempt)
-_NEWER_SQL = (
-    f"({_progress_sql('EXCLUDED')} > {_progress_sql('job_attempt')} "
-    f"OR ({_progress_sql('EXCLUDED')} = {_progress_sql('job_attempt')} "
-    "AND EXCLUDED.captured_at >= coalesce(job_attempt.captured_at, '-infinity')))"
-)
+def _tie_sql(captured_at: datetime | None, unknown_capture: bool) -> str:
+    """Whether an incoming view replaces a stored one that has come as far."""
+    if captured_at is not None:
+        # a later capture (a stored row of unknown capture time is older than any known one)
+        return "EXCLUDED.captured_at >= coalesce(job_attempt.captured_at, '-infinity')"
+    # a saved file of unknown age never replaces an equal view; a write without a capture
+    # time (a correction, the store's own callers) is the newest view there is
+    return "false" if unknown_capture else "true"
+
+
+def _newer_sql(captured_at: datetime | None, unknown_capture: bool) -> str:
+    """Whether the incoming view (EXCLUDED) may replace the stored one (job_attempt)."""
+    incoming, stored = _progress_sql("EXCLUDED"), _progress_sql("job_attempt")
+    return f"({incoming} > {stored} OR ({incoming} = {stored} AND {_tie_sql(captured_at, unknown_capture)}))"
 
 
 def _without_nul(row: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -164,22 +171,29 @@ def copy_attempt_rows(conn: Connection, table: str, rows: Sequence[tuple[Any, ..
 
 
 def write_attempts(
-    conn: Connection, attempts: Iterable[JobAttempt], *, captured_at: datetime | None = None
+    conn: Connection,
+    attempts: Iterable[JobAttempt],
+    *,
+    captured_at: datetime | None = None,
+    unknown_capture: bool = False,
 ) -> WriteStats:
     """Insert new attempts and update changed ones, in the caller's transaction.
 
-    CAPTURED_AT is when the input was taken (None: unknown). A stored view is only replaced by
-    one that is not behind it (progress): whatever order captures arrive in, the newest state
-    wins. Idempotent: writing the same records again changes no row (updated_at included).
-    An attempt that cannot be stored is left out and returned in WriteStats.refused.
+    The newest state wins, whatever order captures arrive in: a stored view is only replaced
+    by one that has come further (progress), or as far and captured no earlier. CAPTURED_AT is
+    when the input was taken (a sacct call's time); without it the write is the newest view
+    there is, unless UNKNOWN_CAPTURE (a saved file of unknown age: it replaces only views it
+    has come further than). Idempotent: writing the same records again changes no row
+    (updated_at included). An attempt that cannot be stored is left out and returned in
+    WriteStats.refused.
     """
     # tens of thousands of acyclic row tuples: the cyclic collector would only rescan them
     with gc_paused():
-        return _write_attempts(conn, attempts, captured_at)
+        return _write_attempts(conn, attempts, captured_at, unknown_capture)
 
 
 def _write_attempts(
-    conn: Connection, attempts: Iterable[JobAttempt], captured_at: datetime | None
+    conn: Connection, attempts: Iterable[JobAttempt], captured_at: datetime | None, unknown_capture: bool
 ) -> WriteStats:
     records = _one_per_key(attempts)
     if not records:
@@ -231,7 +245,7 @@ def _write_attempts(
                 ON CONFLICT (cluster, job_id_raw, submit_at) DO UPDATE
                 SET {assignments}, captured_at = EXCLUDED.captured_at, updated_at = now()
                 WHERE ({current}) IS DISTINCT FROM ({incoming})
-                  AND {_NEWER_SQL}
+                  AND {_newer_sql(captured_at, unknown_capture)}
                 RETURNING (xmax = 0) AS inserted
             )
             SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM written
