@@ -9,7 +9,6 @@ Bounded and deterministic (derandomize, a small example budget) so the suite sta
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
