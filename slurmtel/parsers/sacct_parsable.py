@@ -21,7 +21,9 @@ from datetime import UTC, datetime, tzinfo
 
 from slurmtel.errors import ParseError
 from slurmtel.parsers.slurm_common import (
+    INFINITE64,
     NO_TIME_WORDS,
+    NO_VAL64,
     expand_nodelist,
     gpu_count,
     gpu_model,
@@ -305,7 +307,7 @@ class _RowReader:
             array_task_id=array_task_id,
             het_job_id=het_job_id,
             het_job_offset=het_job_offset,
-            db_index=_int(get("dbindex")),
+            db_index=_db_index(get("dbindex")),
             exit_code=get("exitcode").strip(),
             state_reason=get("reason").strip(),
             time_limit_seconds=time_limit,
@@ -336,6 +338,15 @@ class _RowReader:
         if at.tzinfo is None:
             at = at.replace(tzinfo=self.zone)
         return at.astimezone(UTC)
+
+
+def _db_index(text: str) -> int | None:
+    """slurmdbd's job_db_inx: unsigned 64-bit (24.11+ print values beyond 2**63); None if unset."""
+    text = text.strip()
+    if not text.isdigit() or not text.isascii():
+        return None
+    value = int(text)
+    return None if value in (NO_VAL64, INFINITE64) or value >= 2**64 else value
 
 
 def _int(text: str) -> int | None:

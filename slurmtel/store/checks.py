@@ -35,6 +35,8 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "int2": (-(2**15), 2**15 - 1),
     "int4": (-(2**31), 2**31 - 1),
     "int8": (-(2**63), 2**63 - 1),
+    # numeric(20, 0): slurmdbd's unsigned 64-bit ids
+    "numeric": (0, 2**64 - 1),
 }
 FLOAT4_MAX = 3.4028234663852886e38
 # a value shown in a reason is cut to this many characters

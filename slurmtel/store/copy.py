@@ -13,6 +13,7 @@ from psycopg import DataError, pq
 from psycopg.abc import AdaptContext
 from psycopg.adapt import Buffer, Dumper
 from psycopg.types.json import Json, Jsonb, set_json_dumps
+from psycopg.types.numeric import IntNumericBinaryDumper
 from sqlalchemy import Connection
 
 _INT4_OID = 23
@@ -109,8 +110,8 @@ def copy_rows(
 ) -> None:
     """COPY ROWS into TABLE in binary format; COLUMNS are (name, PostgreSQL type) pairs.
 
-    text[] values may be lists or tuples of str; jsonb values are dumped by orjson; an int that
-    does not fit an int4 column is a DataError.
+    text[] values may be lists or tuples of str; jsonb values are dumped by orjson; numeric
+    values are ints; an int that does not fit an int4 column is a DataError.
     """
     raw = conn.connection.driver_connection
     assert raw is not None
@@ -123,6 +124,8 @@ def copy_rows(
         cur.adapters.register_dumper(None, _TextArrayDumper)
         cur.adapters.register_dumper(None, _Int4Dumper)
         cur.adapters.register_dumper(None, _JsonbDumper)
+        # numeric columns take Python ints (slurmdbd's unsigned 64-bit ids)
+        cur.adapters.register_dumper(None, IntNumericBinaryDumper)
         with cur.copy(f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types([pgtype for _, pgtype in columns])
             for row in rows:

@@ -50,7 +50,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("array_task_id", "int4", "array_task_id"),
     ("het_job_id", "int8", "het_job_id"),
     ("het_job_offset", "int4", "het_job_offset"),
-    ("db_index", "int8", "db_index"),
+    # unsigned 64-bit in slurmdbd (24.11+ print values beyond bigint)
+    ("db_index", "numeric", "db_index"),
     ("nodelist", "text", "nodelist"),
     ("work_dir", "text", "work_dir"),
     ("submit_line", "text", "submit_line"),
