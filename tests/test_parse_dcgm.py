@@ -525,3 +525,29 @@ def test_empty_scrape_is_empty() -> None:
     scrape = parse_dcgm_metrics("", node="gpu01", at=AT)
     assert (scrape.gpus, scrape.rejected, scrape.sample_lines) == ((), (), 0)
     assert dcgm_summaries(scrape, window_seconds=30.0, idle_threshold_percent=5.0) == []
+
+
+def test_a_mig_parent_is_its_instances_parent_not_one_more_gpu() -> None:
+    # dcgm-exporter also prints device-level series of a GPU in MIG mode (no GPU_I_ID): that
+    # GPU is the instances' parent, counted once, and its time is its instances'
+    def mig(line: str, gi: str, profile: str) -> str:
+        return line.replace('Hostname="', f'GPU_I_PROFILE="{profile}",GPU_I_ID="{gi}",Hostname="')
+
+    gr = with_metric(real_line("DCGM_FI_DEV_GPU_UTIL"), "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0.5")
+    parent_util = real_line("DCGM_FI_DEV_GPU_UTIL").rsplit(" ", 1)[0] + " 100"
+    parent_power = real_line("DCGM_FI_DEV_POWER_USAGE")
+    scrape = parse_dcgm_metrics(
+        "\n".join([parent_util, parent_power, mig(gr, "7", "1g.10gb"), mig(gr, "1", "3g.40gb")]),
+        node="gpu01",
+        at=AT,
+    )
+    inventory = dcgm_inventory(scrape)
+    assert [(i.gpu_uuid, i.parent_gpu_uuid, i.mig_mode, round(i.gpu_fraction, 4)) for i in inventory] == [
+        (T4_OLD, "", "enabled", 1.0),
+        (f"{T4_OLD}/gi7", T4_OLD, "enabled", round(1 / 7, 4)),
+        (f"{T4_OLD}/gi1", T4_OLD, "enabled", round(3 / 7, 4)),
+    ]
+    # one physical GPU: the inventory's whole GPUs (no parent) are it alone
+    assert [i.gpu_uuid for i in inventory if not i.parent_gpu_uuid] == [T4_OLD]
+    summaries = dcgm_summaries(scrape, window_seconds=30.0, idle_threshold_percent=5.0)
+    assert [s.gpu_uuid for s in summaries] == [f"{T4_OLD}/gi7", f"{T4_OLD}/gi1"]

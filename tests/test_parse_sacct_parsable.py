@@ -447,3 +447,53 @@ def test_empty_input():
     header_only = (LAB / "sacct-a-D-P.psv").read_text().splitlines()[0] + "\n"
     assert parse_sacct_parsable(header_only) == []
     assert parse_sacct_parsable("", fields=XDMOD_FIELDS) == []
+
+
+# --- sacct -p (--parsable): a delimiter at the end of every line ----------------------------
+
+
+def parsable1(text: str, delimiter: str = "|") -> str:
+    """TEXT as `sacct -p` prints it: every line, the header too, ends in the delimiter."""
+    return "\n".join(line + delimiter if line else line for line in text.split("\n"))
+
+
+@pytest.mark.parametrize("name", ["sacct-a-D-P.psv", "sacct-a-D-X-P.psv", "sacct-a-P.psv"])
+def test_parsable_with_a_trailing_delimiter_reads_like_parsable2(name: str) -> None:
+    text = (LAB / name).read_text()
+    expected = parse_sacct_parsable(text, origin="lab")
+    assert attempts_of(expected)
+    assert parse_sacct_parsable(parsable1(text), origin="lab") == expected
+    # without a header line (--noheader), the trailing delimiter is recognised on the rows
+    header, _, body = text.partition("\n")
+    assert parse_sacct_parsable(parsable1(body), fields=header.split("|"), origin="lab") == expected
+
+
+def test_parsable_with_a_trailing_delimiter_on_the_real_24_11_capture() -> None:
+    text = (FIXTURES / "slurm-24.11" / "sacct-a-D-final-P.psv").read_text()
+    expected = attempts_of(parse_sacct_parsable(text, origin="lab"))
+    assert len(expected) == 12
+    assert parse_sacct_parsable(parsable1(text), origin="lab") == expected
+
+
+# --- array tasks without a JobIDRaw column ------------------------------------------------------
+
+
+def test_array_tasks_without_jobidraw_are_quarantined_with_the_reason() -> None:
+    # the lab's array 10: tasks 10_1..10_3 are jobs 15..17, 10_4 is job 10 itself; only
+    # JobIDRaw says so, and without it the tasks cannot be told apart from each other
+    header, rows = psv_table("sacct-a-D-X-P.psv")
+    records = parse_sacct_parsable(
+        rebuild(header, rows, [c for c in header if c != "JobIDRaw"]), origin="lab"
+    )
+    rejected = [r for r in records if isinstance(r, Rejected)]
+    assert sorted(r.record_key.split(" ")[1] for r in rejected) == ["10_1", "10_2", "10_3", "10_4"]
+    for r in rejected:
+        task = r.record_key.split(" ")[1]
+        assert r.reason == (
+            f"array task '{task}' and no JobIDRaw column: its raw job id cannot be told from its JobID "
+            "(ask sacct for JobIDRaw)"
+        )
+    # every other allocation is read as with the column
+    with_raw = attempts_of(parse_sacct_parsable(rebuild(header, rows, header), origin="lab"))
+    without = [r for r in records if isinstance(r, JobAttempt)]
+    assert key_fields(without) == key_fields([a for a in with_raw if a.array_job_id is None])

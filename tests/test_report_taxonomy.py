@@ -235,3 +235,27 @@ def test_down_states_cover_scontrol_and_json_spellings() -> None:
         DOWN_STATES
     )
     assert {"MAINT", "MAINTENANCE", "INVAL", "INVALID"} <= set(DOWN_STATES)
+
+
+def test_a_mig_node_counts_its_physical_gpus(engine: Engine, config: Config) -> None:
+    """lcrownover's real Slurm 23.11 nodes: n0161 is `gpu:1g.10gb:21` (MIG slices of three A100
+    80 GB, like n0164's `gpu:nvidia_a100_80gb_pcie:3`): installed is 3 GPUs x time, not 21."""
+    from slurmtel.parsers.slurmctld import parse_sinfo_json
+    from slurmtel.sources.base import RunContext
+    from slurmtel.sources.slurmctld import store_controller_view
+    from tests.conftest import fixture_path
+
+    raw = fixture_path("slurmctld", "lcrownover_slurm_exporter", "V0040OpenapiNodesResp.json").read_bytes()
+    ctx = RunContext(config, engine)
+    for hour in (0, 6, 12, 23):
+        observed = at(f"2026-11-01T{hour:02d}:00:00")
+        records = [
+            r
+            for r in parse_sinfo_json(raw, cluster="lab", at=observed)
+            if getattr(r, "node", "") in ("n0161", "n0164")
+        ]
+        store_controller_view(ctx, records, cluster="lab", at=observed)
+    rows = report(engine)
+    installed = sum(seconds(r, "installed") for r in rows)
+    # n0161 and n0164, 3 GPUs each, from 00:00 to 23:00 plus one poll interval (60 s)
+    assert installed == 2 * 3 * (23 * HOUR + 60)
