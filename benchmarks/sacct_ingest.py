@@ -63,10 +63,14 @@ def main() -> int:
         # the sacct source's own path: the documents one `collect sacct` run would fetch, parsed
         # and stored in order, one transaction each (store_documents: parse the next document
         # while the previous one is written)
+        # each document carries its capture time, as the daemon's sacct calls do
+        captured_at = datetime.now(UTC)
         t0 = time.perf_counter()
         result = RunResult()
         store_documents(
-            ctx, (SacctDocument(f"benchmark document {i}", d) for i, d in enumerate(documents)), result
+            ctx,
+            (SacctDocument(f"benchmark document {i}", d, captured_at) for i, d in enumerate(documents)),
+            result,
         )
         ingest_seconds = time.perf_counter() - t0
         with engine.connect() as conn:
@@ -74,10 +78,13 @@ def main() -> int:
         assert stored == result.rows_read == result.rows_written == args.jobs, (stored, result)
 
         # the same documents again, over the stored rows: all conflicts, nothing changes
+        captured_at = datetime.now(UTC)
         t0 = time.perf_counter()
         again = RunResult()
         store_documents(
-            ctx, (SacctDocument(f"benchmark document {i}", d) for i, d in enumerate(documents)), again
+            ctx,
+            (SacctDocument(f"benchmark document {i}", d, captured_at) for i, d in enumerate(documents)),
+            again,
         )
         again_seconds = time.perf_counter() - t0
         assert again.rows_read == args.jobs and again.rows_written == 0, again

@@ -19,6 +19,7 @@ from slurmtel.records import GpuEvent
 from slurmtel.sources import default_options, get_source
 from slurmtel.sources.base import RunContext
 from slurmtel.sources.runner import RunOutcome, run_recorded
+from slurmtel.store.telemetry import existing_partitions
 from tests.factories import T0, inventory, windows
 
 
@@ -173,3 +174,22 @@ def test_agents_are_pulled_several_at_once_each_stored_once(ctx: RunContext, tmp
     finally:
         for running in agents:
             running.close()
+
+
+def test_a_window_from_a_wrong_clock_costs_nothing_else_of_its_page(ctx: RunContext, agent: RunningAgent) -> None:
+    """A node whose clock jumped ten years ahead for one window: that window is quarantined
+    and gets no partition; the rest of the page is stored and acked (the agent trims it)."""
+    good = windows("GPU-0", T0, 6)
+    skewed = replace(good[3], window_start_at=T0 + timedelta(days=3650))
+    agent.spool.append_records([*good[:3], skewed, *good[4:]])
+    with ctx.engine.connect() as conn:
+        days_before = set(existing_partitions(conn).values())
+    outcome = pull(ctx, f"gpu01=127.0.0.1:{agent.port}")
+    assert outcome.status == "partial" and "1 record(s) quarantined" in outcome.message
+    assert count(ctx.engine, "SELECT count(*) FROM gpu_summary") == 5
+    with ctx.engine.connect() as conn:
+        (reason,) = conn.execute(text("SELECT reason FROM quarantine")).scalars()
+        new_days = set(existing_partitions(conn).values()) - days_before
+    assert reason.startswith("clock skew: its window starts at 2036-")
+    assert all(day.year == T0.year for day in new_days)
+    assert agent.spool.stats().items == 0

@@ -39,7 +39,7 @@ import msgspec
 import orjson
 
 from slurmtel.errors import ParseError
-from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, scan_object
+from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, read_document
 from slurmtel.parsers.slurm_common import gc_paused
 from slurmtel.records import GpuEvent, GpuInventory, GpuSummary, Rejected
 
@@ -494,22 +494,11 @@ def _salvage(raw: bytes | str, origin: str) -> dict[str, Any]:
     """A page no decoder takes whole (an item nested too deeply, or damaged) read value by
     value: the items that can be decoded, the others as BadItem (rejected alone)."""
     text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
-    data: dict[str, Any] = {}
-    items: list[Any] = []
-
-    def on_item(index: int, item: Any, item_text: str) -> None:
-        items.append(item)
-
-    def on_value(key: str, value: Any) -> None:
-        data[key] = value
-
     try:
-        if scan_object(text, "items", on_item, on_value):
-            data["items"] = items
+        return read_document(text, "items")
     except (Truncated, NotAnObject, ValueError) as exc:
         kind = "cut short" if isinstance(exc, Truncated) else str(exc)
         raise ParseError(f"{origin}: summaries response is not JSON ({kind})") from None
-    return data
 
 
 def _decode_checking(raw: bytes | str, origin: str) -> SummariesPage:

@@ -116,6 +116,24 @@ def scan_object(
         on_value(key, value)
 
 
+def read_document(text: str, list_key: str) -> dict[str, Any]:
+    """TEXT's top-level object as a dict whose LIST_KEY list holds its elements, those that
+    cannot be decoded as BadItem (for documents small enough to hold whole: a controller view,
+    an agent page). Raises like scan_object."""
+    document: dict[str, Any] = {}
+    items: list[Any] = []
+
+    def on_item(index: int, item: Any, item_text: str) -> None:
+        items.append(item)
+
+    def on_value(key: str, value: Any) -> None:
+        document[key] = value
+
+    if scan_object(text, list_key, on_item, on_value):
+        document[list_key] = items
+    return document
+
+
 def _scan_list(text: str, decoder: json.JSONDecoder, pos: int, on_item: Callable[[int, Any, str], None]) -> int:
     end = len(text)
     after_last = pos
@@ -221,4 +239,13 @@ def byte_offset(text: str, pos: int, chunk: int = 1 << 20) -> int:
     return sum(len(text[at : min(at + chunk, pos)].encode("utf-8", "replace")) for at in range(0, pos, chunk))
 
 
-__all__ = ["BadItem", "NotAnObject", "Truncated", "byte_offset", "loads_one", "scan_object", "value_end"]
+__all__ = [
+    "BadItem",
+    "NotAnObject",
+    "Truncated",
+    "byte_offset",
+    "loads_one",
+    "read_document",
+    "scan_object",
+    "value_end",
+]

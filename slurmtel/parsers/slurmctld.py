@@ -33,7 +33,7 @@ import orjson
 
 from slurmtel.errors import ParseError
 from slurmtel.parsers.gres import gpu_items, physical_gpus, single_gpu_type
-from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, byte_offset, scan_object
+from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, byte_offset, read_document
 from slurmtel.parsers.slurm_common import (
     BASE_STATES,
     NO_TIME_WORDS,
@@ -362,23 +362,12 @@ def _salvage_json(raw: str | bytes, origin: str, key: str) -> dict[str, Any]:
     text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
     if text.lstrip()[:1] != "{":
         raise ParseError(f"{origin}: not JSON: {text.strip()[:200]!r}")
-    document: dict[str, Any] = {}
-    items: list[Any] = []
-
-    def on_item(index: int, item: Any, item_text: str) -> None:
-        items.append(item)
-
-    def on_value(name: str, value: Any) -> None:
-        document[name] = value
-
     try:
-        if scan_object(text, key, on_item, on_value):
-            document[key] = items
+        return read_document(text, key)
     except Truncated as cut:
         raise ParseError(f"{origin}: not JSON (cut short at byte {byte_offset(text, cut.pos)})") from None
     except (NotAnObject, ValueError) as exc:
         raise ParseError(f"{origin}: not JSON ({exc})") from None
-    return document
 
 
 def _epoch(value: Any) -> datetime | None:

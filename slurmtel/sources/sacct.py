@@ -190,11 +190,11 @@ def store_records(
     origin: str,
     cursor_scope: str | None,
     cursor_at: datetime | None,
-    captured_at: datetime | None = None,
 ) -> None:
-    """Write attempts, quarantine the rest and move the cursor, in one transaction."""
+    """Write attempts, quarantine the rest and move the cursor, in one transaction (records of
+    unknown capture time: they replace only stored views they have come further than)."""
     totals = _Totals()
-    _store(ctx, _Parsed(records, origin, cursor_scope, cursor_at, captured_at), totals)
+    _store(ctx, _Parsed(records, origin, cursor_scope, cursor_at, None), totals)
     totals.report(result)
 
 
