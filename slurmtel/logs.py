@@ -27,7 +27,9 @@ from typing import IO, Any
 MASK = "***"
 # scheme://user:password@host -> scheme://user:***@host
 _URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s\"']*:)[^@\s\"']+(?=@)")
-_KEYWORD_PASSWORD = re.compile(r"(?P<head>\b(?:ssl)?password\s*=\s*)(?:'[^']*'|\"[^\"]*\"|[^\s'\"&]+)", re.IGNORECASE)
+_KEYWORD_PASSWORD = re.compile(
+    r"(?P<head>\b(?:ssl)?password\s*=\s*)(?:'[^']*'|\"[^\"]*\"|[^\s'\"&]+)", re.IGNORECASE
+)
 _BEARER = re.compile(r"(?P<head>\bBearer\s+)[A-Za-z0-9._~+/=-]+")
 _SYSLOG_PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2}
 # attributes every LogRecord has; anything else in record.__dict__ came from `extra`

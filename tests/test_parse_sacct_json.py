@@ -387,14 +387,18 @@ def test_an_unknown_schema_version_is_read_by_the_newest_shape_with_a_notice():
     old["meta"]["plugin"]["type"] = "openapi/dbv0.0.36"
     records = parse_sacct_json(json.dumps(old), origin="<mem>")
     assert notices(records) == [("openapi/dbv0.0.36", "data_parser/v0.0.44")]
-    assert lab_rows(attempts_of([r for r in records if not isinstance(r, SchemaNotice)])) == expected_lab_rows()
+    assert (
+        lab_rows(attempts_of([r for r in records if not isinstance(r, SchemaNotice)])) == expected_lab_rows()
+    )
 
 
 def test_an_unknown_schema_whose_objects_match_no_shape_is_refused():
     doc = json.loads(read(WEB / "25.11" / "0.0.44" / "slurmdb-job-completed.json"))
     doc["meta"]["plugin"]["data_parser"] = "data_parser/v1.0.0"
     doc["jobs"] = [{"id": {"job": 5749}, "times": {"submitted": 1762788774}}]
-    with pytest.raises(ParseError, match=r"<mem>: unknown sacct JSON schema 'data_parser/v1.0.0', and its job"):
+    with pytest.raises(
+        ParseError, match=r"<mem>: unknown sacct JSON schema 'data_parser/v1.0.0', and its job"
+    ):
         parse_sacct_json(json.dumps(doc), origin="<mem>")
     # an empty window of an unknown schema is just empty
     doc["jobs"] = []

@@ -79,7 +79,9 @@ def test_an_int_beyond_int4_is_refused_by_name_not_stored_as_its_low_bits(engine
     # psycopg's own binary int4 dumper would write 2**40 as 0; the attempt is refused, named by
     # its field and value, and the other attempt of the batch is stored
     with engine.begin() as conn:
-        stats = write_attempts(conn, [attempt(job_id_raw=1, array_job_id=1, array_task_id=2**40), attempt(job_id_raw=2)])
+        stats = write_attempts(
+            conn, [attempt(job_id_raw=1, array_job_id=1, array_task_id=2**40), attempt(job_id_raw=2)]
+        )
     assert (stats.inserted, len(stats.refused)) == (1, 1)
     ((refused, reason),) = stats.refused
     assert refused.job_id_raw == 1

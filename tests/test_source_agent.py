@@ -176,7 +176,9 @@ def test_agents_are_pulled_several_at_once_each_stored_once(ctx: RunContext, tmp
             running.close()
 
 
-def test_a_window_from_a_wrong_clock_costs_nothing_else_of_its_page(ctx: RunContext, agent: RunningAgent) -> None:
+def test_a_window_from_a_wrong_clock_costs_nothing_else_of_its_page(
+    ctx: RunContext, agent: RunningAgent
+) -> None:
     """A node whose clock jumped ten years ahead for one window: that window is quarantined
     and gets no partition; the rest of the page is stored and acked (the agent trims it)."""
     good = windows("GPU-0", T0, 6)

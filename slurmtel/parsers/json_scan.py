@@ -134,7 +134,9 @@ def read_document(text: str, list_key: str) -> dict[str, Any]:
     return document
 
 
-def _scan_list(text: str, decoder: json.JSONDecoder, pos: int, on_item: Callable[[int, Any, str], None]) -> int:
+def _scan_list(
+    text: str, decoder: json.JSONDecoder, pos: int, on_item: Callable[[int, Any, str], None]
+) -> int:
     end = len(text)
     after_last = pos
     index = 0
@@ -157,7 +159,11 @@ def _scan_list(text: str, decoder: json.JSONDecoder, pos: int, on_item: Callable
                 # not a cut: this one element is damaged (or nested past what can be decoded);
                 # find its end by its brackets and hand it on as such
                 pos = value_end(text, start)
-                reason = "nested too deeply to read" if isinstance(exc, RecursionError) else f"not valid JSON: {exc}"
+                reason = (
+                    "nested too deeply to read"
+                    if isinstance(exc, RecursionError)
+                    else f"not valid JSON: {exc}"
+                )
                 item = BadItem(reason, text[start:pos])
             on_item(index, item, text[start:pos])
             index += 1

@@ -190,7 +190,9 @@ class _Reader:
             self.seen += 1
             self.all_jobs = False
             self.out.append(
-                Rejected(SOURCE, self.origin, f"jobs[{index}]", f"job is {exc}", _raw_text(raw)[:MAX_RAW_CHARS])
+                Rejected(
+                    SOURCE, self.origin, f"jobs[{index}]", f"job is {exc}", _raw_text(raw)[:MAX_RAW_CHARS]
+                )
             )
             return
         self.read(index, job, raw)
@@ -218,7 +220,9 @@ class _Reader:
 
     def finish(self, truncation: Rejected | None = None) -> list[JobAttempt | Rejected | SchemaNotice]:
         if self.errors and not self.seen and not only_informational(self.errors):
-            raise ParseError(f"{self.origin}: sacct reported errors and no jobs: {_describe_errors(self.errors)}")
+            raise ParseError(
+                f"{self.origin}: sacct reported errors and no jobs: {_describe_errors(self.errors)}"
+            )
         if self.notice is not None and self.seen and not self.any_job:
             # read by the newest known shape, and nothing had that shape: some other document
             raise ParseError(

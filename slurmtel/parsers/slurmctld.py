@@ -109,7 +109,7 @@ _SQUEUE_TABLE = re.compile(r"\s*JOBID\s+PARTITION\s+NAME\s+USER", re.IGNORECASE)
 _NO_JSON = re.compile(r"serializer|--json|\bjson\b|data_parser", re.IGNORECASE)
 SQUEUE_JSON_UNAVAILABLE = (
     "squeue --json is not available here (Slurm without the serializer/json plugin, or older "
-    "than 21.08); use sources.slurmctld.job_view = \"scontrol_text\""
+    'than 21.08); use sources.slurmctld.job_view = "scontrol_text"'
 )
 
 
