@@ -345,12 +345,17 @@ def test_damaged_sacct_json(cli: Cli, engine: Engine, path: Path, kind: str) -> 
             assert any(CUT_MARK in reason for _, reason in quarantined(engine))
         return
     if kind == "duplicate":
-        # an earlier view of the same attempt after it in the same document: the newest state wins
+        # an earlier view of the same attempt after it in the same document (an ended one seen
+        # running, a running one pending): the newest state wins; a pending one twice: one row
         earlier = copy.deepcopy(victim)
+        ended = bool(victim["time"].get("end"))
+        state = "RUNNING" if ended else "PENDING"
         earlier["state"] = (
-            {"current": ["RUNNING"], "reason": "None"} if isinstance(victim.get("state"), dict) else "RUNNING"
+            {"current": [state], "reason": "None"} if isinstance(victim.get("state"), dict) else state
         )
         earlier["time"]["end"] = 0
+        if not ended:
+            earlier["time"]["start"] = 0
         doc["jobs"].insert(index + 1, earlier)
         expect = Expect()
     else:
