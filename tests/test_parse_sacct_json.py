@@ -695,3 +695,50 @@ def test_shapes_that_changed_between_schemas(version):
             assert set(number["properties"]) == {"set", "infinite", "number"}  # type: ignore[arg-type]
     # epoch integers in every version
     assert schema_of(version, "time.submission")["type"] == "integer"
+
+
+# --- Slurm's "not set", in every numeric and time field ---------------------------------------
+
+SENTINELS = [4294967294, 4294967295, 18446744073709551614, {"set": False, "infinite": False, "number": 5}]
+# (path in the job, the JobAttempt field it gives)
+SENTINEL_FIELDS = [
+    (("time", "start"), "start_at"),
+    (("time", "end"), "end_at"),
+    (("time", "eligible"), "eligible_at"),
+    (("time", "limit"), "time_limit_seconds"),
+    (("uid",), "uid"),
+    (("array", "task_id"), "array_task_id"),
+    (("array", "job_id"), "array_job_id"),
+    (("het", "job_id"), "het_job_id"),
+    (("het", "job_offset"), "het_job_offset"),
+]
+
+
+@pytest.mark.parametrize(("path", "attribute"), SENTINEL_FIELDS, ids=[a for _, a in SENTINEL_FIELDS])
+@pytest.mark.parametrize("sentinel", SENTINELS, ids=["NO_VAL", "INFINITE", "NO_VAL64", "unset"])
+def test_sentinels_are_not_set_in_every_field(
+    path: tuple[str, ...], attribute: str, sentinel: object
+) -> None:
+    doc = json.loads(read(WEB / "24.11" / "0.0.42" / "slurmdb-job-completed.json"))
+    node = doc["jobs"][0]
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = sentinel
+    (attempt,) = attempts_of(parse_sacct_json(json.dumps(doc)))
+    assert getattr(attempt, attribute) is None
+    # and a TRES count of NO_VAL is no count
+    doc["jobs"][0]["tres"]["allocated"].append({"type": "gres", "name": "gpu", "id": 1001, "count": sentinel})
+    (attempt,) = attempts_of(parse_sacct_json(json.dumps(doc)))
+    assert "gres/gpu" not in attempt.alloc_tres and attempt.alloc_gpus == 0
+
+
+@pytest.mark.parametrize("sentinel", SENTINELS, ids=["NO_VAL", "INFINITE", "NO_VAL64", "unset"])
+def test_a_sentinel_where_an_id_or_submission_must_be_rejects_the_job(sentinel: object) -> None:
+    doc = json.loads(read(WEB / "24.11" / "0.0.42" / "slurmdb-job-completed.json"))
+    doc["jobs"][0]["time"]["submission"] = sentinel
+    (bad,) = parse_sacct_json(json.dumps(doc))
+    assert isinstance(bad, Rejected) and bad.reason == "no submission time"
+    doc = json.loads(read(WEB / "24.11" / "0.0.42" / "slurmdb-job-completed.json"))
+    doc["jobs"][0]["job_id"] = sentinel
+    (bad,) = parse_sacct_json(json.dumps(doc))
+    assert isinstance(bad, Rejected) and bad.reason.startswith("no job_id")

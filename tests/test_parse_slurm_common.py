@@ -183,3 +183,26 @@ def test_normalize_state_is_idempotent_and_drops_by_uid(state, uid):
     assert normalize_state(f"{state} by {uid}") == state
     assert normalize_state(normalize_state(state)) == normalize_state(state)
     assert normalize_state([state]) == state
+
+
+def test_slurm_sentinels_of_every_width_are_not_set() -> None:
+    from slurmtel.parsers.slurm_common import slurm_epoch, text_number
+
+    for bits, sentinels in (
+        (16, (0xFFFE, 0xFFFF)),
+        (32, (0xFFFFFFFE, 0xFFFFFFFF)),
+        (64, (2**64 - 2, 2**64 - 1)),
+    ):
+        for value in sentinels:
+            assert unwrap_number(value, bits) is None
+            assert unwrap_number({"set": True, "infinite": False, "number": value}, bits) is None
+            assert text_number(str(value), bits) is None
+            assert slurm_epoch(value) is None
+    # a 64-bit field takes the 32-bit NO_VAL Slurm copies into it; a 16-bit one is a real value
+    # in wider fields (uid 65534 is nobody)
+    assert unwrap_number(0xFFFFFFFE, 64) is None
+    assert unwrap_number(65534) == 65534 and text_number("65534") == 65534
+    assert unwrap_number(True) is None and unwrap_number(7.0) == 7
+    for unset in (0, -1, None, {"set": False, "infinite": False, "number": 1700000000}, "x", True):
+        assert slurm_epoch(unset) is None
+    assert slurm_epoch({"set": True, "infinite": False, "number": 1700000000}) == 1700000000

@@ -33,6 +33,7 @@ from slurmtel.parsers.slurm_common import (
     parse_tres_string,
     slurm_epoch,
     text_number,
+    unwrap_number,
 )
 from slurmtel.records import JobAttempt, Rejected
 
@@ -258,6 +259,8 @@ class _RowReader:
             )
         else:
             raise ValueError(f"no JobIDRaw column, and job id '{job_id}' does not give the raw id")
+        if unwrap_number(job_id_raw) is None:
+            raise ValueError(f"JobIDRaw is {job_id_raw}, Slurm's NO_VAL (no job id)")
         submit_at = self._time(get("submit"), "Submit")
         if submit_at is None:
             raise ValueError("no submission time")

@@ -24,13 +24,11 @@ import hostlist
 NO_VAL16, INFINITE16 = 0xFFFE, 0xFFFF
 NO_VAL32, INFINITE32 = 0xFFFFFFFE, 0xFFFFFFFF
 NO_VAL64, INFINITE64 = 0xFFFFFFFFFFFFFFFE, 0xFFFFFFFFFFFFFFFF
-# the sentinels of a field of each width: Slurm copies a 32-bit NO_VAL into 64-bit fields
-# (times, TRES counts), never a 16-bit one into a wider field (65534 is a real uid: nobody)
-SENTINELS: dict[int, frozenset[int]] = {
-    16: frozenset({NO_VAL16, INFINITE16}),
-    32: frozenset({NO_VAL32, INFINITE32}),
-    64: frozenset({NO_VAL32, INFINITE32, NO_VAL64, INFINITE64}),
-}
+# the sentinels of a field of each width: its own and the wider ones (no real value of the
+# field is that large), and in 64-bit fields the 32-bit ones too, which Slurm copies into them
+# (times, TRES counts); never a 16-bit one in a wider field (65534 is a real uid: nobody)
+_WIDE = frozenset({NO_VAL32, INFINITE32, NO_VAL64, INFINITE64})
+SENTINELS: dict[int, frozenset[int]] = {16: _WIDE | {NO_VAL16, INFINITE16}, 32: _WIDE, 64: _WIDE}
 # any width: what no time field can mean
 _ANY_SENTINEL = SENTINELS[16] | SENTINELS[64]
 # the text outputs' words for "no time"

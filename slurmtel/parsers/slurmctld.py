@@ -261,6 +261,8 @@ def _scontrol_job(record: str, *, cluster: str, at: datetime, zone: tzinfo) -> l
     for key, value in pairs:
         fields.setdefault(key, value)
     job_id_raw = int(fields["JobId"])
+    if unwrap_number(job_id_raw) is None:
+        raise ValueError(f"JobId is {job_id_raw}, Slurm's NO_VAL (no job id)")
     state = fields.get("JobState", "")
     submit_at = _local_time(fields.get("SubmitTime"), zone)
     if submit_at is None:
