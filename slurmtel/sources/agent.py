@@ -27,9 +27,9 @@ from slurmtel.config import AgentSourceConfig, Config
 from slurmtel.errors import ConfigError, SourceUnavailable
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
-from slurmtel.sources.plausible import split_plausible
+from slurmtel.sources.plausible import screen_telemetry
 from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
-from slurmtel.store.checks import EVENT_COLUMNS, INVENTORY_COLUMNS, rejections, split_storable
+from slurmtel.store.checks import rejections
 from slurmtel.store.quarantine import quarantine
 from slurmtel.store.telemetry import (
     PartitionBudget,
@@ -156,20 +156,18 @@ def _store_page(
     *,
     origin: str,
 ) -> None:
-    now, telemetry = ctx.clock(), ctx.config.telemetry
     # a node whose clock is wrong: its windows and events are kept out, the rest of the page in
-    summaries, skewed = split_plausible(
-        page.summaries, now=now, telemetry=telemetry, source=NAME, origin=origin
+    screened = screen_telemetry(
+        now=ctx.clock(),
+        telemetry=ctx.config.telemetry,
+        source=NAME,
+        origin=origin,
+        summaries=page.summaries,
+        events=page.events,
+        inventory=page.inventory,
     )
-    events, skewed_events = split_plausible(
-        page.events, now=now, telemetry=telemetry, source=NAME, origin=origin
-    )
-    inventory, skewed_inventory = split_plausible(
-        page.inventory, now=now, telemetry=telemetry, source=NAME, origin=origin
-    )
-    inventory, refused = split_storable(inventory, INVENTORY_COLUMNS, source=NAME, origin=origin)
-    events, refused_events = split_storable(events, EVENT_COLUMNS, source=NAME, origin=origin)
-    rejected = [*page.rejected, *skewed, *skewed_events, *skewed_inventory, *refused, *refused_events]
+    summaries, events, inventory = screened.summaries, screened.events, screened.inventory
+    rejected = [*page.rejected, *screened.rejected]
     write_inventory(conn, inventory, source=NAME)
     stats = write_summaries(conn, summaries, source=NAME, node=page.node, partition_budget=budget)
     events_written = write_events(conn, events)

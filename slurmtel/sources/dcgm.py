@@ -19,9 +19,9 @@ from slurmtel.parsers.dcgm import DcgmScrape, dcgm_inventory, dcgm_summaries, pa
 from slurmtel.records import GpuSummary
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
-from slurmtel.sources.plausible import split_plausible
+from slurmtel.sources.plausible import screen_telemetry
 from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
-from slurmtel.store.checks import INVENTORY_COLUMNS, rejections, split_storable
+from slurmtel.store.checks import rejections
 from slurmtel.store.quarantine import quarantine
 from slurmtel.store.telemetry import (
     PartitionBudget,
@@ -110,13 +110,16 @@ class DcgmSource:
             )
         ]
         # a scrape dated where no clock can be (collect dcgm --input --at 9999-12-31) is kept out
-        summaries, rejected = split_plausible(
-            summaries, now=ctx.clock(), telemetry=ctx.config.telemetry, source=NAME, origin=origin
+        screened = screen_telemetry(
+            now=ctx.clock(),
+            telemetry=ctx.config.telemetry,
+            source=NAME,
+            origin=origin,
+            summaries=summaries,
+            inventory=dcgm_inventory(scrape),
         )
-        inventory, refused = split_storable(
-            dcgm_inventory(scrape), INVENTORY_COLUMNS, source=NAME, origin=origin
-        )
-        rejected = [*scrape.rejected, *rejected, *refused]
+        summaries, inventory = screened.summaries, screened.inventory
+        rejected = [*scrape.rejected, *screened.rejected]
         with ctx.engine.begin() as conn:
             write_inventory(conn, inventory, source=NAME)
             stats = write_summaries(conn, summaries, source=NAME, node=scrape.node, partition_budget=budget)

@@ -14,13 +14,14 @@ windows it gets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
 from slurmtel.config import TelemetryConfig
 from slurmtel.records import GpuEvent, GpuInventory, GpuSummary, Rejected
-from slurmtel.store.checks import rejection
+from slurmtel.store.checks import EVENT_COLUMNS, INVENTORY_COLUMNS, rejection, split_storable
 
 T = TypeVar("T", GpuSummary, GpuEvent, GpuInventory)
 
@@ -71,4 +72,43 @@ def split_plausible(
     return kept, refused
 
 
-__all__ = ["plausible_range", "split_plausible"]
+@dataclass(frozen=True)
+class Screened:
+    """What of a page or scrape may go to the store, and what is quarantined instead."""
+
+    summaries: list[GpuSummary]
+    events: list[GpuEvent]
+    inventory: list[GpuInventory]
+    rejected: list[Rejected]
+
+
+def screen_telemetry(
+    *,
+    now: datetime,
+    telemetry: TelemetryConfig,
+    source: str,
+    origin: str,
+    summaries: Sequence[GpuSummary] = (),
+    events: Sequence[GpuEvent] = (),
+    inventory: Sequence[GpuInventory] = (),
+) -> Screened:
+    """The ingest boundary of one page or scrape: records dated outside the plausible range,
+    and events and inventory no column can hold (checked here: they are written row by row),
+    become Rejected; the rest goes on to the store (which checks summaries itself)."""
+    kept_summaries, rejected = split_plausible(
+        summaries, now=now, telemetry=telemetry, source=source, origin=origin
+    )
+    kept_events, skewed = split_plausible(events, now=now, telemetry=telemetry, source=source, origin=origin)
+    rejected += skewed
+    kept_inventory, skewed = split_plausible(
+        inventory, now=now, telemetry=telemetry, source=source, origin=origin
+    )
+    rejected += skewed
+    kept_events, refused = split_storable(kept_events, EVENT_COLUMNS, source=source, origin=origin)
+    rejected += refused
+    kept_inventory, refused = split_storable(kept_inventory, INVENTORY_COLUMNS, source=source, origin=origin)
+    rejected += refused
+    return Screened(kept_summaries, kept_events, kept_inventory, rejected)
+
+
+__all__ = ["Screened", "plausible_range", "screen_telemetry", "split_plausible"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -244,24 +244,25 @@ def rejections(refused: Iterable[tuple[Any, str]], *, source: str, origin: str) 
 R = TypeVar("R")
 
 
-def split_storable(
-    records: Iterable[R],
-    columns: Sequence[tuple[str, str]],
-    *,
-    source: str,
-    origin: str,
-    problem: Callable[[R, Sequence[tuple[str, str]]], str | None] = record_problem,
-) -> tuple[list[R], list[Rejected]]:
-    """RECORDS that fit COLUMNS, and a Rejected (reason: the field that does not) for each other."""
+def sort_out(records: Iterable[R], columns: Sequence[tuple[str, str]]) -> tuple[list[R], list[tuple[R, str]]]:
+    """RECORDS that fit COLUMNS, and (record, the field that does not fit) for each other."""
     kept: list[R] = []
-    refused: list[Rejected] = []
+    refused: list[tuple[R, str]] = []
     for record in records:
-        reason = problem(record, columns)
-        if reason is None:
+        problem = record_problem(record, columns)
+        if problem is None:
             kept.append(record)
         else:
-            refused.append(rejection(record, f"cannot be stored: {reason}", source=source, origin=origin))
+            refused.append((record, problem))
     return kept, refused
+
+
+def split_storable(
+    records: Iterable[R], columns: Sequence[tuple[str, str]], *, source: str, origin: str
+) -> tuple[list[R], list[Rejected]]:
+    """RECORDS that fit COLUMNS, and a Rejected (reason: the field that does not) for each other."""
+    kept, refused = sort_out(records, columns)
+    return kept, rejections(refused, source=source, origin=origin)
 
 
 __all__ = [
@@ -273,6 +274,7 @@ __all__ = [
     "record_problem",
     "rejection",
     "rejections",
+    "sort_out",
     "split_storable",
     "value_problem",
 ]

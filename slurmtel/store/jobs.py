@@ -12,7 +12,7 @@ from sqlalchemy import Connection, text
 
 from slurmtel.parsers.slurm_common import gc_paused
 from slurmtel.records import JobAttempt
-from slurmtel.store.checks import record_problem
+from slurmtel.store.checks import sort_out
 from slurmtel.store.copy import ROW_ERRORS, copy_rows, copy_rows_isolating
 
 # States an attempt ends in when Slurm runs the same job again (sacct -D shows each attempt).
@@ -223,13 +223,7 @@ def _write_attempts(
         # no column can hold is refused by name (field, value, job)
         savepoint.rollback()
         conn.execute(text("TRUNCATE attempt_stage"))
-        kept_records = []
-        for record in records:
-            problem = record_problem(record, ATTEMPT_FIELDS)
-            if problem is None:
-                kept_records.append(record)
-            else:
-                refused.append((record, problem))
+        kept_records, refused = sort_out(records, ATTEMPT_FIELDS)
         rows = [_without_nul((*_ROW(a), captured_at)) for a in kept_records]
         failed = copy_rows_isolating(conn, "attempt_stage", _COPY_COLUMNS, rows)
         refused += [(kept_records[i], f"the database refused it: {error}") for i, error in failed]

@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 
 from slurmtel.parsers.slurm_common import gc_paused
 from slurmtel.records import GpuAllocation, GpuEvent, GpuInventory, GpuSummary, NodeState, PendingJob
-from slurmtel.store.checks import record_problem, value_problem
+from slurmtel.store.checks import record_problem, sort_out, value_problem
 from slurmtel.store.copy import ROW_ERRORS, copy_rows, copy_rows_isolating
 
 PARTITIONED_TABLE = "gpu_summary"
@@ -215,13 +215,8 @@ def write_summaries(
     except ROW_ERRORS:
         # one summary spoils the COPY of all: name it by field, store the others
         savepoint.rollback()
-        kept: list[GpuSummary] = []
-        for summary in summaries:
-            problem = record_problem(summary, SUMMARY_COLUMNS)
-            if problem is None:
-                kept.append(summary)
-            else:
-                refused.append((summary, problem))
+        kept, unfit = sort_out(summaries, SUMMARY_COLUMNS)
+        refused += unfit
         with gc_paused():
             rows = summary_rows(kept, batch_id)
         inserted, failed = _insert_new_summaries(conn, rows)
