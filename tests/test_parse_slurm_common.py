@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from slurmtel.parsers.slurm_common import (
     BASE_STATES,
     SACCT_STATE_FLAGS,
+    SENTINELS,
     expand_nodelist,
     gpu_count,
     gpu_model,
@@ -152,22 +153,32 @@ tres_names = st.sampled_from(
 )
 
 
-@given(st.dictionaries(tres_names, st.integers(min_value=0, max_value=2**40)))
+# counts, and Slurm's "not set" (NO_VAL/INFINITE), which a count never is
+counts = st.integers(min_value=0, max_value=2**40) | st.sampled_from(sorted(SENTINELS[64]))
+
+
+@given(st.dictionaries(tres_names, counts))
 def test_tres_string_round_trip(tres):
     text = ",".join(f"{k}={v}" for k, v in tres.items())
+    tres = {k: v for k, v in tres.items() if v not in SENTINELS[64]}
     assert parse_tres_string(text) == tres
     typed = {k: v for k, v in tres.items() if k.startswith("gres/gpu:")}
     assert gpu_count(tres) == tres.get("gres/gpu", sum(typed.values()))
     assert gpu_model(tres) == (next(iter(typed))[9:] if len(typed) == 1 else "")
 
 
-@given(st.dictionaries(tres_names, st.integers(min_value=-5, max_value=2**40)))
+@given(
+    st.dictionaries(
+        tres_names, st.integers(min_value=-5, max_value=2**40) | st.sampled_from(sorted(SENTINELS[64]))
+    )
+)
 def test_tres_list_agrees_with_string(tres):
     items = [
         {"type": k.split("/", 1)[0], "name": k.split("/", 1)[1] if "/" in k else None, "id": 1, "count": v}
         for k, v in tres.items()
     ]
-    expected = {k: v for k, v in tres.items() if v >= 0}
+    # negative counts (energy -2 = not measured) and Slurm's NO_VAL/INFINITE are no counts
+    expected = {k: v for k, v in tres.items() if v >= 0 and v not in SENTINELS[64]}
     assert parse_tres_list(items) == expected
     assert parse_tres_string(",".join(f"{k}={v}" for k, v in tres.items())) == expected
 
