@@ -8,7 +8,6 @@
 # Also writes, for the host side (slurmtel, the tests):
 #   $ROOT/run/newslurm/bin/<client>   sacct, squeue, scontrol, sinfo, sacctmgr, sreport, sbatch,
 #                                     scancel: run that client inside the lab (inlab.sh)
-#   $ROOT/opt/slurmtel-lab/scenario.sh  ../scenario.sh, run inside the lab by run-scenario.sh
 # Adapted from ../shared/slurm-lab-newer/up.sh; its gotcha comments are kept.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -82,9 +81,6 @@ L chown slurm:slurm /etc/slurm/slurmdbd.conf; chmod 600 "$ROOT/etc/slurm/slurmdb
   echo "# it \"will cause slurmdbd to fatal when a write conflicts\" (gotcha 3)"
   echo "innodb_snapshot_isolation=OFF"
 } > "$ROOT/etc/mysql/mariadb.conf.d/60-slurmlab.cnf"
-# the scenario runs inside the lab, where the repository is not visible
-install -d "$ROOT/opt/slurmtel-lab"
-install -m 755 "$HERE/../scenario.sh" "$ROOT/opt/slurmtel-lab/scenario.sh"
 # one host-side command per Slurm client: what slurmtel is configured with to reach this lab
 BIN=$ROOT/run/newslurm/bin
 install -d "$BIN"
