@@ -14,6 +14,11 @@ PKGS="munge slurmctld slurmd slurmdbd slurm-client mariadb-server libfaketime pr
 T0=$(date +%s)
 log() { echo "[build $SUITE $(( $(date +%s) - T0 ))s] $*"; }
 [ "$(id -u)" = 0 ] || die "run as root"
+# one build per chroot at a time (CI starts one in the background, up.sh asks again): the second
+# waits here and then finds the chroot complete
+mkdir -p "$(dirname "$ROOT")"
+exec 9> "$ROOT.lock"
+flock 9
 
 if [ $REBUILD = 0 ] && [ -x "$ROOT/usr/sbin/slurmctld" ] && [ "$(cat "$READY" 2>/dev/null)" = "$PKGS" ]; then
   log "reusing $ROOT ($(chroot "$ROOT" dpkg-query -W -f='${Version}' slurmctld))"

@@ -6,10 +6,10 @@
 # nsenter -t <holder>. Nothing here touches the host's /etc, /run, ports or its Slurm 22.05 lab.
 # Adapted from ../shared/slurm-lab-newer/lab.sh (the recipe proven on this machine); the names
 # (/srv/slurmtel-*, netns slurmtel-*) are the project's own so the two never share a chroot.
-lab_suite() { # lab_suite SUITE|VERSION -> sets SUITE
+lab_suite() { # lab_suite SUITE|VERSION -> sets SUITE and the lab's ClusterID (see up.sh)
   case "$1" in
-    trixie|24.11) SUITE=trixie ;;
-    sid|26.05) SUITE=sid ;;
+    trixie|24.11) SUITE=trixie; CLUSTER_ID=${SLURMTEL_LAB_CLUSTER_ID:-1000} ;;
+    sid|26.05) SUITE=sid; CLUSTER_ID=${SLURMTEL_LAB_CLUSTER_ID:-3000} ;;
     *) echo "unknown lab '$1' (trixie|24.11 or sid|26.05)" >&2; exit 2 ;;
   esac
 }

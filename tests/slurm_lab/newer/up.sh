@@ -124,6 +124,22 @@ fi
 # a dead slurmdbd makes every sacctmgr call retry for long: look at /var/log/slurm/slurmdbd.log
 wait_for 60 "sacctmgr answers (log: $ROOT/var/log/slurm/slurmdbd.log)" L sacctmgr -n show cluster
 L sacctmgr -n -P show cluster format=cluster | grep -qx lab || L sacctmgr -i add cluster lab >/dev/null
+# `sacctmgr add cluster` draws a random 12-bit cluster id (cluster_table.id); slurmctld >= 24.x
+# takes it on its first start ("creating clustername file: ClusterName=lab ClusterID=3180") and
+# puts it in the top bits of every job's DBIndex (sacct -P DBIndex, job_db_inx): an id >= 2048
+# makes DBIndex >= 2^63, one < 2048 keeps it below. A fixed id per lab (lab.sh: 24.11 -> 1000,
+# 26.05 -> 3000) makes runs repeatable and covers both halves. Only before slurmctld's first
+# start on this DB (no clustername file yet): later, slurmctld refuses a changed id.
+CLUSTERNAME=$ROOT/var/spool/slurm/ctld/clustername
+if [ ! -e "$CLUSTERNAME" ] && [ "$(L mariadb -uroot -N slurm_acct_db -e "select id from cluster_table where name='lab'")" != "$CLUSTER_ID" ]; then
+  log "setting the cluster id to $CLUSTER_ID"
+  L mariadb -uroot slurm_acct_db -e "update cluster_table set id=$CLUSTER_ID where name='lab'"
+  # slurmdbd keeps the id it drew in memory: restart it
+  pid=$(cat "$ROOT/run/slurm/slurmdbd.pid"); ours "$pid" slurmdbd && kill -TERM "$pid"
+  for ((i = 0; i < 120; i++)); do [ -d "/proc/$pid" ] || break; sleep 0.25; done
+  L /usr/sbin/slurmdbd
+  wait_for 60 "sacctmgr answers after the restart" L sacctmgr -n show cluster
+fi
 
 # ------------------------------------------------ 5. slurmctld + 2 slurmd
 if ! pid_alive "$ROOT/run/slurm/slurmctld.pid" slurmctld; then
@@ -165,4 +181,4 @@ L sacctmgr -n -P show assoc where user=alice account=chemistry format=user | gre
 wait_for 30 "slurmctld knows carol" L bash -c 'scontrol show assoc_mgr users=carol flags=assoc | grep -q "UserName=carol"'
 
 log "task plugin: $(L scontrol show config | awk '/^TaskPlugin /{print $3}')"
-log "up: $(L sinfo -V)  $(L sinfo -h -o '%P %a %D %T' | tr '\n' ';')  total $(( $(date +%s) - T0 ))s"
+log "up: $(L sinfo -V) ClusterID $(cut -d'|' -f2 "$CLUSTERNAME")  $(L sinfo -h -o '%P %a %D %T' | tr '\n' ';')  total $(( $(date +%s) - T0 ))s"
