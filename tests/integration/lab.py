@@ -45,8 +45,6 @@ ENV_REUSE = "SLURMTEL_SLURM_LAB_REUSE"
 ENV_CONCURRENCY = "SLURMTEL_SLURM_LAB_CONCURRENCY"
 # where tests/slurm_lab/newer/lab.sh keeps its chroots (the same variable, the same default)
 ENV_CHROOT_DIR = "SLURMTEL_CHROOT_DIR"
-# the Slurm clients slurmtel runs, by the config key that names each
-CLIENTS = ("sacct", "squeue", "scontrol", "sinfo", "sacctmgr")
 
 
 class LabUnavailable(Exception):
@@ -340,11 +338,11 @@ def check_prerequisites(spec: LabSpec) -> None:
 
 
 def run_script(
-    spec: LabSpec, argv: list[str], *, timings: dict[str, float]
+    spec: LabSpec, name: str, argv: list[str], *, timings: dict[str, float]
 ) -> subprocess.CompletedProcess[str]:
-    """Run a lab script, keep its output in the lab's log dir and its duration in TIMINGS."""
+    """Run the lab script NAME as ARGV, keep its output in the lab's log dir and its duration
+    in TIMINGS."""
     spec.log_dir.mkdir(parents=True, exist_ok=True)
-    name = Path(argv[0]).name if Path(argv[0]).name != "run-in-lab.sh" else "scenario.sh"
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=dict(os.environ, TZ="UTC"))
     timings[name] = round(time.monotonic() - started, 1)
@@ -402,18 +400,21 @@ def bring_up_lab(spec: LabSpec, timings: dict[str, float]) -> SlurmLab:
         lab.reused = True
     else:
         # down.sh only ever signals the pids in the lab's own pidfiles
-        run_script(spec, spec.script("down.sh", "--purge"), timings=timings)
-        proc = run_script(spec, spec.script("up.sh"), timings=timings)
+        run_script(spec, "down.sh", spec.script("down.sh", "--purge"), timings=timings)
+        proc = run_script(spec, "up.sh", spec.script("up.sh"), timings=timings)
         if proc.returncode != 0:
             raise LabUnavailable(script_failure(spec, "up.sh", proc))
         shutil.rmtree(spec.run_dir, ignore_errors=True)
-        proc = run_script(spec, spec.scenario(spec.run_dir), timings=timings)
+        proc = run_script(spec, "scenario.sh", spec.scenario(spec.run_dir), timings=timings)
         if proc.returncode != 0:
             raise ScenarioFailed(script_failure(spec, "scenario.sh", proc))
         lab = load_manifest(spec, spec.run_dir)
     # roll up the open hour, and recompute every hour since the scenario started
     proc = run_script(
-        spec, spec.script("force-rollup.sh", "1", lab.window_start.isoformat()), timings=timings
+        spec,
+        "force-rollup.sh",
+        spec.script("force-rollup.sh", "1", lab.window_start.isoformat()),
+        timings=timings,
     )
     if proc.returncode != 0:
         raise ScenarioFailed(script_failure(spec, "force-rollup.sh", proc))
