@@ -1,8 +1,8 @@
-"""slurmtel's sacct source against a real Slurm 22.05 (the lab in tests/slurm_lab).
+"""slurmtel's sacct source against real Slurm 22.05, 24.11 and 26.05 (the labs in tests/slurm_lab).
 
-The oracles are Slurm's own tools on the same slurmdbd: `sacct -a -D -X -P` for the attempts,
-`sreport ... AccountUtilizationByUser` for GPU time per account, and the scenario's manifest
-(what each job was made to do) for the states.
+Every test runs on each lab. The oracles are that lab's own tools on its own slurmdbd:
+`sacct -a -D -X -P` for the attempts, `sreport ... AccountUtilizationByUser` for GPU time per
+account, and the scenario's manifest (what each job was made to do) for the states.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from slurmtel.sources import SOURCES
 from slurmtel.sources.base import RunContext, utc_now
 from slurmtel.sources.runner import RunOutcome, run_recorded
 from slurmtel.store.usage import usage_report
-from tests.integration.lab import SlurmLab
+from tests.integration.lab import OWN_JOB_XFAIL, SACCT_FORMATS, SCENARIO_XFAIL, SlurmLab, xfail_on
 
 pytestmark = pytest.mark.slurm
 
@@ -75,19 +75,21 @@ def attempts(engine: Engine, cluster: str) -> list[dict[str, Any]]:
 def sacct_attempts(lab: SlurmLab, start: datetime, end: datetime) -> list[tuple[int, int, str]]:
     """(JobIDRaw, Submit epoch, base state) of every allocation `sacct -a -D -X -P` shows."""
     out = subprocess.run(
-        [
-            "sacct",
-            "-a",
-            "-D",
-            "-X",
-            "-P",
-            "-n",
-            "-S",
-            iso(start),
-            "-E",
-            iso(end),
-            "--format=JobIDRaw,Submit,State",
-        ],
+        lab.spec.command(
+            [
+                "sacct",
+                "-a",
+                "-D",
+                "-X",
+                "-P",
+                "-n",
+                "-S",
+                iso(start),
+                "-E",
+                iso(end),
+                "--format=JobIDRaw,Submit,State",
+            ]
+        ),
         capture_output=True,
         text=True,
         check=True,
@@ -119,12 +121,14 @@ def sacct_state(lab: SlurmLab, job_id: int) -> str:
     return out[0] if out else ""
 
 
+@pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
+@xfail_on(SCENARIO_XFAIL)
 def test_cli_collect_stores_every_sacct_attempt_once(
-    slurm_lab: SlurmLab, engine: Engine, database_url: str, tmp_path: Path
+    slurm_lab: SlurmLab, engine: Engine, database_url: str, tmp_path: Path, sacct_format: str
 ) -> None:
     lab = slurm_lab
     config_file = tmp_path / "slurmtel.toml"
-    config_file.write_text('[site]\ntimezone = "UTC"\n')
+    config_file.write_text(lab.config_toml({"sources": {"sacct": {"format": sacct_format}}}))
     env = dict(os.environ, SLURMTEL_DATABASE_URL=database_url, SLURMTEL_CONFIG=str(config_file))
     proc = subprocess.run(
         [
@@ -161,6 +165,8 @@ def test_cli_collect_stores_every_sacct_attempt_once(
     assert [tuple(r) for r in runs] == [("sacct", "once", "ok", 0)]
 
 
+@pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
+@xfail_on(SCENARIO_XFAIL)
 def test_attempts_match_the_scenario(slurm_lab: SlurmLab, config: Config, engine: Engine) -> None:
     lab = slurm_lab
     collect(live_ctx(config, engine), lab.window_start, lab.window_end)
@@ -213,6 +219,8 @@ def test_attempts_match_the_scenario(slurm_lab: SlurmLab, config: Config, engine
     assert multinode["nodes"] == ["gpu01", "gpu02"]
 
 
+@pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
+@xfail_on(SCENARIO_XFAIL)
 def test_out_of_memory_state_follows_the_cgroup_mode(
     slurm_lab: SlurmLab, config: Config, engine: Engine
 ) -> None:
@@ -223,10 +231,18 @@ def test_out_of_memory_state_follows_the_cgroup_mode(
         if line.startswith("TaskPlugin ")
     )
     assert config_plugin == lab.task_plugin
-    assert lab.cgroup == (lab.task_plugin == "task/cgroup") == Path("/etc/slurm/cgroup.conf").is_file()
-    if os.environ.get("SLURMLAB_CGROUP", "auto") == "auto":
-        # up.sh's rule: task/cgroup exactly when the cgroup v1 memory hierarchy is writable
-        assert lab.cgroup == os.access("/sys/fs/cgroup/memory/cgroup.procs", os.W_OK)
+    cgroup_conf = lab.spec.path("/etc/slurm/cgroup.conf")
+    if lab.spec.suite is None:
+        assert lab.cgroup == (lab.task_plugin == "task/cgroup") == cgroup_conf.is_file()
+        if os.environ.get("SLURMLAB_CGROUP", "auto") == "auto":
+            # up.sh's rule: task/cgroup exactly when the cgroup v1 memory hierarchy is writable
+            assert lab.cgroup == os.access("/sys/fs/cgroup/memory/cgroup.procs", os.W_OK)
+    else:
+        # the chroot labs (24.11, 26.05) have no cgroup tree: no task plugin (task/none has no
+        # .so any more, so TaskPlugin is unset) and cgroup.conf turns cgroups off, which slurmd
+        # needs even with proctrack/linuxproc. OverMemoryKill is the only memory enforcement.
+        assert (lab.task_plugin, lab.cgroup) == ("(null)", False)
+        assert "CgroupPlugin=disabled" in cgroup_conf.read_text().splitlines()
 
     collect(live_ctx(config, engine), lab.window_start, lab.window_end)
     (oom,) = (r for r in attempts(engine, lab.cluster) if r["job_id_raw"] == lab.job("oom").job_id)
@@ -252,6 +268,8 @@ def parse_sreport(out: str) -> tuple[str, dict[str, int]]:
     return period, used
 
 
+@pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
+@xfail_on(SCENARIO_XFAIL)
 def test_gpu_seconds_per_account_equal_sreport(slurm_lab: SlurmLab, config: Config, engine: Engine) -> None:
     lab = slurm_lab
     start, end = lab.hour_window()
@@ -291,6 +309,8 @@ def test_gpu_seconds_per_account_equal_sreport(slurm_lab: SlurmLab, config: Conf
     assert seconds["root"] == total
 
 
+@pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
+@xfail_on(SCENARIO_XFAIL)
 def test_collecting_again_changes_nothing(slurm_lab: SlurmLab, config: Config, engine: Engine) -> None:
     lab = slurm_lab
     ctx = live_ctx(config, engine)
@@ -320,6 +340,8 @@ def test_collecting_again_changes_nothing(slurm_lab: SlurmLab, config: Config, e
     assert quarantined_before == quarantined_after == 0
 
 
+@pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
+@xfail_on(OWN_JOB_XFAIL)
 def test_running_job_is_updated_in_place(
     slurm_lab: SlurmLab, config: Config, engine: Engine, tmp_path: Path
 ) -> None:
@@ -327,7 +349,7 @@ def test_running_job_is_updated_in_place(
     ctx = live_ctx(config, engine)
     # The job runs until the test releases it: sacct may show a start a few seconds late, and a
     # fixed-length job could end before sacct ever showed it RUNNING.
-    release = Path("/tmp") / f"slurmtel-release-{tmp_path.name}-{os.getpid()}"
+    release_in_lab, release = lab.release_file(f"slurmtel-release-{tmp_path.name}-{os.getpid()}")
     release.unlink(missing_ok=True)
     # CPU only (-p debug, no GPU): a GPU job here would be in the hour sreport was rolled up for
     # without being in the rollup, and the sreport comparison could then depend on test order
@@ -340,11 +362,13 @@ def test_running_job_is_updated_in_place(
         "2",
         "-J",
         "slurmtel-running",
-        wrap=f"while [ ! -e {release} ]; do sleep 0.2; done",
+        wrap=f"while [ ! -e {release_in_lab} ]; do sleep 0.2; done",
     )
     try:
         wait_for(f"job {job_id} RUNNING in sacct", lambda: sacct_state(lab, job_id) == "RUNNING")
-        collect(ctx, submitted_after, utc_now())
+        # sacct -E T leaves out a job that became eligible in T's own second (24.11 often starts
+        # a job in the second it was submitted): the window ends a second after now
+        collect(ctx, submitted_after, utc_now() + timedelta(seconds=1))
         (running,) = (r for r in attempts(engine, lab.cluster) if r["job_id_raw"] == job_id)
         assert running["state"] == "RUNNING"
         assert running["start_at"] is not None and running["end_at"] is None
@@ -353,7 +377,7 @@ def test_running_job_is_updated_in_place(
     wait_for(f"job {job_id} COMPLETED in sacct", lambda: sacct_state(lab, job_id) == "COMPLETED")
     release.unlink()
 
-    collect(ctx, submitted_after, utc_now())
+    collect(ctx, submitted_after, utc_now() + timedelta(seconds=1))
     (done,) = (r for r in attempts(engine, lab.cluster) if r["job_id_raw"] == job_id)
     # the same row (natural key and first_seen_at), updated: not a second attempt
     assert (done["submit_at"], done["first_seen_at"], done["start_at"]) == (

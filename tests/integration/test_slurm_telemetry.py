@@ -1,4 +1,5 @@
-"""GPU attribution against a real Slurm 22.05: the real allocations, synthesised telemetry.
+"""GPU attribution against real Slurm 22.05, 24.11 and 26.05: the real allocations, synthesised
+telemetry. Every test runs on each lab (tests/slurm_lab).
 
 The scenario's controller snapshots (`squeue -a --json` and `scontrol show node -d`, taken
 every second while its jobs ran) go through the slurmctld source's parsers and store, so the
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,7 +27,7 @@ from sqlalchemy import Engine, text
 
 from slurmtel.attribution import run_attribution
 from slurmtel.commands.common import coordinated_accounts
-from slurmtel.config import Config, config_from_dict
+from slurmtel.config import Config
 from slurmtel.parsers.slurmctld import parse_scontrol_nodes, parse_squeue_json
 from slurmtel.records import GpuInventory, GpuSummary
 from slurmtel.sources import SOURCES, default_options
@@ -35,7 +35,7 @@ from slurmtel.sources.base import RunContext, utc_now
 from slurmtel.sources.runner import RunOutcome, run_recorded
 from slurmtel.sources.slurmctld import ControllerRecord, store_controller_view
 from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory, write_summaries
-from tests.integration.lab import SlurmLab
+from tests.integration.lab import SACCT_FORMATS, SCENARIO_XFAIL, SlurmLab, xfail_on
 from tests.integration.test_slurm_sacct import collect, live_ctx, wait_for
 
 pytestmark = pytest.mark.slurm
@@ -145,6 +145,8 @@ def gpu_attempts(engine: Engine, cluster: str) -> list[Any]:
         )
 
 
+@pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
+@xfail_on(SCENARIO_XFAIL)
 def test_every_gpu_job_has_its_real_indices(slurm_lab: SlurmLab, attributed: RunContext) -> None:
     engine = attributed.engine
     with engine.connect() as conn:
@@ -183,6 +185,8 @@ def test_every_gpu_job_has_its_real_indices(slurm_lab: SlurmLab, attributed: Run
     assert seen >= 12
 
 
+@pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
+@xfail_on(SCENARIO_XFAIL)
 def test_attribution_finds_exactly_the_synthesised_busy_and_idle_seconds(
     slurm_lab: SlurmLab, attributed: RunContext
 ) -> None:
@@ -224,7 +228,7 @@ def test_live_controller_snapshot_of_a_running_gpu_job(
     slurm_lab: SlurmLab, config: Config, engine: Engine, tmp_path: Path
 ) -> None:
     lab = slurm_lab
-    release = Path("/tmp") / f"slurmtel-release-ctld-{tmp_path.name}-{os.getpid()}"
+    release_in_lab, release = lab.release_file(f"slurmtel-release-ctld-{tmp_path.name}-{os.getpid()}")
     release.unlink(missing_ok=True)
     job_id = lab.sbatch(
         "alice",
@@ -233,7 +237,7 @@ def test_live_controller_snapshot_of_a_running_gpu_job(
         "2",
         "-J",
         "slurmtel-ctld",
-        wrap=f"while [ ! -e {release} ]; do sleep 0.2; done",
+        wrap=f"while [ ! -e {release_in_lab} ]; do sleep 0.2; done",
     )
     try:
         wait_for(
@@ -242,7 +246,7 @@ def test_live_controller_snapshot_of_a_running_gpu_job(
         )
         for view in ("squeue_json", "scontrol_text"):
             ctx = RunContext(
-                config=config_from_dict({"sources": {"slurmctld": {"job_view": view}}}),
+                config=lab.config({"sources": {"slurmctld": {"job_view": view}}}),
                 engine=engine,
                 clock=utc_now,
             )
@@ -270,6 +274,8 @@ def test_live_controller_snapshot_of_a_running_gpu_job(
     release.unlink()
 
 
+@pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
+@xfail_on(SCENARIO_XFAIL)
 def test_slurmdbd_down_is_source_unavailable_and_caught_up_after(
     slurm_lab: SlurmLab, config: Config, engine: Engine
 ) -> None:
@@ -278,7 +284,7 @@ def test_slurmdbd_down_is_source_unavailable_and_caught_up_after(
     collect(ctx, lab.window_start, lab.window_end)
     with engine.connect() as conn:
         before = conn.execute(text("SELECT count(*) FROM job_attempt")).scalar_one()
-    pid = int(Path("/run/slurm/slurmdbd.pid").read_text().strip())
+    pid = lab.slurmdbd_pid()
     os.kill(pid, signal.SIGTERM)
     wait_for("slurmdbd stopped", lambda: not Path(f"/proc/{pid}").exists())
     try:
@@ -288,9 +294,9 @@ def test_slurmdbd_down_is_source_unavailable_and_caught_up_after(
         down = run_recorded(ctx, "sacct", "once", lambda: source.collect(ctx, options))
         assert (down.status, down.error_kind) == ("error", "source_unavailable"), down.message
     finally:
-        subprocess.run(["/usr/sbin/slurmdbd"], check=True)
+        lab.start_slurmdbd()
         deadline = time.monotonic() + 60
-        while subprocess.run(["sacctmgr", "-n", "show", "cluster"], capture_output=True).returncode != 0:
+        while not lab.succeeds(["sacctmgr", "-n", "show", "cluster"]):
             assert time.monotonic() < deadline, "slurmdbd did not come back"
             time.sleep(0.5)
     collect(ctx, lab.window_start, lab.window_end)
@@ -313,6 +319,6 @@ def test_a_slurm_coordinator_gets_their_accounts(slurm_lab: SlurmLab, config: Co
         assert coordinated_accounts(config, "bob") == {"chemistry", "organic", "polymers"}
     finally:
         for account in ("polymers", "organic"):  # whichever was added
-            subprocess.run(["sacctmgr", "-i", "remove", "account", account], capture_output=True, check=False)
+            lab.run(["sacctmgr", "-i", "remove", "account", account], check=False)
         lab.run(["sacctmgr", "-i", "remove", "coordinator", "account=chemistry", "names=bob"])
     assert coordinated_accounts(config, "bob") == frozenset()
