@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -465,40 +465,3 @@ def concurrency_from_env() -> int:
 
 # sources.sacct.format values: the tests that check what slurmtel makes of sacct read both
 SACCT_FORMATS = ("json", "parsable")
-
-# Why a check fails on a lab until another change is merged: tests name these in xfail_on(...)
-NEEDS_V0045_PARSER = (
-    "needs the sacct JSON parser for data_parser/v0.0.45 (issue 9 item 3: Slurm 26.05's sacct "
-    "--json is refused as an unknown schema until it is merged)"
-)
-NEEDS_NO_VAL_START = (
-    "needs NO_VAL read as 'not set' (issue 9 item 2: Slurm >= 24.11 prints time.start=4294967294 "
-    "for a job that never started, read as 2106 and quarantined, until it is merged)"
-)
-NEEDS_DBINDEX_UINT64 = (
-    "needs sacct -P DBIndex >= 2^63 stored (Slurm >= 24.11 puts the 12-bit cluster id in DBIndex's "
-    "top bits; this lab's id 3000 makes every DBIndex >= 2^63, which overflows job_attempt.db_index "
-    "(bigint) and loses the whole document)"
-)
-# (lab, sacct format) -> why the checks over the scenario's jobs fail there for now: 24.11's and
-# 26.05's scenario has a job that never started; the 26.05 lab's cluster id is >= 2048
-SCENARIO_XFAIL = {
-    ("24.11", "json"): NEEDS_NO_VAL_START,
-    ("26.05", "json"): f"{NEEDS_V0045_PARSER}; {NEEDS_NO_VAL_START}",
-    ("26.05", "parsable"): NEEDS_DBINDEX_UINT64,
-}
-# the same for a job submitted by the test itself (it starts: no NO_VAL)
-OWN_JOB_XFAIL = {("26.05", "json"): NEEDS_V0045_PARSER, ("26.05", "parsable"): NEEDS_DBINDEX_UINT64}
-
-
-def xfail_on(reasons: Mapping[tuple[str, str], str]) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Mark a test as an expected failure (strict) on the (lab version, sacct format) pairs named
-    in REASONS, each with the change it waits for (a test without a `sacct_format` parameter
-    reads "json"): when that change is merged the test passes, and strict makes that a failure
-    until the mark is removed. conftest.py turns this into xfail marks at collection."""
-
-    def mark(test: Callable[..., None]) -> Callable[..., None]:
-        test.lab_xfail = dict(reasons)  # type: ignore[attr-defined]
-        return test
-
-    return mark

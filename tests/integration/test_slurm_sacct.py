@@ -27,7 +27,7 @@ from slurmtel.sources import SOURCES
 from slurmtel.sources.base import RunContext, utc_now
 from slurmtel.sources.runner import RunOutcome, run_recorded
 from slurmtel.store.usage import usage_report
-from tests.integration.lab import OWN_JOB_XFAIL, SACCT_FORMATS, SCENARIO_XFAIL, SlurmLab, xfail_on
+from tests.integration.lab import SACCT_FORMATS, SlurmLab
 
 pytestmark = pytest.mark.slurm
 
@@ -122,7 +122,6 @@ def sacct_state(lab: SlurmLab, job_id: int) -> str:
 
 
 @pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
-@xfail_on(SCENARIO_XFAIL)
 def test_cli_collect_stores_every_sacct_attempt_once(
     slurm_lab: SlurmLab, engine: Engine, database_url: str, tmp_path: Path, sacct_format: str
 ) -> None:
@@ -166,7 +165,6 @@ def test_cli_collect_stores_every_sacct_attempt_once(
 
 
 @pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
-@xfail_on(SCENARIO_XFAIL)
 def test_attempts_match_the_scenario(slurm_lab: SlurmLab, config: Config, engine: Engine) -> None:
     lab = slurm_lab
     collect(live_ctx(config, engine), lab.window_start, lab.window_end)
@@ -220,7 +218,6 @@ def test_attempts_match_the_scenario(slurm_lab: SlurmLab, config: Config, engine
 
 
 @pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
-@xfail_on(SCENARIO_XFAIL)
 def test_out_of_memory_state_follows_the_cgroup_mode(
     slurm_lab: SlurmLab, config: Config, engine: Engine
 ) -> None:
@@ -269,7 +266,6 @@ def parse_sreport(out: str) -> tuple[str, dict[str, int]]:
 
 
 @pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
-@xfail_on(SCENARIO_XFAIL)
 def test_gpu_seconds_per_account_equal_sreport(slurm_lab: SlurmLab, config: Config, engine: Engine) -> None:
     lab = slurm_lab
     start, end = lab.hour_window()
@@ -310,7 +306,6 @@ def test_gpu_seconds_per_account_equal_sreport(slurm_lab: SlurmLab, config: Conf
 
 
 @pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
-@xfail_on(SCENARIO_XFAIL)
 def test_collecting_again_changes_nothing(slurm_lab: SlurmLab, config: Config, engine: Engine) -> None:
     lab = slurm_lab
     ctx = live_ctx(config, engine)
@@ -341,7 +336,6 @@ def test_collecting_again_changes_nothing(slurm_lab: SlurmLab, config: Config, e
 
 
 @pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
-@xfail_on(OWN_JOB_XFAIL)
 def test_running_job_is_updated_in_place(
     slurm_lab: SlurmLab, config: Config, engine: Engine, tmp_path: Path
 ) -> None:

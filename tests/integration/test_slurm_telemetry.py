@@ -35,7 +35,7 @@ from slurmtel.sources.base import RunContext, utc_now
 from slurmtel.sources.runner import RunOutcome, run_recorded
 from slurmtel.sources.slurmctld import ControllerRecord, store_controller_view
 from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory, write_summaries
-from tests.integration.lab import SACCT_FORMATS, SCENARIO_XFAIL, SlurmLab, xfail_on
+from tests.integration.lab import SACCT_FORMATS, SlurmLab
 from tests.integration.test_slurm_sacct import collect, live_ctx, wait_for
 
 pytestmark = pytest.mark.slurm
@@ -146,7 +146,6 @@ def gpu_attempts(engine: Engine, cluster: str) -> list[Any]:
 
 
 @pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
-@xfail_on(SCENARIO_XFAIL)
 def test_every_gpu_job_has_its_real_indices(slurm_lab: SlurmLab, attributed: RunContext) -> None:
     engine = attributed.engine
     with engine.connect() as conn:
@@ -186,7 +185,6 @@ def test_every_gpu_job_has_its_real_indices(slurm_lab: SlurmLab, attributed: Run
 
 
 @pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
-@xfail_on(SCENARIO_XFAIL)
 def test_attribution_finds_exactly_the_synthesised_busy_and_idle_seconds(
     slurm_lab: SlurmLab, attributed: RunContext
 ) -> None:
@@ -275,7 +273,6 @@ def test_live_controller_snapshot_of_a_running_gpu_job(
 
 
 @pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
-@xfail_on(SCENARIO_XFAIL)
 def test_slurmdbd_down_is_source_unavailable_and_caught_up_after(
     slurm_lab: SlurmLab, config: Config, engine: Engine
 ) -> None:
