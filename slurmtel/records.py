@@ -192,3 +192,108 @@ class PendingJob:
     reason: str
     gpus_requested: int = 0
     eligible_at: datetime | None = None
+
+
+# --------------------------------------------------------------------------- fabric and node plane
+
+
+@dataclass(frozen=True, slots=True)
+class NcclRank:
+    """One `# Rank N ... on HOST device D [PCI] MODEL` line of an nccl-tests / rccl-tests log."""
+
+    rank: int
+    host: str
+    device: int
+    # the id as printed: "0x35" (bus only, old versions), "0000:04:00", "0000:05:00.0"
+    pci_id: str
+    # NVML's form "00000000:04:00.0" when the print has a domain, else ""
+    pci_bus_id: str = ""
+    # "" when the line names none (rccl-tests on MI355X)
+    gpu_model: str = ""
+    pid: int | None = None
+    group: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NcclSizeResult:
+    """One message size of an nccl-tests table: out-of-place and in-place measurements.
+
+    Bandwidths are GB/s (10^9 bytes/s) as nccl-tests prints them. `*_wrong` is the `#wrong`
+    column (values that differ from the expected result); older versions print `error` (the
+    largest relative error) instead, kept in `*_error`. None where the log shows N/A or has no
+    such column.
+    """
+
+    size_bytes: int
+    count_elements: int
+    data_type: str
+    # reduction ("sum", "none"); "" where the collective has none
+    redop: str = ""
+    root: int | None = None
+    out_of_place_time_microseconds: float | None = None
+    out_of_place_algbw_gbps: float | None = None
+    out_of_place_busbw_gbps: float | None = None
+    out_of_place_wrong: int | None = None
+    out_of_place_error: float | None = None
+    in_place_time_microseconds: float | None = None
+    in_place_algbw_gbps: float | None = None
+    in_place_busbw_gbps: float | None = None
+    in_place_wrong: int | None = None
+    in_place_error: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NcclRun:
+    """One nccl-tests / rccl-tests run read from a log (a log can hold several runs).
+
+    `status`: "ok"; "degraded" when the results are incomplete or cannot be trusted to be
+    complete (no footer, a cut-off or unreadable table row, fewer sizes than the header asked
+    for); "failed" when data was wrong (`#wrong` > 0, out-of-bounds values FAILED), a rank
+    failed (NCCL/CUDA failure, an MPI or srun abort), or no size was measured. `reasons` says
+    why, one line each.
+    """
+
+    # position of the run in its log, from 0
+    index: int
+    # "nccl-tests" or "rccl-tests"
+    tool: str
+    # "all_reduce", "all_gather", "alltoall", "broadcast", "reduce", "reduce_scatter",
+    # "sendrecv", ...; "" when the log does not say and the table does not tell
+    collective: str
+    # where the collective came from: "log" (the test names itself or its command line),
+    # "table" (inferred from the columns and busbw/algbw), ""
+    collective_source: str
+    status: str
+    reasons: tuple[str, ...]
+    tests_version: str = ""
+    # NCCL or RCCL library version, "2.26.2"
+    nccl_version: str = ""
+    # "nccl" or "rccl"
+    library: str = ""
+    ranks: int | None = None
+    # hosts in rank order, each once
+    hosts: tuple[str, ...] = ()
+    gpu_model: str = ""
+    rank_devices: tuple[NcclRank, ...] = ()
+    results: tuple[NcclSizeResult, ...] = ()
+    # the footer's "Avg bus bandwidth", else the mean busbw of the rows (avg_busbw_source)
+    avg_busbw_gbps: float | None = None
+    # "footer", "computed" or "" (no rows)
+    avg_busbw_source: str = ""
+    # largest out-of-place busbw over the sizes
+    peak_busbw_gbps: float | None = None
+    # Σ #wrong over sizes and both placements (0 where the log has no #wrong column)
+    wrong_values: int = 0
+    # the footer's "Out of bounds values : N"
+    out_of_bounds_values: int | None = None
+    footer_seen: bool = False
+    # hosts that reported a failure (NCCL/CUDA failure lines, mpirun/srun abort lines)
+    failed_hosts: tuple[str, ...] = ()
+    # header: "validation: 1"; None when the log has no header
+    validation: bool | None = None
+    threads: int | None = None
+    gpus_per_process: int | None = None
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    iterations: int | None = None
+    warmup_iterations: int | None = None
