@@ -57,6 +57,20 @@ class JobAttempt:
     uid: int | None = None
     work_dir: str = ""
     submit_line: str = ""
+    # the batch script's StdOut file as Slurm expanded it (sacct JSON stdout_expanded, 24.05+);
+    # "" when sacct does not say
+    stdout_path: str = ""
+    # the --output pattern as given ("slurm-%j.out", relative to work_dir); "" when not known
+    stdout_pattern: str = ""
+    # what the attempt's steps used (sacct without -X); None when no step was read.
+    # TotalCPU (user + system) summed over the steps
+    cpu_time_seconds: float | None = None
+    # the largest task's peak RSS in any step (MaxRSS, TRESUsageInMax mem)
+    mem_peak_task_bytes: int | None = None
+    # the largest step's peak RSS over all its tasks and nodes (TRESUsageInTot mem)
+    mem_peak_step_bytes: int | None = None
+    # how many steps the usage figures come from
+    usage_steps: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,3 +311,81 @@ class NcclRun:
     max_bytes: int | None = None
     iterations: int | None = None
     warmup_iterations: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PortCounters:
+    """What one InfiniBand / RoCE port counted during one window: the increase of each sysfs
+    counter (`ports/N/counters/*`, `ports/N/hw_counters/*`) between two reads.
+
+    Names are the kernel's: port_xmit_data / port_rcv_data count 4-byte words, port_xmit_wait
+    ticks with data to send and no credit (congestion), the *_errors, link_downed,
+    link_error_recovery, symbol_error ... events. Natural key: (node, device, port,
+    window_start_at).
+    """
+
+    node: str
+    # "mlx5_0"
+    device: str
+    port: int
+    window_start_at: datetime
+    window_seconds: float
+    # "InfiniBand" or "Ethernet" (RoCE)
+    link_layer: str = ""
+    # "ACTIVE", "DOWN", ... and "LinkUp", "Disabled", ... at the end of the window
+    state: str = ""
+    phys_state: str = ""
+    rate_gbps: float | None = None
+    # counter -> increase during the window (a counter that cannot be read is absent)
+    deltas: dict[str, int] = field(default_factory=dict, hash=False)
+    # counters that went back (cleared, driver reload): their increase counts from zero
+    resets: tuple[str, ...] = ()
+    # counters pinned at their maximum (IB error counters saturate): the increase is a floor
+    saturated: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NvlinkCounters:
+    """What one GPU's NVLinks did during one window (NVML counters, increases between reads)."""
+
+    node: str
+    gpu_uuid: str
+    window_start_at: datetime
+    window_seconds: float
+    links_active: int
+    # links NVML reports on the GPU, active or not
+    links_total: int
+    # payload bytes sent and received over all links (None where NVML has no counter)
+    tx_bytes: int | None = None
+    rx_bytes: int | None = None
+    # error counter -> increase over all links: "replay", "recovery", "crc_flit", "crc_data", "ecc_data"
+    errors: dict[str, int] = field(default_factory=dict, hash=False)
+    # "LINK:counter" -> increase, for the links and counters that grew
+    link_errors: dict[str, int] = field(default_factory=dict, hash=False)
+    # counters that went back during the window
+    resets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTopology:
+    """A node's GPU topology: how each pair of GPUs (and NICs) is connected.
+
+    `links` are "A-B:KIND" for every unordered pair of devices, KIND as `nvidia-smi topo -m`
+    words it: NV<n> (n bonded NVLinks), PIX, PXB, PHB, NODE, SYS. `summary` says the same in
+    words, GPU pairs only (what drift compares across nodes).
+    """
+
+    node: str
+    observed_at: datetime
+    # "nvml" (the agent) or "topo-matrix" (a saved `nvidia-smi topo -m`)
+    source: str
+    # "GPU0", "GPU1", ..., "NIC0", ...
+    devices: tuple[str, ...]
+    links: tuple[str, ...]
+    summary: str
+    # per GPU, in order: its UUID ("" where not known), CPU and NUMA affinity as printed
+    gpu_uuids: tuple[str, ...] = ()
+    cpu_affinity: tuple[str, ...] = ()
+    numa_affinity: tuple[str, ...] = ()
+    # per NIC, in order: its device name ("mlx5_0") where the legend names it
+    nic_names: tuple[str, ...] = ()
