@@ -242,6 +242,9 @@ class AgentConfig:
     spool_max_bytes: int = 64 * 1024 * 1024
     # where /PID/cgroup and /PID/environ are read to map GPU processes to Slurm jobs
     proc_root: str = "/proc"
+    # where class/infiniband/*/ports/*/counters and hw_counters are read (InfiniBand/RoCE
+    # port counters, once per summary window)
+    sysfs_root: str = "/sys"
     # node name the agent reports; "" = the short hostname
     node_name: str = ""
     # file holding a shared token; when set, /v1/* requests need "Authorization: Bearer <token>"

@@ -389,3 +389,5 @@ class NodeTopology:
     numa_affinity: tuple[str, ...] = ()
     # per NIC, in order: its device name ("mlx5_0") where the legend names it
     nic_names: tuple[str, ...] = ()
+    # peer-to-peer reads per ordered GPU pair (NVML): "GPU0-GPU1:ok", "GPU0-GPU2:not_supported"
+    p2p: tuple[str, ...] = ()

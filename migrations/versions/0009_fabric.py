@@ -196,6 +196,7 @@ def upgrade() -> None:
             cpu_affinity text[] NOT NULL DEFAULT '{}',
             numa_affinity text[] NOT NULL DEFAULT '{}',
             nic_names text[] NOT NULL DEFAULT '{}',
+            p2p text[] NOT NULL DEFAULT '{}',
             first_seen_at timestamptz NOT NULL,
             last_seen_at timestamptz NOT NULL,
             UNIQUE (node, source, summary, links)

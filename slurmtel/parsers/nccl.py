@@ -486,6 +486,7 @@ def _run(index: int, b: _Builder) -> NcclRun:
         reasons.append(f"average bus bandwidth is not a number: {b.avg_text!r}")
     status = "failed" if failed else "degraded" if degraded else "ok"
 
+    avg: float | None
     if b.avg_busbw is not None:
         avg, avg_source = b.avg_busbw, "footer"
     else:

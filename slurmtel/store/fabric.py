@@ -417,6 +417,7 @@ def write_topology(conn: Connection, topologies: Iterable[NodeTopology]) -> int:
             "cpu": list(t.cpu_affinity),
             "numa": list(t.numa_affinity),
             "nics": list(t.nic_names),
+            "p2p": list(t.p2p),
             "at": t.observed_at,
         }
         for t in topologies
@@ -427,13 +428,13 @@ def write_topology(conn: Connection, topologies: Iterable[NodeTopology]) -> int:
         text(
             """
             INSERT INTO node_topology (node, source, summary, devices, links, gpu_uuids, cpu_affinity,
-                numa_affinity, nic_names, first_seen_at, last_seen_at)
-            VALUES (:node, :source, :summary, :devices, :links, :uuids, :cpu, :numa, :nics, :at, :at)
+                numa_affinity, nic_names, p2p, first_seen_at, last_seen_at)
+            VALUES (:node, :source, :summary, :devices, :links, :uuids, :cpu, :numa, :nics, :p2p, :at, :at)
             ON CONFLICT (node, source, summary, links) DO UPDATE
             SET first_seen_at = least(node_topology.first_seen_at, EXCLUDED.first_seen_at),
                 last_seen_at = greatest(node_topology.last_seen_at, EXCLUDED.last_seen_at),
                 gpu_uuids = EXCLUDED.gpu_uuids, cpu_affinity = EXCLUDED.cpu_affinity,
-                numa_affinity = EXCLUDED.numa_affinity, nic_names = EXCLUDED.nic_names
+                numa_affinity = EXCLUDED.numa_affinity, nic_names = EXCLUDED.nic_names, p2p = EXCLUDED.p2p
             """
         ),
         rows,
