@@ -96,6 +96,8 @@ def test_runs_are_compared_with_the_median_of_earlier_ok_runs(acceptance: Engine
         ("failed", None),
     ]
     first, second, third, slow, fifth, corrupt, rank = runs
+    assert (second.baseline_runs, second.baseline_busbw_gbps) == (1, 19.7866)
+    assert (rank.status, rank.nodes, rank.avg_busbw_gbps) == ("failed", "fengyun,fengyun416", None)
     assert (first.baseline_busbw_gbps, first.baseline_runs, first.below_baseline) == (None, 0, False)
     assert (third.baseline_busbw_gbps, third.baseline_runs, third.busbw_ratio) == (19.7866, 2, 1.0)
     # 1.58767 / 19.7866 = 0.0802 < 0.9: flagged, though nccl-tests called it fine
