@@ -125,3 +125,51 @@ def test_steps_false_reads_allocations_only(ctx: RunContext, tmp_path: Path) -> 
     source = get_source("sacct")
     assert run_recorded(c, "sacct", "once", lambda: source.collect(c, default_options(source))).status == "ok"
     assert log.read_text().split()[:3] == ["-a", "-D", "-X"]
+
+
+def test_efficiency_figures_for_the_researcher_view(engine: Engine) -> None:
+    from slurmtel.access import EVERYTHING, Scope
+    from slurmtel.store.efficiency import attempt_efficiency
+    from slurmtel.store.jobs import sync_outcome_classes
+
+    jobs = by_id(parse_sacct_json((LAB / "sacct-a-D.json").read_bytes()))
+    with engine.begin() as conn:
+        sync_outcome_classes(conn, {"COMPLETED": "completed"})
+        write_attempts(conn, list(jobs.values()))
+    three = jobs["3"]
+    with engine.connect() as conn:
+        (row,) = attempt_efficiency(
+            conn,
+            cluster="lab",
+            job_id_raw=3,
+            job_submit_at=three.submit_at,
+            scope=EVERYTHING,
+            now=three.end_at,
+        )
+        # job 3: 2 CPUs for 40 s, 0.022261 CPU-seconds; 10444 KiB of 512 MiB; 40 s of a 5 min limit
+        assert (row.elapsed_seconds, row.cpu_time_seconds, row.cpu_efficiency_percent) == (
+            40.0,
+            0.022261,
+            0.03,
+        )
+        assert (row.mem_requested_bytes, row.mem_peak_bytes, row.mem_efficiency_percent) == (
+            512 * 2**20,
+            10694656,
+            1.99,
+        )
+        assert (row.time_limit_seconds, row.time_limit_used_percent) == (300, 13.33)
+        # the TIMEOUT job used its whole limit (77 s of 60: Slurm's grace)
+        timeout = jobs["6"]
+        (late,) = attempt_efficiency(
+            conn,
+            cluster="lab",
+            job_id_raw=6,
+            job_submit_at=timeout.submit_at,
+            scope=EVERYTHING,
+            now=timeout.end_at,
+        )
+        assert (late.state, late.time_limit_used_percent) == ("TIMEOUT", 128.33)
+        assert attempt_efficiency(
+            conn, cluster="lab", job_id_raw=3, job_submit_at=three.submit_at, scope=Scope(users=frozenset({"bob"})),
+            now=three.end_at,
+        ) == []  # fmt: skip
