@@ -145,6 +145,9 @@ def test_an_old_head_gets_the_original_kinds_and_its_cursor_covers_the_rest(
     # only new kinds after the cursor: an empty page that still moves it on
     tail = get(port, "/v1/summaries?after=2&limit=100")
     assert (tail["items"], tail["next_cursor"]) == ([], 5)
+    # a head that wants only kinds this agent does not know gets nothing, and moves on
+    future = get(port, "/v1/summaries?after=0&limit=100&kinds=some_future_kind")
+    assert (future["items"], future["next_cursor"]) == ([], 5)
 
 
 def test_the_head_stores_the_new_kinds_once(

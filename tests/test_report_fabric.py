@@ -86,16 +86,17 @@ def report(engine: Engine, **kwargs: object):  # type: ignore[no-untyped-def]
 
 def test_runs_are_compared_with_the_median_of_earlier_ok_runs(acceptance: Engine) -> None:
     runs = report(acceptance).runs
-    assert [(r.status, r.avg_busbw_gbps) for r in runs] == [
-        ("ok", 19.7866),
-        ("ok", 19.7866),
-        ("ok", 19.7866),
-        ("ok", 1.58767),
-        ("ok", 19.7866),
-        ("failed", 5.09875),
-        ("failed", None),
+    # per node set and collective, in time order
+    assert [(r.nodes, r.status, r.avg_busbw_gbps) for r in runs] == [
+        ("fengyun,fengyun416", "failed", None),
+        ("gpu-1-43,gpu-1-47,gpu-1-49,gpu-1-51", "failed", 5.09875),
+        ("nid005471,nid005487", "ok", 19.7866),
+        ("nid005471,nid005487", "ok", 19.7866),
+        ("nid005471,nid005487", "ok", 19.7866),
+        ("nid005471,nid005487", "ok", 1.58767),
+        ("nid005471,nid005487", "ok", 19.7866),
     ]
-    first, second, third, slow, fifth, corrupt, rank = runs
+    rank, corrupt, first, second, third, slow, fifth = runs
     assert (second.baseline_runs, second.baseline_busbw_gbps) == (1, 19.7866)
     assert (rank.status, rank.nodes, rank.avg_busbw_gbps) == ("failed", "fengyun,fengyun416", None)
     assert (first.baseline_busbw_gbps, first.baseline_runs, first.below_baseline) == (None, 0, False)
@@ -113,7 +114,7 @@ def test_runs_are_compared_with_the_median_of_earlier_ok_runs(acceptance: Engine
     assert corrupt.nccl_version == "2.29.2"
     assert slow.label == "no-cxi-hook"
     # a baseline of at most baseline_runs runs: the latest one only
-    assert report(acceptance, baseline_runs=1).runs[4].baseline_busbw_gbps == 1.58767
+    assert report(acceptance, baseline_runs=1).runs[6].baseline_busbw_gbps == 1.58767
 
 
 def test_suspects_are_the_nodes_most_often_in_bad_runs(acceptance: Engine) -> None:
@@ -166,7 +167,7 @@ def test_fabric_json_csv_and_table(cli) -> None:  # type: ignore[no-untyped-def]
     code, out, _ = cli("report", "fabric", "-S", "2026-11-01", "-E", "2026-11-02", "--format", "json")
     assert code == 0
     document = json.loads(out)
-    slow = document["runs"][3]
+    slow = document["runs"][5]
     for key in ("avg_busbw_gbps", "wrong_values", "status", "hosts", "nccl_version"):
         assert key in slow
     assert (slow["avg_busbw_gbps"], slow["below_baseline"], slow["hosts"]) == (

@@ -284,3 +284,15 @@ def test_find_job_by_id_or_raw_id(engine: Engine) -> None:
             (j.submit_at for j in find_job(conn, "19")), reverse=True
         )
         assert find_job(conn, "13", cluster="other") == []
+
+
+def test_the_daemon_runs_the_pickup_when_enabled(ctx: RunContext) -> None:
+    from slurmtel.metrics import DaemonMetrics
+    from slurmtel.scheduler import Schedule, enabled_sources
+
+    c = nccl_ctx(ctx, interval_seconds=120)
+    schedule = Schedule(c, DaemonMetrics([s.name for s in enabled_sources(c)]))
+    jobs = {job.id: job.trigger.interval.total_seconds() for job in schedule.scheduler.get_jobs()}
+    assert jobs["source:nccl"] == 120
+    off = Schedule(ctx, DaemonMetrics([s.name for s in enabled_sources(ctx)]))
+    assert "source:nccl" not in {job.id for job in off.scheduler.get_jobs()}

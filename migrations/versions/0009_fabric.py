@@ -33,6 +33,8 @@ def upgrade() -> None:
             ADD COLUMN usage_steps integer
         """
     )
+    # the nccl source looks for attempts that ended lately, every few minutes
+    op.execute("CREATE INDEX job_attempt_end_at ON job_attempt (end_at)")
     # a.* was expanded when the view was made: make it again so it has the new columns
     op.execute("DROP VIEW job_attempt_outcome")
     op.execute(_ATTEMPT_OUTCOME_VIEW)
@@ -218,6 +220,7 @@ def downgrade() -> None:
     ):
         op.execute(f"DROP TABLE {table}")
     op.execute("DROP VIEW job_attempt_outcome")
+    op.execute("DROP INDEX job_attempt_end_at")
     op.execute(
         """
         ALTER TABLE job_attempt

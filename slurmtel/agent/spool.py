@@ -197,11 +197,15 @@ class Spool:
         with self._lock:
             self._db.execute("BEGIN")
             try:
-                rows = self._db.execute(
-                    f"SELECT seq, kind, payload FROM items WHERE seq > ? AND kind IN ({marks}) "
-                    "ORDER BY seq LIMIT ?",
-                    (int(after), *kinds, max(0, int(limit))),
-                ).fetchall()
+                rows = (
+                    self._db.execute(
+                        f"SELECT seq, kind, payload FROM items WHERE seq > ? AND kind IN ({marks}) "
+                        "ORDER BY seq LIMIT ?",
+                        (int(after), *kinds, max(0, int(limit))),
+                    ).fetchall()
+                    if kinds
+                    else []
+                )
                 if len(rows) >= limit and rows:
                     covered = int(rows[-1][0])
                 else:

@@ -102,7 +102,6 @@ class _Table:
 class _Builder:
     """What one run has shown so far."""
 
-    first_line: int = 0
     seen: set[str] = field(default_factory=set)
     tool: str = "nccl-tests"
     library: str = ""
@@ -123,7 +122,6 @@ class _Builder:
     avg_text: str = ""
     failures: list[str] = field(default_factory=list)
     failed_hosts: list[str] = field(default_factory=list)
-    concluded: bool = False
 
     @property
     def finished_table(self) -> bool:
@@ -145,7 +143,7 @@ def parse_nccl_tests(raw: str | bytes, *, origin: str = "<input>") -> list[NcclR
     """The runs in one nccl-tests / rccl-tests log, in order; a Rejected record when there is none."""
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     runs: list[_Builder] = []
-    current = _Builder(first_line=1)
+    current = _Builder()
     pending_collective = ""
     for lineno, original in enumerate(text.splitlines(), start=1):
         line = _clean(original)
@@ -158,7 +156,7 @@ def parse_nccl_tests(raw: str | bytes, *, origin: str = "<input>") -> list[NcclR
             if current.finished_table or marker in current.seen:
                 if current.has_content:
                     runs.append(current)
-                current = _Builder(first_line=lineno, command_collective=pending_collective)
+                current = _Builder(command_collective=pending_collective)
                 pending_collective = ""
             current.seen.add(marker)
         if _NCCL_LOG.match(line):
@@ -171,7 +169,6 @@ def parse_nccl_tests(raw: str | bytes, *, origin: str = "<input>") -> list[NcclR
             if m.group(1) == "starting":
                 current.collective = name or current.collective
             else:
-                current.concluded = True
                 current.collective = current.collective or name
             continue
         if (m := _HEADER.search(line)) is not None:

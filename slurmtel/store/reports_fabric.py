@@ -29,7 +29,8 @@ from slurmtel.store.usage import JobFilter
 
 @dataclass(frozen=True)
 class FabricRunRow:
-    """One acceptance run, and how it compares with the earlier ok runs of the same kind.
+    """One acceptance run, and how it compares with the earlier ok runs of the same kind (the
+    report lists them per node set and collective, in time order).
 
     Comparable runs share the cluster, node set, collective, ranks, data type and size range.
     `baseline_busbw_gbps` is the median avg busbw of up to `fabric.baseline_runs` of the latest
@@ -118,7 +119,8 @@ _RUNS_SQL = """
     ) b ON true
     WHERE r.run_at >= :start AND r.run_at < :end
       AND (cardinality(CAST(:f_clusters AS text[])) = 0 OR r.cluster = ANY(CAST(:f_clusters AS text[])))
-    ORDER BY r.run_at, r.id
+    -- a time series per node set and collective
+    ORDER BY r.cluster, r.node_set, r.collective, r.ranks, r.run_at, r.id
 """
 
 
@@ -202,7 +204,8 @@ def _suspects(
             c["named"] += node in named
             if run.bad:
                 c["bad"] += 1
-                last_bad[(run.cluster, node)] = run.run_at
+                key = (run.cluster, node)
+                last_bad[key] = max(last_bad.get(key, run.run_at), run.run_at)
     rows = [
         FabricSuspectRow(
             cluster=cluster,
