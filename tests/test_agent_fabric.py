@@ -4,7 +4,7 @@ counter widths, saturation, wraps and resets; the agent spools them with their b
 
 from __future__ import annotations
 
-import dataclasses
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,6 +13,7 @@ import pytest
 from slurmtel.agent.fabric import FabricWindows, counter_increase, read_infiniband, read_nvlinks
 from slurmtel.agent.fake_nvml import FakeDevice, FakeNvml
 from slurmtel.agent.main import Agent
+from slurmtel.agent.protocol import record_from_dict
 from slurmtel.config import Config, config_from_dict
 from slurmtel.records import NvlinkCounters, PortCounters
 from tests.conftest import fixture_path
@@ -230,55 +231,56 @@ def agent_config(tmp_path: Path, sysfs: Path) -> Config:
 
 
 def fake_hpe() -> FakeNvml:
-    from slurmtel.agent.fake_nvml import FakeNvml as Fake
-
-    fake = Fake.from_nvlink(
+    """The HPE DL380a's two H100 PCIe joined by NVLink bridges (its nvlink -s and -R captures)."""
+    return FakeNvml.from_nvlink(
         (NVLINK / "hpe_dl380a_gen11_2x_h100pcie_nvlink_s_bridge_inactive_links.txt").read_text(),
         (NVLINK / "hpe_dl380a_gen11_2x_h100pcie_nvlink_R_remote.txt").read_text(),
     )
-    return fake
 
 
-def test_agent_spools_port_windows_with_their_baseline_and_resumes_after_a_restart(tmp_path: Path) -> None:
+def spooled(agent: Agent, kind: str) -> list[object]:
+    return [
+        record_from_dict(kind, json.loads(i.payload)) for i in agent.spool.read(0, 10000) if i.kind == kind
+    ]
+
+
+def test_agent_spools_windows_with_their_baseline_and_resumes_after_a_restart(tmp_path: Path) -> None:
     sysfs = gpud_sysfs(tmp_path / "sys")
     config = agent_config(tmp_path, sysfs)
     now = [T0 + 1]
     agent = Agent(config, fake_hpe(), clock=lambda: now[0])
-    agent.nvml.init()
-    agent.rediscover(force=True)
+    agent.start()
     agent.read_fabric(now[0])
-    assert [i.kind for i in agent.spool.read(0, 100)].count("port_counters") == 0
+    assert spooled(agent, "port_counters") == [] and spooled(agent, "nvlink_counters") == []
     set_counter(sysfs, "mlx5_0", 1, "symbol_error", 5)
     now[0] = T0 + 31
     agent.read_fabric(now[0])
-    agent.read_fabric(now[0] + 1)  # the same window: nothing
-    kinds = [i.kind for i in agent.spool.read(0, 1000)]
-    assert kinds.count("port_counters") == 9
-    assert "topology" in kinds
-    agent.spool.close()
-    # a new process (kill -9 or not): the baseline comes from the spool, nothing is lost
+    agent.read_fabric(now[0] + 1)  # the same window: nothing more
+    assert len(spooled(agent, "port_counters")) == 9
+    # both GPUs' 12 active bridge links: error counters read (the capture shows no throughput)
+    nvlinks = spooled(agent, "nvlink_counters")
+    assert [(r.links_active, r.links_total, r.tx_bytes) for r in nvlinks] == [(12, 18, None), (12, 18, None)]  # type: ignore[attr-defined]
+    assert len(spooled(agent, "topology")) == 1
+    agent.close()
+    # a new process (after a clean stop or kill -9 alike): the baseline comes from the spool
     set_counter(sysfs, "mlx5_0", 1, "symbol_error", 9)
     later = Agent(config, fake_hpe(), clock=lambda: T0 + 95)
-    later.fabric.restore_state(later.spool.get_state("fabric"))
+    later.start()
     later.read_fabric(T0 + 95)
-    import json
-
-    from slurmtel.agent.protocol import record_from_dict
-
-    items = [i for i in later.spool.read(0, 1000) if i.kind == "port_counters"]
-    last = [record_from_dict("port_counters", json.loads(i.payload)) for i in items[-9:]]
-    mlx5_0 = next(r for r in last if isinstance(r, PortCounters) and r.device == "mlx5_0")
-    assert mlx5_0.deltas["symbol_error"] == 4
-    assert mlx5_0.window_start_at == datetime.fromtimestamp(T0 + 30, UTC)
-    later.spool.close()
+    ports = [
+        r for r in spooled(later, "port_counters") if isinstance(r, PortCounters) and r.device == "mlx5_0"
+    ]
+    assert [(p.window_start_at, p.window_seconds, p.deltas["symbol_error"]) for p in ports] == [
+        (datetime.fromtimestamp(T0, UTC), 30.0, 5),
+        (datetime.fromtimestamp(T0 + 30, UTC), 64.0, 4),
+    ]
+    later.close()
 
 
 def test_nvlink_counters_of_a_gpu_without_nvlink_are_not_read() -> None:
-    from slurmtel.agent.fake_nvml import FakeNvml as Fake
-
-    fake = Fake.from_capture(fixture_path("nvidia_smi", "linux-x86_64__nvidia-l40s__595.80.txt"))
+    fake = FakeNvml.from_capture(fixture_path("nvidia_smi", "linux-x86_64__nvidia-l40s__595.80.txt"))
     fake.init()
     fake.load_nvlink((NVLINK / "nvgpuexporter_1x_l40s_595.80_nvlink_s_unsupported.txt").read_text())
     device = fake.devices[0]
     assert device.nvlinks == {}
-    assert dataclasses.replace(device).nvlinks == {}
+    assert read_nvlinks(fake, [], lambda u, e: None) == []

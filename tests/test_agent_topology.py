@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from slurmtel.agent.fake_nvml import FakeNvml
 from slurmtel.agent.main import Agent
 from slurmtel.agent.nvml import NvmlError
+from slurmtel.agent.protocol import record_from_dict
 from slurmtel.agent.topology import discover_nvlinks, nvml_topology
 from slurmtel.config import config_from_dict
 from slurmtel.parsers.topology import parse_topo_matrix
@@ -141,10 +143,6 @@ def test_the_agent_spools_its_topology_and_a_change(tmp_path: Path) -> None:
     for n in (0, 1):
         fake.devices[0].nvlinks[n].active = False
     agent.rediscover()
-    import json
-
-    from slurmtel.agent.protocol import record_from_dict
-
     spooled = [
         record_from_dict("topology", json.loads(i.payload))
         for i in agent.spool.read(0, 100)
