@@ -69,6 +69,9 @@ class SacctSourceConfig:
     # a longer window (a backfill, collect --once -S ...) is read in sacct calls of at most
     # this many seconds, each stored in its own transaction; 0 = one call for the whole window
     chunk_seconds: int = 86400
+    # read the job steps too (sacct without -X): CPU time and peak memory per attempt, for
+    # the researcher's efficiency figures; false = allocations only (-X), a smaller answer
+    steps: bool = True
 
 
 @dataclass(frozen=True)
@@ -151,12 +154,37 @@ class AgentSourceConfig(ScrapeTargetsConfig):
     page_size: int = 5000
 
 
+# nccl-tests / rccl-tests jobs: "nccl" or "rccl" as a word of the name, or a *_perf binary's name
+DEFAULT_NCCL_JOB_PATTERN = "(?i)(^|[^a-z0-9])(nccl|rccl)([^a-z0-9]|$)|_perf$"
+
+
+@dataclass(frozen=True)
+class NcclSourceConfig:
+    """[sources.nccl]: acceptance runs (nccl-tests, rccl-tests) from acceptance jobs' StdOut."""
+
+    # the daemon reads acceptance jobs' StdOut files (they must be readable by its user: see
+    # README); off by default, `collect nccl --input` works either way
+    enabled: bool = False
+    interval_seconds: int = 300
+    # jobs whose name matches this (a regular expression as PostgreSQL reads it, searched in
+    # the name) are acceptance runs: their StdOut file is read once they have ended
+    job_name_pattern: str = DEFAULT_NCCL_JOB_PATTERN
+    # attempts that ended at most this long ago are looked at
+    lookback_seconds: int = 7 * 86400
+    # a StdOut file that is not there is looked for again until this long after the job ended
+    # (shared file systems lag); then it is quarantined
+    wait_seconds: int = 3600
+    # a larger log is quarantined rather than read
+    max_log_bytes: int = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class SourcesConfig:
     sacct: SacctSourceConfig = field(default_factory=SacctSourceConfig)
     slurmctld: SlurmctldSourceConfig = field(default_factory=SlurmctldSourceConfig)
     dcgm: DcgmSourceConfig = field(default_factory=DcgmSourceConfig)
     agent: AgentSourceConfig = field(default_factory=AgentSourceConfig)
+    nccl: NcclSourceConfig = field(default_factory=NcclSourceConfig)
 
 
 @dataclass(frozen=True)
@@ -220,6 +248,9 @@ class AgentConfig:
     spool_max_bytes: int = 64 * 1024 * 1024
     # where /PID/cgroup and /PID/environ are read to map GPU processes to Slurm jobs
     proc_root: str = "/proc"
+    # where class/infiniband/*/ports/*/counters and hw_counters are read (InfiniBand/RoCE
+    # port counters, once per summary window)
+    sysfs_root: str = "/sys"
     # node name the agent reports; "" = the short hostname
     node_name: str = ""
     # file holding a shared token; when set, /v1/* requests need "Authorization: Bearer <token>"
@@ -287,6 +318,18 @@ class DaemonConfig:
 
 
 @dataclass(frozen=True)
+class FabricConfig:
+    """[fabric]: `slurmtel report fabric`."""
+
+    # a run whose average bus bandwidth is below this fraction of its baseline is flagged
+    # (the baseline: the median of the earlier ok runs of the same nodes, collective, ranks,
+    # data type and sizes)
+    baseline_fraction: float = 0.9
+    # the baseline is the median of at most this many of those earlier runs, the latest
+    baseline_runs: int = 10
+
+
+@dataclass(frozen=True)
 class LoggingConfig:
     # DEBUG, INFO, WARNING, ERROR
     level: str = "INFO"
@@ -305,6 +348,7 @@ class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
     chargeback: ChargebackConfig = field(default_factory=ChargebackConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    fabric: FabricConfig = field(default_factory=FabricConfig)
     # where the config was read from (None = built-in defaults); not a TOML key
     path: Path | None = field(default=None, compare=False, metadata={"toml": False})
 
@@ -497,6 +541,23 @@ def _validate_chargeback(chargeback: ChargebackConfig) -> None:
             )
 
 
+def _validate_nccl(nccl: NcclSourceConfig) -> None:
+    for name in ("interval_seconds", "lookback_seconds", "max_log_bytes"):
+        if getattr(nccl, name) <= 0:
+            raise ConfigError(f"sources.nccl.{name} must be positive")
+    if nccl.wait_seconds < 0:
+        raise ConfigError("sources.nccl.wait_seconds must not be negative")
+    if not nccl.job_name_pattern:
+        raise ConfigError("sources.nccl.job_name_pattern must not be empty (set enabled = false instead)")
+
+
+def _validate_fabric(fabric: FabricConfig) -> None:
+    if not 0 < fabric.baseline_fraction <= 1:
+        raise ConfigError("fabric.baseline_fraction must be in (0, 1]")
+    if fabric.baseline_runs < 1:
+        raise ConfigError("fabric.baseline_runs must be at least 1")
+
+
 def _validate_daemon(daemon: DaemonConfig) -> None:
     if not 0 <= daemon.port <= 65535:
         raise ConfigError("daemon.port must be between 0 and 65535")
@@ -523,6 +584,8 @@ def _validated(config: Config) -> Config:
         for name in ("interval_seconds", "timeout_seconds"):
             if getattr(getattr(config.sources, source), name) <= 0:
                 raise ConfigError(f"sources.{source}.{name} must be positive")
+    _validate_nccl(config.sources.nccl)
+    _validate_fabric(config.fabric)
     for source in ("dcgm", "agent"):
         if not 1 <= getattr(config.sources, source).concurrency <= 64:
             raise ConfigError(f"sources.{source}.concurrency must be between 1 and 64")

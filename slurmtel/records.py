@@ -57,6 +57,20 @@ class JobAttempt:
     uid: int | None = None
     work_dir: str = ""
     submit_line: str = ""
+    # the batch script's StdOut file as Slurm expanded it (sacct JSON stdout_expanded, 24.05+);
+    # "" when sacct does not say
+    stdout_path: str = ""
+    # the --output pattern as given ("slurm-%j.out", relative to work_dir); "" when not known
+    stdout_pattern: str = ""
+    # what the attempt's steps used (sacct without -X); None when no step was read.
+    # TotalCPU (user + system) summed over the steps
+    cpu_time_seconds: float | None = None
+    # the largest task's peak RSS in any step (MaxRSS, TRESUsageInMax mem)
+    mem_peak_task_bytes: int | None = None
+    # the largest step's peak RSS over all its tasks and nodes (TRESUsageInTot mem)
+    mem_peak_step_bytes: int | None = None
+    # how many steps the usage figures come from
+    usage_steps: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,3 +220,188 @@ class PendingJob:
     reason: str
     gpus_requested: int = 0
     eligible_at: datetime | None = None
+
+
+# --------------------------------------------------------------------------- fabric and node plane
+
+
+@dataclass(frozen=True, slots=True)
+class NcclRank:
+    """One `# Rank N ... on HOST device D [PCI] MODEL` line of an nccl-tests / rccl-tests log."""
+
+    rank: int
+    host: str
+    device: int
+    # the id as printed: "0x35" (bus only, old versions), "0000:04:00", "0000:05:00.0"
+    pci_id: str
+    # NVML's form "00000000:04:00.0" when the print has a domain, else ""
+    pci_bus_id: str = ""
+    # "" when the line names none (rccl-tests on MI355X)
+    gpu_model: str = ""
+    pid: int | None = None
+    group: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NcclSizeResult:
+    """One message size of an nccl-tests table: out-of-place and in-place measurements.
+
+    Bandwidths are GB/s (10^9 bytes/s) as nccl-tests prints them. `*_wrong` is the `#wrong`
+    column (values that differ from the expected result); older versions print `error` (the
+    largest relative error) instead, kept in `*_error`. None where the log shows N/A or has no
+    such column.
+    """
+
+    size_bytes: int
+    count_elements: int
+    data_type: str
+    # reduction ("sum", "none"); "" where the collective has none
+    redop: str = ""
+    root: int | None = None
+    out_of_place_time_microseconds: float | None = None
+    out_of_place_algbw_gbps: float | None = None
+    out_of_place_busbw_gbps: float | None = None
+    out_of_place_wrong: int | None = None
+    out_of_place_error: float | None = None
+    in_place_time_microseconds: float | None = None
+    in_place_algbw_gbps: float | None = None
+    in_place_busbw_gbps: float | None = None
+    in_place_wrong: int | None = None
+    in_place_error: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NcclRun:
+    """One nccl-tests / rccl-tests run read from a log (a log can hold several runs).
+
+    `status`: "ok"; "degraded" when the results are incomplete or cannot be trusted to be
+    complete (no footer, a cut-off or unreadable table row, fewer sizes than the header asked
+    for); "failed" when data was wrong (`#wrong` > 0, out-of-bounds values FAILED), a rank
+    failed (NCCL/CUDA failure, an MPI or srun abort), or no size was measured. `reasons` says
+    why, one line each.
+    """
+
+    # position of the run in its log, from 0
+    index: int
+    # "nccl-tests" or "rccl-tests"
+    tool: str
+    # "all_reduce", "all_gather", "alltoall", "broadcast", "reduce", "reduce_scatter",
+    # "sendrecv", ...; "" when the log does not say and the table does not tell
+    collective: str
+    # where the collective came from: "log" (the test names itself or its command line),
+    # "table" (inferred from the columns and busbw/algbw), ""
+    collective_source: str
+    status: str
+    reasons: tuple[str, ...]
+    tests_version: str = ""
+    # NCCL or RCCL library version, "2.26.2"
+    nccl_version: str = ""
+    # "nccl" or "rccl"
+    library: str = ""
+    ranks: int | None = None
+    # hosts in rank order, each once
+    hosts: tuple[str, ...] = ()
+    gpu_model: str = ""
+    rank_devices: tuple[NcclRank, ...] = ()
+    results: tuple[NcclSizeResult, ...] = ()
+    # the footer's "Avg bus bandwidth", else the mean busbw of the rows (avg_busbw_source)
+    avg_busbw_gbps: float | None = None
+    # "footer", "computed" or "" (no rows)
+    avg_busbw_source: str = ""
+    # largest out-of-place busbw over the sizes
+    peak_busbw_gbps: float | None = None
+    # Σ #wrong over sizes and both placements (0 where the log has no #wrong column)
+    wrong_values: int = 0
+    # the footer's "Out of bounds values : N"
+    out_of_bounds_values: int | None = None
+    footer_seen: bool = False
+    # hosts that reported a failure (NCCL/CUDA failure lines, mpirun/srun abort lines)
+    failed_hosts: tuple[str, ...] = ()
+    # header: "validation: 1"; None when the log has no header
+    validation: bool | None = None
+    threads: int | None = None
+    gpus_per_process: int | None = None
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    iterations: int | None = None
+    warmup_iterations: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PortCounters:
+    """What one InfiniBand / RoCE port counted during one window: the increase of each sysfs
+    counter (`ports/N/counters/*`, `ports/N/hw_counters/*`) between two reads.
+
+    Names are the kernel's: port_xmit_data / port_rcv_data count 4-byte words, port_xmit_wait
+    ticks with data to send and no credit (congestion), the *_errors, link_downed,
+    link_error_recovery, symbol_error ... events. Natural key: (node, device, port,
+    window_start_at).
+    """
+
+    node: str
+    # "mlx5_0"
+    device: str
+    port: int
+    window_start_at: datetime
+    window_seconds: float
+    # "InfiniBand" or "Ethernet" (RoCE)
+    link_layer: str = ""
+    # "ACTIVE", "DOWN", ... and "LinkUp", "Disabled", ... at the end of the window
+    state: str = ""
+    phys_state: str = ""
+    rate_gbps: float | None = None
+    # counter -> increase during the window (a counter that cannot be read is absent)
+    deltas: dict[str, int] = field(default_factory=dict, hash=False)
+    # counters that went back (cleared, driver reload): their increase counts from zero
+    resets: tuple[str, ...] = ()
+    # counters pinned at their maximum (IB error counters saturate): the increase is a floor
+    saturated: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NvlinkCounters:
+    """What one GPU's NVLinks did during one window (NVML counters, increases between reads)."""
+
+    node: str
+    gpu_uuid: str
+    window_start_at: datetime
+    window_seconds: float
+    links_active: int
+    # links NVML reports on the GPU, active or not
+    links_total: int
+    # payload bytes sent and received over all links (None where NVML has no counter)
+    tx_bytes: int | None = None
+    rx_bytes: int | None = None
+    # error counter -> increase over all links: "replay", "recovery", "crc_flit", "crc_data", "ecc_data"
+    errors: dict[str, int] = field(default_factory=dict, hash=False)
+    # "LINK:counter" -> increase, for the links and counters that grew
+    link_errors: dict[str, int] = field(default_factory=dict, hash=False)
+    # counters that went back during the window
+    resets: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTopology:
+    """A node's GPU topology: how each pair of GPUs (and NICs) is connected.
+
+    `links` are "A-B:KIND" for every unordered pair of devices, KIND as `nvidia-smi topo -m`
+    words it: NV<n> (n bonded NVLinks), PIX, PXB, PHB, NODE, SYS. `summary` says the same in
+    words, GPU pairs only (what drift compares across nodes).
+    """
+
+    node: str
+    observed_at: datetime
+    # "nvml" (the agent) or "topo-matrix" (a saved `nvidia-smi topo -m`)
+    source: str
+    # "GPU0", "GPU1", ..., "NIC0", ...
+    devices: tuple[str, ...]
+    links: tuple[str, ...]
+    summary: str
+    # per GPU, in order: its UUID ("" where not known), CPU and NUMA affinity as printed
+    gpu_uuids: tuple[str, ...] = ()
+    cpu_affinity: tuple[str, ...] = ()
+    numa_affinity: tuple[str, ...] = ()
+    # per NIC, in order: its device name ("mlx5_0") where the legend names it
+    nic_names: tuple[str, ...] = ()
+    # peer-to-peer reads per ordered GPU pair (NVML): "GPU0-GPU1:ok", "GPU0-GPU2:not_supported"
+    p2p: tuple[str, ...] = ()

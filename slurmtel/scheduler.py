@@ -324,6 +324,7 @@ class Schedule:
     def _maintain(self) -> Failure:
         """Daily gpu_summary partitions ahead; drop those past retention and their batches."""
         from slurmtel.store.daemon import delete_batches_before
+        from slurmtel.store.fabric import delete_counter_windows_before
         from slurmtel.store.telemetry import drop_partitions_before, ensure_partitions
 
         telemetry = self.ctx.config.telemetry
@@ -332,7 +333,10 @@ class Schedule:
         with self.ctx.engine.begin() as conn:
             created = ensure_partitions(conn, today, today + timedelta(days=telemetry.partitions_ahead_days))
             dropped = drop_partitions_before(conn, cutoff)
-            batches = delete_batches_before(conn, datetime(cutoff.year, cutoff.month, cutoff.day, tzinfo=UTC))
+            cutoff_at = datetime(cutoff.year, cutoff.month, cutoff.day, tzinfo=UTC)
+            batches = delete_batches_before(conn, cutoff_at)
+            # the fabric counters' windows live as long as the raw summaries
+            counter_windows = delete_counter_windows_before(conn, cutoff_at)
         self.metrics.partitions.labels(action="created").inc(len(created))
         self.metrics.partitions.labels(action="dropped").inc(len(dropped))
         self.metrics.batches_deleted.inc(batches)
@@ -342,6 +346,7 @@ class Schedule:
             partitions_created=len(created),
             partitions_dropped=len(dropped),
             batches_deleted=batches,
+            counter_windows_deleted=counter_windows,
             retention_cutoff=cutoff.isoformat(),
         )
         return None

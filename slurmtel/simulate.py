@@ -120,17 +120,71 @@ def _job_object(template: bytes, sim: SimJob) -> dict[str, Any]:
     return job
 
 
-def render_sacct_json(jobs: Iterable[SimJob], *, cluster: str = "sim", with_steps: bool = False) -> bytes:
+def render_sacct_json(
+    jobs: Iterable[SimJob], *, cluster: str = "sim", with_steps: bool = False, usage_steps: int = 0
+) -> bytes:
     """The `sacct --json` output (Slurm 24.11, data_parser v0.0.42) for JOBS.
 
-    Without steps by default: slurmtel runs `sacct -X` (allocations only), whose JSON carries
-    empty step lists; WITH_STEPS keeps the template's batch step, as plain `sacct --json` does.
+    Without steps by default (`sacct -X`, allocations only: empty step lists); WITH_STEPS keeps
+    the template's batch step, as plain `sacct --json` does. USAGE_STEPS gives each started job
+    that many steps carrying usage (TotalCPU, TRESUsageIn max/min/average/total, consumed) in
+    the shape and size of a real 22.05 capture's steps, for measuring what reading steps costs.
     """
-    document, template = _template(with_steps)
+    document, template = _template(with_steps or usage_steps > 0)
     document = dict(document)
-    document["jobs"] = [_job_object(template, job) for job in jobs]
+    sims = list(jobs)
+    document["jobs"] = [_job_object(template, job) for job in sims]
+    if usage_steps:
+        for job, sim in zip(document["jobs"], sims, strict=True):
+            if sim.start_at is not None:
+                job["steps"] = [_usage_step(job["steps"][0], sim, n) for n in range(usage_steps)]
     document["meta"]["slurm"]["cluster"] = cluster
     return orjson.dumps(document)
+
+
+def _usage_step(template: dict[str, Any], sim: SimJob, number: int) -> dict[str, Any]:
+    """A step like the lab capture's (tests/fixtures/sacct/slurm-22.05: per-task usage with the
+    node and task of each maximum and minimum), its figures from the job."""
+    step: dict[str, Any] = orjson.loads(orjson.dumps(template))
+    node = sim.nodes[0] if sim.nodes else "gpu001"
+    elapsed = int(((sim.end_at or sim.start_at) - sim.start_at).total_seconds()) if sim.start_at else 0
+    cpu_seconds = elapsed * sim.cpus * (0.2 + (sim.job_id_raw % 7) / 10)
+    rss = (1 + sim.job_id_raw % 13) * 2**30
+    usage = [
+        ("cpu", None, int(cpu_seconds * 1000)),
+        ("mem", None, rss),
+        ("energy", None, 0),
+        ("fs", "disk", 15465 + sim.job_id_raw % 1000),
+        ("vmem", None, rss * 3),
+        ("pages", None, sim.job_id_raw % 5),
+    ]
+
+    def items(with_task: bool) -> list[dict[str, Any]]:
+        out = []
+        for kind, name, count in usage:
+            item: dict[str, Any] = {"type": kind, "name": name or "", "id": 1, "count": count}
+            if with_task:
+                item.update(task=0, node=node)
+            out.append(item)
+        return out
+
+    step["step"]["id"] = f"{sim.job_id_raw}.{'batch' if number == 0 else number - 1}"
+    step["step"]["name"] = "batch" if number == 0 else "python"
+    step["time"]["total"] = {"seconds": int(cpu_seconds), "microseconds": sim.job_id_raw % 1_000_000}
+    step["time"]["user"] = {"seconds": int(cpu_seconds * 0.9), "microseconds": 0}
+    step["time"]["system"] = {"seconds": int(cpu_seconds * 0.1), "microseconds": 0}
+    step["tres"]["requested"] = {
+        "max": items(True),
+        "min": items(True),
+        "average": items(False),
+        "total": items(False),
+    }
+    consumed = [
+        {"type": "energy", "name": "", "id": 3, "count": 0},
+        {"type": "fs", "name": "disk", "id": 6, "count": 106},
+    ]
+    step["tres"]["consumed"] = {"max": consumed, "min": consumed, "average": consumed, "total": consumed}
+    return step
 
 
 USERS = {

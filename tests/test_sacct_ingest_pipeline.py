@@ -200,9 +200,9 @@ def test_a_long_window_is_read_in_chunks(ctx: RunContext, tmp_path: Path) -> Non
     c = sacct_ctx(ctx, command, chunk_seconds=3600)
     outcome = run_recorded(c, "sacct", "once", lambda: source.collect(c, options))
     assert log.read_text().splitlines() == [
-        "-a -D -X -S 2026-12-02T10:00:00 -E 2026-12-02T11:00:00 --json",
-        "-a -D -X -S 2026-12-02T11:00:00 -E 2026-12-02T12:00:00 --json",
-        "-a -D -X -S 2026-12-02T12:00:00 -E 2026-12-02T12:30:00 --json",
+        "-a -D -S 2026-12-02T10:00:00 -E 2026-12-02T11:00:00 --json",
+        "-a -D -S 2026-12-02T11:00:00 -E 2026-12-02T12:00:00 --json",
+        "-a -D -S 2026-12-02T12:00:00 -E 2026-12-02T12:30:00 --json",
     ]
     assert outcome.status == "ok"
     # the fake prints the same 22 jobs for every chunk: upserts, not duplicates
@@ -224,7 +224,7 @@ def test_chunk_seconds_zero_is_one_call(ctx: RunContext, tmp_path: Path) -> None
     options.start, options.end = "2026-11-01T00:00:00", "2026-12-01T00:00:00"
     c = sacct_ctx(ctx, command, chunk_seconds=0)
     run_recorded(c, "sacct", "once", lambda: source.collect(c, options))
-    assert log.read_text().splitlines() == ["-a -D -X -S 2026-11-01T00:00:00 -E 2026-12-01T00:00:00 --json"]
+    assert log.read_text().splitlines() == ["-a -D -S 2026-11-01T00:00:00 -E 2026-12-01T00:00:00 --json"]
 
 
 def test_a_failed_chunk_keeps_the_chunks_before_it_and_their_cursor(ctx: RunContext, tmp_path: Path) -> None:

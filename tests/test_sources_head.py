@@ -142,9 +142,9 @@ def test_sacct_polling_moves_a_cursor_and_rescans_a_trailing_window(ctx: RunCont
     later = replace(first, clock=lambda: now + timedelta(minutes=5))
     outcome = run_recorded(later, "sacct", "once", lambda: source.collect(later, default_options(source)))
     calls = log.read_text().splitlines()
-    assert calls[0] == "-a -D -X -S 2026-12-01T14:00:00 -E 2026-12-02T14:00:00 --json"
+    assert calls[0] == "-a -D -S 2026-12-01T14:00:00 -E 2026-12-02T14:00:00 --json"
     # the second poll starts rescan_seconds before the cursor the first one left
-    assert calls[1] == "-a -D -X -S 2026-12-02T13:00:00 -E 2026-12-02T14:05:00 --json"
+    assert calls[1] == "-a -D -S 2026-12-02T13:00:00 -E 2026-12-02T14:05:00 --json"
     assert outcome.status == "ok"
     assert outcome.result.rows_written == 0  # the same records again: nothing changed
     assert rows(ctx.engine, "SELECT scope, cursor_at FROM source_cursor") == [
@@ -160,8 +160,8 @@ def test_sacct_explicit_window_and_clusters_leave_the_cursor_alone(ctx: RunConte
     c = sacct_ctx(ctx, command)
     run_recorded(c, "sacct", "once", lambda: source.collect(c, options))
     assert log.read_text().splitlines() == [
-        "-a -D -X -S 2026-12-02T12:00:00 -E 2026-12-02T14:00:00 -M lab --json",
-        "-a -D -X -S 2026-12-02T12:00:00 -E 2026-12-02T14:00:00 -M other --json",
+        "-a -D -S 2026-12-02T12:00:00 -E 2026-12-02T14:00:00 -M lab --json",
+        "-a -D -S 2026-12-02T12:00:00 -E 2026-12-02T14:00:00 -M other --json",
     ]
     assert rows(ctx.engine, "SELECT count(*) FROM source_cursor") == [(0,)]
 

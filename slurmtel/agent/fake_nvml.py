@@ -32,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from slurmtel.agent.nvml import (
@@ -42,6 +43,7 @@ from slurmtel.agent.nvml import (
     INVALID_ARGUMENT,
     NOT_FOUND,
     NOT_SUPPORTED,
+    TOPOLOGY_WORDS,
     GpuProcess,
     MigAttributes,
     NvmlError,
@@ -54,6 +56,7 @@ from slurmtel.parsers.nvidia_smi import (
     parse_nvidia_smi_query,
     parse_nvidia_smi_xml,
 )
+from slurmtel.records import NodeTopology
 
 # NVML function each seam method stands for (NvmlError.call, the agent's error metric label)
 NVML_CALLS = {
@@ -85,7 +88,18 @@ NVML_CALLS = {
     "event_set_create": "nvmlEventSetCreate",
     "register_events": "nvmlDeviceRegisterEvents",
     "event_wait": "nvmlEventSetWait_v2",
+    "nvlink_state": "nvmlDeviceGetNvLinkState",
+    "nvlink_remote_pci_bus_id": "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+    "nvlink_remote_device_type": "nvmlDeviceGetNvLinkRemoteDeviceType",
+    "nvlink_error_counters": "nvmlDeviceGetNvLinkErrorCounter",
+    "nvlink_throughput_kib": "nvmlDeviceGetFieldValues",
+    "topology_common_ancestor": "nvmlDeviceGetTopologyCommonAncestor",
+    "p2p_read_status": "nvmlDeviceGetP2PStatus",
 }
+# `nvidia-smi topo -m` words -> nvmlGpuTopologyLevel_t
+_TOPOLOGY_LEVELS = {word: level for level, word in TOPOLOGY_WORDS.items()}
+# NVLinks a GPU of these generations has (a GPU with NV# pairs adding up to more talks to NVSwitches)
+_MAX_NVLINKS = 18
 
 # architectures with GPM (nvmlGpmQueryDeviceSupport: "Hopper or newer")
 _GPM_ARCHITECTURES = ("Hopper", "Blackwell", "Rubin")
@@ -95,6 +109,23 @@ _PROFILE = re.compile(r"^(?:(?P<ci>\d+)c\.)?(?P<gi>\d+)g\.")
 
 TimeFunction = Callable[[float], float | None]
 ProcessFunction = Callable[[float], list[GpuProcess]]
+# fake clock time -> (data tx KiB, data rx KiB), or error counter -> count
+ThroughputFunction = Callable[[float], tuple[int, int] | None]
+ErrorsFunction = Callable[[float], dict[str, int]]
+
+
+@dataclass(eq=False)
+class FakeNvLink:
+    """One NVLink of a fake GPU."""
+
+    link: int
+    active: bool
+    # the PCI bus id of the far end: a GPU's, or an NVSwitch's
+    remote_pci_bus_id: str = ""
+    # "gpu", "switch", "ibmnpu", "unknown"
+    remote_type: str = "gpu"
+    throughput_kib: ThroughputFunction = lambda t: None
+    errors: ErrorsFunction = lambda t: {}
 
 
 @dataclass(eq=False)
@@ -125,6 +156,8 @@ class FakeDevice:
     sm_clock_mhz: float | None = None
     ecc: tuple[int, int] | None = None
     processes: ProcessFunction = lambda t: []
+    # NVLinks by link number (none: a GPU without NVLink answers NotSupported)
+    nvlinks: dict[int, FakeNvLink] = field(default_factory=dict)
     # running energy integral when no energy function is scripted
     energy_integral_mj: float = field(default=0.0, repr=False)
     energy_integral_t: float | None = field(default=None, repr=False)
@@ -132,6 +165,14 @@ class FakeDevice:
 
 def _constant(value: float | None) -> TimeFunction:
     return lambda t: value
+
+
+def _constant_reading(reading: tuple[int, int]) -> ThroughputFunction:
+    return lambda t: reading
+
+
+def _constant_errors(errors: dict[str, int]) -> ErrorsFunction:
+    return lambda t: dict(errors)
 
 
 def _processes_of(gpu: NvidiaSmiGpu, gi: int | None = None, ci: int | None = None) -> ProcessFunction:
@@ -265,6 +306,9 @@ class FakeNvml:
         self._errors: dict[tuple[str, str], tuple[int, int | None]] = {}
         self._events: deque[NvmlEvent] = deque()
         self._registered: dict[str, int] = {}
+        # (GPU index, GPU index) -> nvmlGpuTopologyLevel_t / nvmlGpuP2PStatus_t, both orders
+        self.topology_levels: dict[tuple[int, int], int] = {}
+        self.p2p_read: dict[tuple[int, int], int] = {}
         # seam method -> number of calls, for tests and the CPU benchmark
         self.calls: dict[str, int] = {}
 
@@ -312,6 +356,73 @@ class FakeNvml:
         return cls.from_gpus(parse_nvidia_smi_query(raw), clock=clock, sleep=sleep)
 
     @classmethod
+    def from_nvlink(
+        cls,
+        *captures: str,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> FakeNvml:
+        """GPUs as `nvidia-smi nvlink` captures of one node list them (index, name, UUID), with
+        the links the captures show (load_nvlink). The captures show no PCI bus ids; `-R`
+        names the far ends, which on a two-GPU node are the two GPUs' own ids; elsewhere each
+        GPU gets a made-up one."""
+        from slurmtel.parsers.nvlink import parse_nvlink
+
+        listed: dict[int, tuple[str, str]] = {}
+        remotes: dict[int, set[str]] = {}
+        for capture in captures:
+            for gpu in parse_nvlink(capture):
+                listed.setdefault(gpu.index, (gpu.name, gpu.uuid))
+                remotes.setdefault(gpu.index, set()).update(
+                    link.remote_pci_bus_id for link in gpu.links.values() if link.remote_pci_bus_id
+                )
+        if not listed:
+            raise ParseError("the nvlink captures name no GPU")
+        indexes = sorted(listed)
+        buses = {i: f"00000000:{0x18 + 0x10 * i:02X}:00.0" for i in indexes}
+        if len(indexes) == 2 and all(len(remotes.get(i, ())) == 1 for i in indexes):
+            first, second = indexes
+            buses[second] = next(iter(remotes[first]))
+            buses[first] = next(iter(remotes[second]))
+        devices = [
+            FakeDevice(uuid=listed[i][1], name=listed[i][0], index=n, pci_bus_id=buses[i])
+            for n, i in enumerate(indexes)
+        ]
+        fake = cls(devices, clock=clock, sleep=sleep)
+        for capture in captures:
+            fake.load_nvlink(capture)
+        return fake
+
+    @classmethod
+    def from_topology(
+        cls,
+        raw: str,
+        name: str = "",
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> FakeNvml:
+        """The GPUs of an `nvidia-smi topo -m` capture (GPU0 ... with made-up UUIDs and PCI bus
+        ids: the matrix shows neither), connected as it shows (load_topology)."""
+        from slurmtel.parsers.topology import parse_topo_matrix
+
+        (topology,) = parse_topo_matrix(raw, node="fake", observed_at=datetime.now(UTC))
+        if not isinstance(topology, NodeTopology):
+            raise ParseError(f"not a topology matrix: {topology.reason}")
+        gpus = [d for d in topology.devices if d.startswith("GPU")]
+        devices = [
+            FakeDevice(
+                uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000",
+                name=name,
+                index=index,
+                pci_bus_id=f"00000000:{0x18 + 0x10 * index:02X}:00.0",
+            )
+            for index in range(len(gpus))
+        ]
+        fake = cls(devices, clock=clock, sleep=sleep)
+        fake.load_topology(raw)
+        return fake
+
+    @classmethod
     def from_capture(
         cls,
         path: str | Path,
@@ -347,6 +458,100 @@ class FakeNvml:
 
     def set_processes(self, uuid: str, fn: ProcessFunction) -> None:
         self.device(uuid).processes = fn
+
+    def set_nvlink_throughput(self, uuid: str, link: int, fn: ThroughputFunction) -> None:
+        """Script a link's (data tx, data rx) KiB counters as a function of the fake clock."""
+        self.device(uuid).nvlinks[link].throughput_kib = fn
+
+    def set_nvlink_errors(self, uuid: str, link: int, fn: ErrorsFunction) -> None:
+        self.device(uuid).nvlinks[link].errors = fn
+
+    def load_nvlink(self, raw: str) -> None:
+        """Give the GPUs the NVLinks an `nvidia-smi nvlink -s` / `-R` / `-gt d` / `-e` capture
+        shows. A capture GPU is matched by UUID, else by index. Remote ends come from `-R`;
+        without it, a 2-GPU node's links join the two GPUs (the only possible peer). Counters
+        in the capture are the links' constant readings until scripted."""
+        from slurmtel.parsers.nvlink import parse_nvlink
+
+        by_uuid = {d.uuid: d for d in self.devices}
+        for gpu in parse_nvlink(raw):
+            device = by_uuid.get(gpu.uuid) or (
+                self.devices[gpu.index] if gpu.index < len(self.devices) else None
+            )
+            if device is None:
+                continue
+            listed = [gpu.links[n] for n in sorted(gpu.links)]
+            known_active = sorted(n for n, fake in device.nvlinks.items() if fake.active)
+            remote_only = bool(listed) and all(x.remote_pci_bus_id and x.speed_gbps is None for x in listed)
+            if remote_only and known_active and len(known_active) == len(listed):
+                # `-R` numbers the active links 0, 1, ... in order, whatever their numbers
+                for number, link in zip(known_active, listed, strict=True):
+                    device.nvlinks[number].remote_pci_bus_id = link.remote_pci_bus_id
+                continue
+            for link in listed:
+                fake = device.nvlinks.setdefault(link.link, FakeNvLink(link.link, link.active is not False))
+                if link.active is not None:
+                    fake.active = link.active
+                if link.remote_pci_bus_id:
+                    fake.remote_pci_bus_id = link.remote_pci_bus_id
+                if link.data_tx_kib is not None or link.data_rx_kib is not None:
+                    fake.throughput_kib = _constant_reading((link.data_tx_kib or 0, link.data_rx_kib or 0))
+                if link.errors:
+                    fake.errors = _constant_errors(dict(link.errors))
+        if len(self.devices) == 2:
+            first, second = self.devices
+            for device, peer in ((first, second), (second, first)):
+                for fake in device.nvlinks.values():
+                    if fake.active and not fake.remote_pci_bus_id:
+                        fake.remote_pci_bus_id = peer.pci_bus_id
+
+    def load_topology(self, raw: str) -> None:
+        """Answer topology questions as an `nvidia-smi topo -m` capture shows the GPUs.
+
+        PCIe pairs (PIX ... SYS) become common-ancestor levels. NV<n> pairs become NVLinks
+        where the GPUs have none yet: n links to the peer, or, when a GPU's NV pairs add up to
+        more links than a GPU has, links to NVSwitches (then every pair is NV<n>). The capture
+        does not say which PCIe path an NV pair also has: such pairs answer SYS.
+        """
+        from slurmtel.parsers.topology import parse_topo_matrix
+
+        (topology,) = parse_topo_matrix(raw, node="fake", observed_at=datetime.now(UTC))
+        if not isinstance(topology, NodeTopology):
+            raise ParseError(f"not a topology matrix: {topology.reason}")
+        gpus = [d for d in topology.devices if d.startswith("GPU")]
+        nv_pairs: dict[int, list[tuple[int, int]]] = {}
+        for link in topology.links:
+            pair, kind = link.rsplit(":", 1)
+            a, b = pair.split("-", 1)
+            if a not in gpus or b not in gpus:
+                continue
+            i, j = int(a[3:]), int(b[3:])
+            if kind.startswith("NV") and kind[2:].isdigit():
+                level = _TOPOLOGY_LEVELS["SYS"]
+                nv_pairs.setdefault(i, []).append((j, int(kind[2:])))
+                nv_pairs.setdefault(j, []).append((i, int(kind[2:])))
+            else:
+                level = _TOPOLOGY_LEVELS.get(kind, _TOPOLOGY_LEVELS["SYS"])
+            self.topology_levels[(i, j)] = self.topology_levels[(j, i)] = level
+            self.p2p_read.setdefault((i, j), 0)
+            self.p2p_read.setdefault((j, i), 0)
+        for index, peers in nv_pairs.items():
+            if index >= len(self.devices) or self.devices[index].nvlinks:
+                continue
+            device = self.devices[index]
+            if sum(n for _, n in peers) > _MAX_NVLINKS:
+                count = max(n for _, n in peers)
+                device.nvlinks = {
+                    n: FakeNvLink(n, True, f"00000000:{0xE0 + n % 16:02X}:00.0", "switch")
+                    for n in range(count)
+                }
+                continue
+            number = 0
+            for peer, n in sorted(peers):
+                bus = self.devices[peer].pci_bus_id if peer < len(self.devices) else ""
+                for _ in range(n):
+                    device.nvlinks[number] = FakeNvLink(number, True, bus, "gpu")
+                    number += 1
 
     def inject_error(self, uuid: str, call: str, code: int = GPU_IS_LOST, count: int | None = None) -> None:
         """Make seam method CALL on device UUID raise NVML error CODE (COUNT times, or always)."""
@@ -574,3 +779,53 @@ class FakeNvml:
 
     def event_set_free(self, event_set: object) -> None:
         self._registered.clear()
+
+    def _nvlink(self, call: str, handle: FakeDevice, link: int) -> FakeNvLink:
+        self._check(call, handle)
+        if not handle.nvlinks or handle.parent is not None:
+            raise self._unsupported(call)
+        fake = handle.nvlinks.get(link)
+        if fake is None:
+            raise NvmlError(NVML_CALLS[call], INVALID_ARGUMENT)
+        return fake
+
+    def nvlink_state(self, handle: FakeDevice, link: int) -> bool:
+        return self._nvlink("nvlink_state", handle, link).active
+
+    def nvlink_remote_pci_bus_id(self, handle: FakeDevice, link: int) -> str:
+        fake = self._nvlink("nvlink_remote_pci_bus_id", handle, link)
+        if not fake.active or not fake.remote_pci_bus_id:
+            raise self._unsupported("nvlink_remote_pci_bus_id")
+        return fake.remote_pci_bus_id
+
+    def nvlink_remote_device_type(self, handle: FakeDevice, link: int) -> str:
+        return self._nvlink("nvlink_remote_device_type", handle, link).remote_type
+
+    def nvlink_error_counters(self, handle: FakeDevice, link: int) -> dict[str, int]:
+        fake = self._nvlink("nvlink_error_counters", handle, link)
+        counts = fake.errors(self.clock())
+        if not counts:
+            # what every NVLink GPU supports, at zero when the capture shows no counts
+            return {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}
+        return counts
+
+    def nvlink_throughput_kib(self, handle: FakeDevice, link: int) -> tuple[int, int]:
+        fake = self._nvlink("nvlink_throughput_kib", handle, link)
+        reading = fake.throughput_kib(self.clock())
+        if reading is None:
+            raise self._unsupported("nvlink_throughput_kib")
+        return reading
+
+    def topology_common_ancestor(self, first: FakeDevice, second: FakeDevice) -> int:
+        self._check("topology_common_ancestor", first)
+        level = self.topology_levels.get((first.index, second.index))
+        if level is None or first.parent is not None or second.parent is not None:
+            raise self._unsupported("topology_common_ancestor")
+        return level
+
+    def p2p_read_status(self, first: FakeDevice, second: FakeDevice) -> int:
+        self._check("p2p_read_status", first)
+        status = self.p2p_read.get((first.index, second.index))
+        if status is None:
+            raise self._unsupported("p2p_read_status")
+        return status

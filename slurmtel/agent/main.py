@@ -22,6 +22,7 @@ from pathlib import Path
 from types import FrameType
 
 from slurmtel import __version__
+from slurmtel.agent.fabric import FabricWindows, read_infiniband, read_nvlinks
 from slurmtel.agent.metrics import AgentMetrics
 from slurmtel.agent.nvml import NvmlApi, NvmlError
 from slurmtel.agent.protocol import AgentRecord
@@ -29,10 +30,11 @@ from slurmtel.agent.sampler import Sampler
 from slurmtel.agent.server import AgentHttpServer
 from slurmtel.agent.spool import Spool
 from slurmtel.agent.summarize import WindowSummarizer
+from slurmtel.agent.topology import GpuLinks, discover_nvlinks, nvml_topology
 from slurmtel.config import Config, load_config
 from slurmtel.errors import ConfigError, SlurmtelError
 from slurmtel.logs import configure_logging
-from slurmtel.records import GpuEvent, GpuInventory, GpuSummary
+from slurmtel.records import GpuEvent, GpuInventory, GpuSummary, NodeTopology
 from slurmtel.sdnotify import notify, watchdog_seconds
 
 log = logging.getLogger("slurmtel.agent")
@@ -45,6 +47,7 @@ INVENTORY_REFRESH_SECONDS = 86400.0
 # longest single wait, so SIGTERM is noticed quickly even inside nvmlEventSetWait
 _MAX_WAIT_SECONDS = 0.5
 _SUMMARIZER_STATE = "summarizer"
+_FABRIC_STATE = "fabric"
 
 
 def node_name(config: Config) -> str:
@@ -80,6 +83,10 @@ def _inventory_key(records: Sequence[GpuInventory]) -> list[tuple[object, ...]]:
     )
 
 
+def _topology_key(topology: NodeTopology) -> tuple[object, ...]:
+    return (topology.devices, topology.links, topology.gpu_uuids, topology.p2p)
+
+
 class Agent:
     """Sampling loop + spool + HTTP server. `run()` blocks until `stop` is set."""
 
@@ -113,6 +120,12 @@ class Agent:
         self._inventory: list[tuple[object, ...]] = []
         self._inventory_spooled_at = 0.0
         self._discovered_at = 0.0
+        # fabric counters: read once per summary window, at the first tick after its end
+        self.fabric = FabricWindows(self.node, float(agent.summary_window_seconds))
+        self._fabric_window = -1
+        self._nvlink_gpus: list[GpuLinks] = []
+        self._topology: tuple[object, ...] = ()
+        self._topology_spooled_at = 0.0
 
     # lifecycle ----------------------------------------------------------------------------
 
@@ -123,6 +136,9 @@ class Agent:
         if saved:
             self._spool_summaries(self.summarizer.restore_state(saved, self.clock()))
             self.spool.delete_state(_SUMMARIZER_STATE)
+        fabric = self.spool.get_state(_FABRIC_STATE)
+        if fabric:
+            self.fabric.restore_state(fabric)
         self.server.start()
         host, port = self.server.address
         log.info(
@@ -188,6 +204,28 @@ class Agent:
             self.summarizer.clock_resets = 0
         self._spool_summaries(closed)
         self._spool_events(self.sampler.take_counter_events())
+        self.read_fabric(now)
+
+    def read_fabric(self, now: float) -> None:
+        """At the first tick of each window: the fabric counters' increases since the last
+        read, spooled with the readings themselves (the next window's baseline)."""
+        window = int(now // self.fabric.window_seconds)
+        if window == self._fabric_window:
+            return
+        self._fabric_window = window
+        try:
+            ports = self.fabric.port_windows(read_infiniband(self.config.agent.sysfs_root), now)
+        except OSError as exc:  # an unreadable sysfs tree costs this window, not the agent
+            log.warning("InfiniBand counters unreadable: %s", exc)
+            ports = []
+        gpus = [(g.uuid, g.handle, g.active, len(g.links)) for g in self._nvlink_gpus if g.active]
+        nvlinks = self.fabric.nvlink_windows(read_nvlinks(self.nvml, gpus, self.sampler.record_error), now)
+        records: list[AgentRecord] = [*ports, *nvlinks]
+        try:
+            self.spool.append_records(records, state=(_FABRIC_STATE, self.fabric.export_state()))
+        except sqlite3.Error as exc:
+            log.error("spool write failed, %d fabric windows lost: %s", len(records), exc)
+            self.metrics.spool_errors.inc()
 
     def rediscover(self, force: bool = False) -> None:
         self._discovered_at = self.monotonic()
@@ -208,6 +246,35 @@ class Agent:
             self._inventory = key
             self._inventory_spooled_at = self.monotonic()
             self.sampler.start_events()
+        self.discover_topology(inventory, force=force)
+
+    def discover_topology(self, inventory: Sequence[GpuInventory], force: bool = False) -> None:
+        """The GPUs' NVLinks and how each pair is connected; spooled when it changed (daily at least)."""
+        bus_ids = {r.gpu_uuid: r.pci_bus_id for r in inventory}
+        gpus = [
+            discover_nvlinks(
+                self.nvml, d.uuid, d.handle, d.index, bus_ids.get(d.uuid, ""), self.sampler.record_error
+            )
+            for d in self.sampler.devices
+            if not d.parent_uuid
+        ]
+        self._nvlink_gpus = gpus
+        if not gpus:
+            return
+        topology = nvml_topology(
+            self.nvml,
+            self.node,
+            gpus,
+            datetime.fromtimestamp(self.clock(), UTC),
+            self.sampler.record_error,
+        )
+        key = _topology_key(topology)
+        stale = self.monotonic() - self._topology_spooled_at >= INVENTORY_REFRESH_SECONDS
+        if (force or key != self._topology or stale) and self._append([topology]):
+            if key != self._topology and self._topology:
+                log.info("GPU topology changed: %s", topology.summary)
+            self._topology = key
+            self._topology_spooled_at = self.monotonic()
 
     def _append(self, records: Sequence[AgentRecord]) -> bool:
         try:

@@ -63,6 +63,26 @@ AGENT_EVENT_TYPES = EVENT_XID_CRITICAL | EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT
 # NVML reports "no MIG instance" in event data as 0xFFFFFFFF
 _NO_INSTANCE = 0xFFFFFFFF
 
+# NVLink (nvml.h): links a device can have (36 in nvidia-ml-py 13; a device answers
+# InvalidArgument or NotSupported for links it does not have), the DL error counters, the
+# remote device types, field ids of the throughput counters (KiB)
+NVLINK_MAX_LINKS = 36
+NVLINK_ERROR_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3, "ecc_data": 4}
+NVLINK_REMOTE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "switch"}
+FI_NVLINK_THROUGHPUT_DATA_TX = 138
+FI_NVLINK_THROUGHPUT_DATA_RX = 139
+# nvmlGpuTopologyLevel_t and how `nvidia-smi topo -m` words each level
+TOPOLOGY_WORDS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+P2P_CAPS_INDEX_READ = 0
+P2P_STATUS_WORDS = {
+    0: "ok",
+    1: "chipset_not_supported",
+    2: "gpu_not_supported",
+    3: "topology_not_supported",
+    4: "disabled_by_regkey",
+    5: "not_supported",
+}
+
 DeviceHandle = Any
 EventSet = Any
 
@@ -157,6 +177,20 @@ class NvmlApi(Protocol):
     # None when nothing arrived within timeout_ms
     def event_wait(self, event_set: EventSet, timeout_ms: int) -> NvmlEvent | None: ...
     def event_set_free(self, event_set: EventSet) -> None: ...
+    # NVLink, per link: InvalidArgument or NotSupported for a link the device does not have
+    def nvlink_state(self, handle: DeviceHandle, link: int) -> bool: ...
+    # PCI bus id of the device at the other end ("00000000:D5:00.0"; an NVSwitch's own id)
+    def nvlink_remote_pci_bus_id(self, handle: DeviceHandle, link: int) -> str: ...
+    # "gpu", "switch", "ibmnpu" or "unknown"
+    def nvlink_remote_device_type(self, handle: DeviceHandle, link: int) -> str: ...
+    # the DL error counters the link supports (NVLINK_ERROR_COUNTERS names -> count)
+    def nvlink_error_counters(self, handle: DeviceHandle, link: int) -> dict[str, int]: ...
+    # payload KiB sent and received since the driver loaded (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_*)
+    def nvlink_throughput_kib(self, handle: DeviceHandle, link: int) -> tuple[int, int]: ...
+    # nvmlGpuTopologyLevel_t of the closest common ancestor of two GPUs (TOPOLOGY_WORDS)
+    def topology_common_ancestor(self, first: DeviceHandle, second: DeviceHandle) -> int: ...
+    # nvmlGpuP2PStatus_t of peer-to-peer reads from FIRST to SECOND
+    def p2p_read_status(self, first: DeviceHandle, second: DeviceHandle) -> int: ...
 
 
 T = TypeVar("T")
@@ -445,3 +479,76 @@ class Nvml:
 
     def event_set_free(self, event_set: EventSet) -> None:
         self._call("nvmlEventSetFree", lambda: self._nv.nvmlEventSetFree(event_set))
+
+    def nvlink_state(self, handle: DeviceHandle, link: int) -> bool:
+        nv = self._nv
+        state = self._call("nvmlDeviceGetNvLinkState", lambda: nv.nvmlDeviceGetNvLinkState(handle, link))
+        return bool(state == nv.NVML_FEATURE_ENABLED)
+
+    def nvlink_remote_pci_bus_id(self, handle: DeviceHandle, link: int) -> str:
+        info = self._call(
+            "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+            lambda: self._nv.nvmlDeviceGetNvLinkRemotePciInfo(handle, link),
+        )
+        bus = info.busId
+        return (bus.decode() if isinstance(bus, bytes) else str(bus)).upper()
+
+    def nvlink_remote_device_type(self, handle: DeviceHandle, link: int) -> str:
+        kind = self._call(
+            "nvmlDeviceGetNvLinkRemoteDeviceType",
+            lambda: self._nv.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link),
+        )
+        return NVLINK_REMOTE_TYPES.get(int(kind), "unknown")
+
+    def nvlink_error_counters(self, handle: DeviceHandle, link: int) -> dict[str, int]:
+        nv = self._nv
+        counts: dict[str, int] = {}
+        for name, counter in NVLINK_ERROR_COUNTERS.items():
+            try:
+                counts[name] = int(
+                    self._call(
+                        "nvmlDeviceGetNvLinkErrorCounter",
+                        nv.nvmlDeviceGetNvLinkErrorCounter,
+                        handle,
+                        link,
+                        counter,
+                    )
+                )
+            except NvmlError as exc:
+                if not exc.not_supported:
+                    raise
+        if not counts:
+            raise NvmlError("nvmlDeviceGetNvLinkErrorCounter", NOT_SUPPORTED)
+        return counts
+
+    def nvlink_throughput_kib(self, handle: DeviceHandle, link: int) -> tuple[int, int]:
+        nv = self._nv
+        values = self._call(
+            "nvmlDeviceGetFieldValues",
+            lambda: nv.nvmlDeviceGetFieldValues(
+                handle, [(FI_NVLINK_THROUGHPUT_DATA_TX, link), (FI_NVLINK_THROUGHPUT_DATA_RX, link)]
+            ),
+        )
+        result = []
+        for value in values:
+            if int(value.nvmlReturn) != 0:
+                raise NvmlError("nvmlDeviceGetFieldValues", int(value.nvmlReturn))
+            result.append(int(value.value.ullVal))
+        return result[0], result[1]
+
+    def topology_common_ancestor(self, first: DeviceHandle, second: DeviceHandle) -> int:
+        return int(
+            self._call(
+                "nvmlDeviceGetTopologyCommonAncestor",
+                lambda: self._nv.nvmlDeviceGetTopologyCommonAncestor(first, second),
+            )
+        )
+
+    def p2p_read_status(self, first: DeviceHandle, second: DeviceHandle) -> int:
+        # nvidia-ml-py 13 defines NVML_P2P_CAPS_INDEX_READ as a tuple: the number is used
+        return int(
+            self._call(
+                "nvmlDeviceGetP2PStatus",
+                lambda: self._nv.nvmlDeviceGetP2PStatus(first, second, P2P_CAPS_INDEX_READ),
+            )
+        )

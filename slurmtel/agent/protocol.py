@@ -11,9 +11,17 @@ are acked. Response of /v1/summaries:
 
 - `seq` increases strictly and is never reused within a spool; `next_cursor` is the `after`
   for the next page (the last item's seq, or the request's `after` when there are none).
-- `kind` is "summary" (GpuSummary), "event" (GpuEvent) or "inventory" (GpuInventory);
-  `record` holds that record's fields by name: datetimes as ISO 8601 UTC ("...Z"), tuples as
-  lists. Unknown fields are ignored so newer agents can add fields.
+- `kind` is "summary" (GpuSummary), "event" (GpuEvent) or "inventory" (GpuInventory), and,
+  for a head that asks for them, "port_counters" (PortCounters), "nvlink_counters"
+  (NvlinkCounters) or "topology" (NodeTopology); `record` holds that record's fields by name:
+  datetimes as ISO 8601 UTC ("...Z"), tuples as lists, maps as objects. Unknown fields are
+  ignored so newer agents can add fields.
+- Kinds are negotiated by the head: `&kinds=summary,event,inventory,port_counters,...` lists
+  what it can store. An agent serves only those; without the parameter (a head from before
+  it existed) only the three original kinds. An agent from before it existed ignores the
+  parameter and serves the original kinds. Either way neither side meets a kind it does not
+  know. Items a head did not ask for are skipped, and trimmed with the items it acks;
+  `next_cursor` is the last seq the page covered, skipped items included.
 - `spool_id` is fixed when the spool is created: when it changes (the spool file was lost
   and recreated), sequence numbers start again at 1 and the head must reset its cursor.
 - `evicted_total` counts items the agent dropped unacked because its spool was full.
@@ -41,7 +49,15 @@ import orjson
 from slurmtel.errors import ParseError
 from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, read_document
 from slurmtel.parsers.slurm_common import gc_paused
-from slurmtel.records import GpuEvent, GpuInventory, GpuSummary, Rejected
+from slurmtel.records import (
+    GpuEvent,
+    GpuInventory,
+    GpuSummary,
+    NodeTopology,
+    NvlinkCounters,
+    PortCounters,
+    Rejected,
+)
 
 PROTOCOL_VERSION = 1
 DEFAULT_PORT = 9767
@@ -50,9 +66,20 @@ ACK_PATH = "/v1/ack"
 DEFAULT_PAGE_LIMIT = 1000
 MAX_PAGE_LIMIT = 10000
 
-AgentRecord = GpuSummary | GpuEvent | GpuInventory
+AgentRecord = GpuSummary | GpuEvent | GpuInventory | PortCounters | NvlinkCounters | NodeTopology
 
-RECORD_TYPES: dict[str, type] = {"summary": GpuSummary, "event": GpuEvent, "inventory": GpuInventory}
+RECORD_TYPES: dict[str, type] = {
+    "summary": GpuSummary,
+    "event": GpuEvent,
+    "inventory": GpuInventory,
+    "port_counters": PortCounters,
+    "nvlink_counters": NvlinkCounters,
+    "topology": NodeTopology,
+}
+# what an agent serves a head that names no kinds (every head before kinds were negotiated)
+ORIGINAL_KINDS: tuple[str, ...] = ("summary", "event", "inventory")
+# what this head stores, and so asks for
+ALL_KINDS: tuple[str, ...] = tuple(RECORD_TYPES)
 _KINDS: dict[type, str] = {cls: kind for kind, cls in RECORD_TYPES.items()}
 
 
@@ -91,6 +118,18 @@ class SummariesPage:
     def inventory(self) -> list[GpuInventory]:
         return [item.record for item in self.items if isinstance(item.record, GpuInventory)]
 
+    @property
+    def port_counters(self) -> list[PortCounters]:
+        return [item.record for item in self.items if isinstance(item.record, PortCounters)]
+
+    @property
+    def nvlink_counters(self) -> list[NvlinkCounters]:
+        return [item.record for item in self.items if isinstance(item.record, NvlinkCounters)]
+
+    @property
+    def topologies(self) -> list[NodeTopology]:
+        return [item.record for item in self.items if isinstance(item.record, NodeTopology)]
+
 
 @dataclass(frozen=True, slots=True)
 class AckResult:
@@ -126,6 +165,8 @@ def record_to_dict(record: AgentRecord) -> dict[str, Any]:
             value = format_datetime(value)
         elif isinstance(value, tuple):
             value = list(value)
+        elif isinstance(value, dict):
+            value = dict(value)
         result[f.name] = value
     return result
 
@@ -180,6 +221,16 @@ def _converter(hint: Any, name: str) -> Converter:
             return None if value is None else convert(value)
 
         return optional
+    if origin is dict:
+
+        def counts(value: Any) -> dict[str, int]:
+            if type(value) is not dict or not all(
+                type(k) is str and type(v) is int for k, v in value.items()
+            ):
+                raise ValueError(f"field '{name}' must be an object of integers")
+            return dict(value)
+
+        return counts
     if origin is tuple:
 
         def strings(value: Any) -> tuple[str, ...]:
@@ -269,9 +320,25 @@ def record_from_dict(kind: str, data: Mapping[str, Any]) -> AgentRecord:
 # GET /v1/summaries
 
 
-def summaries_query(after: int, limit: int = DEFAULT_PAGE_LIMIT) -> str:
-    """The path and query the head requests: "/v1/summaries?after=41&limit=1000"."""
-    return f"{SUMMARIES_PATH}?{urlencode({'after': after, 'limit': limit})}"
+def summaries_query(
+    after: int, limit: int = DEFAULT_PAGE_LIMIT, kinds: tuple[str, ...] | None = ALL_KINDS
+) -> str:
+    """The path and query the head requests: "/v1/summaries?after=41&limit=1000&kinds=...".
+
+    KINDS: the record kinds the head stores, every kind this head knows by default (None:
+    leave the parameter out, as heads before kinds were negotiated did)."""
+    query: dict[str, object] = {"after": after, "limit": limit}
+    if kinds is not None:
+        query["kinds"] = ",".join(kinds)
+    return f"{SUMMARIES_PATH}?{urlencode(query)}"
+
+
+def requested_kinds(value: str | None) -> tuple[str, ...]:
+    """The kinds a request's `kinds` parameter asks for that this agent knows; the original
+    kinds without the parameter."""
+    if value is None:
+        return ORIGINAL_KINDS
+    return tuple(k for k in dict.fromkeys(v.strip() for v in value.split(",")) if k in RECORD_TYPES)
 
 
 def encode_summaries_response(

@@ -1,6 +1,8 @@
 """The agent's HTTP server: the head pulls summaries and acks them; Prometheus scrapes /metrics.
 
-GET  /v1/summaries?after=CURSOR&limit=N   spooled items with seq > CURSOR (protocol.py)
+GET  /v1/summaries?after=CURSOR&limit=N[&kinds=K,...]
+                                          spooled items with seq > CURSOR, of the kinds the
+                                          head named (the original three without it; protocol.py)
 POST /v1/ack  {"cursor": N}               drop items with seq <= N (idempotent, clamped)
 GET  /metrics                             the agent's own health (private registry)
 GET  /healthz                             "ok"
@@ -27,11 +29,13 @@ from slurmtel.agent.protocol import (
     ACK_PATH,
     DEFAULT_PAGE_LIMIT,
     MAX_PAGE_LIMIT,
+    ORIGINAL_KINDS,
     SUMMARIES_PATH,
     AckResult,
     decode_ack_request,
     encode_ack_response,
     encode_summaries_response,
+    requested_kinds,
 )
 from slurmtel.agent.spool import Spool
 from slurmtel.errors import ParseError
@@ -95,11 +99,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
                 return
             try:
-                after, limit = _page_args(url.query)
+                after, limit, kinds = _page_args(url.query)
             except ValueError as exc:
                 self._error(HTTPStatus.BAD_REQUEST, str(exc))
                 return
-            self._send(HTTPStatus.OK, app.summaries(after, limit))
+            self._send(HTTPStatus.OK, app.summaries(after, limit, kinds))
         else:
             self._error(HTTPStatus.NOT_FOUND, f"no such path: {url.path}")
 
@@ -127,8 +131,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, self.server.app.ack(cursor))
 
 
-def _page_args(query: str) -> tuple[int, int]:
-    args = parse_qs(query)
+def _page_args(query: str) -> tuple[int, int, tuple[str, ...]]:
+    args = parse_qs(query, keep_blank_values=True)
     try:
         after = int(args.get("after", ["0"])[-1])
         limit = int(args.get("limit", [str(DEFAULT_PAGE_LIMIT)])[-1])
@@ -136,7 +140,8 @@ def _page_args(query: str) -> tuple[int, int]:
         raise ValueError("after and limit must be integers") from None
     if after < 0 or limit < 1:
         raise ValueError("after must be >= 0 and limit >= 1")
-    return after, min(limit, MAX_PAGE_LIMIT)
+    kinds = args.get("kinds")
+    return after, min(limit, MAX_PAGE_LIMIT), requested_kinds(kinds[-1] if kinds else None)
 
 
 class AgentHttpServer:
@@ -166,15 +171,15 @@ class AgentHttpServer:
         host, port = self._server.server_address[:2]
         return str(host), int(port)
 
-    def summaries(self, after: int, limit: int) -> bytes:
+    def summaries(self, after: int, limit: int, kinds: tuple[str, ...] = ORIGINAL_KINDS) -> bytes:
         # stats first: a page never claims fewer evictions than happened before its items
         stats = self.spool.stats()
-        items = self.spool.read(after, limit)
+        items, covered = self.spool.read_page(after, limit, kinds)
         return encode_summaries_response(
             node=self.node,
             agent_version=self.agent_version,
             items=[(i.seq, i.kind, i.payload) for i in items],
-            next_cursor=items[-1].seq if items else after,
+            next_cursor=covered,
             evicted_total=stats.evicted_total,
             spool_items=stats.items,
             spool_bytes=stats.bytes,

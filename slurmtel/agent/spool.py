@@ -108,9 +108,9 @@ class Spool:
 
     # writing ------------------------------------------------------------------------------
 
-    def append(self, items: Sequence[tuple[str, str]]) -> list[int]:
+    def append(self, items: Sequence[tuple[str, str]], state: tuple[str, Any] | None = None) -> list[int]:
         """Store (kind, payload JSON) items in one fsync'd transaction; returns their seqs."""
-        if not items:
+        if not items and state is None:
             return []
         now = time.time()
         seqs: list[int] = []
@@ -125,11 +125,21 @@ class Spool:
                 seqs.append(int(cursor.lastrowid or 0))
                 added += size
             _bump(db, item_count=len(items), payload_bytes=added)
+            if state is not None:
+                key, value = state
+                db.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                    (f"state:{key}", json.dumps(value, separators=(",", ":"))),
+                )
             self._evict(db)
         return seqs
 
-    def append_records(self, records: Sequence[AgentRecord]) -> list[int]:
-        return self.append([(record_kind(r), record_to_json(r)) for r in records])
+    def append_records(
+        self, records: Sequence[AgentRecord], state: tuple[str, Any] | None = None
+    ) -> list[int]:
+        """Store RECORDS; with STATE (key, value), keep that agent state in the same transaction
+        (the readings the records were computed from: never one without the other)."""
+        return self.append([(record_kind(r), record_to_json(r)) for r in records], state=state)
 
     def _evict(self, db: sqlite3.Connection) -> None:
         total = _meta_int(db, "payload_bytes")
@@ -178,6 +188,34 @@ class Spool:
                 (int(after), max(0, int(limit))),
             ).fetchall()
         return [SpooledItem(int(seq), str(kind), str(payload)) for seq, kind, payload in rows]
+
+    def read_page(self, after: int, limit: int, kinds: Sequence[str]) -> tuple[list[SpooledItem], int]:
+        """Up to LIMIT items of KINDS after AFTER, and the cursor that page covers: its last
+        item, or, when fewer than LIMIT matched, the last item of any kind there is (the
+        skipped kinds are not wanted by the reader). Both from one snapshot of the spool."""
+        marks = ",".join("?" * len(kinds))
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                rows = (
+                    self._db.execute(
+                        f"SELECT seq, kind, payload FROM items WHERE seq > ? AND kind IN ({marks}) "
+                        "ORDER BY seq LIMIT ?",
+                        (int(after), *kinds, max(0, int(limit))),
+                    ).fetchall()
+                    if kinds
+                    else []
+                )
+                if len(rows) >= limit and rows:
+                    covered = int(rows[-1][0])
+                else:
+                    (last,) = self._db.execute(
+                        "SELECT max(seq) FROM items WHERE seq > ?", (int(after),)
+                    ).fetchone()
+                    covered = int(last) if last is not None else int(after)
+            finally:
+                self._db.execute("COMMIT")
+        return [SpooledItem(int(seq), str(kind), str(payload)) for seq, kind, payload in rows], covered
 
     def stats(self) -> SpoolStats:
         with self._lock:

@@ -11,10 +11,11 @@ from slurmtel.commands import (
     daemon,
     db,
     demo,
+    fabric,
     finance,
     operations,
     researcher,
     usage,
 )
 
-COMMAND_MODULES = (collect, db, usage, operations, demo, researcher, finance, admin_reports, daemon)
+COMMAND_MODULES = (collect, db, usage, operations, demo, researcher, finance, admin_reports, fabric, daemon)

@@ -230,6 +230,12 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
     taxonomy.set_defaults(handler=cmd_report_taxonomy)
 
     nodes = _report(reports, "nodes", "per node: failed attempts, NODE_FAIL, XID/ECC events, driver drift")
+    nodes.add_argument(
+        "--drift",
+        action="store_true",
+        help="instead: the nodes that differ from the majority of their partition (driver, CUDA, "
+        "VBIOS, GPU model, GPU memory, GPUs, topology), with since when",
+    )
     nodes.set_defaults(handler=cmd_report_nodes)
 
     capacity = _report(reports, "capacity", "useful share of GPU-hours and the GPUs a target needs")
@@ -377,6 +383,10 @@ def cmd_report_taxonomy(args: argparse.Namespace, config: Config) -> int:
 def cmd_report_nodes(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.store.reports_nodes import nodes_report
 
+    if args.drift:
+        from slurmtel.commands.fabric import cmd_report_drift
+
+        return cmd_report_drift(args, config)
     _refuse_account_user(args, "nodes")
     scope = scope_for(config, Action.VIEW_OPERATIONS, current_identity(config))
     ctx = open_context(config)

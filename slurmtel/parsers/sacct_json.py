@@ -10,7 +10,9 @@ only a document whose jobs have no known shape is refused. Without a readable `m
 slurmrestd response trimmed by a proxy, a truncated file whose `meta` came after the jobs) the
 jobs are read by shape. "Nothing found" (error 9003) beside an empty jobs list is an empty window.
 
-Only allocations become attempts: the steps nested under each job are ignored.
+Only allocations become attempts; the steps nested under each job (sacct without -X) give
+the attempt's usage: TotalCPU summed over the steps, the largest task's and the largest step's
+peak memory (TRESUsageInMax / TRESUsageInTot mem).
 
 A well-formed document is read job by job (msgspec finds each job's text, orjson decodes it);
 anything else (truncated, damaged, nested too deep) is read value by value (json_scan), the
@@ -329,6 +331,8 @@ def _attempt(job: dict[str, Any], default_cluster: str) -> JobAttempt:
         if not nodes:
             nodelist = ""
     uid = get("uid")
+    steps = get("steps")
+    cpu_time, mem_task, mem_step, steps_read = _step_usage(steps) if steps else (None, None, None, None)
 
     return JobAttempt(
         cluster=get("cluster") or default_cluster,
@@ -362,7 +366,59 @@ def _attempt(job: dict[str, Any], default_cluster: str) -> JobAttempt:
         uid=unwrap_number(uid),
         work_dir=get("working_directory") or "",
         submit_line=get("submit_line") or "",
+        stdout_path=get("stdout_expanded") or "",
+        stdout_pattern=get("stdout") or "",
+        cpu_time_seconds=cpu_time,
+        mem_peak_task_bytes=mem_task,
+        mem_peak_step_bytes=mem_step,
+        usage_steps=steps_read,
     )
+
+
+def _step_usage(steps: Any) -> tuple[float | None, int | None, int | None, int | None]:
+    """(TotalCPU seconds, largest task RSS, largest step RSS, steps read) of a job's steps.
+
+    Every version from v0.0.37 names them alike: `time.total` {seconds, microseconds} (user +
+    system), and `tres.requested.max` / `.total` (what sacct -P calls TRESUsageInMax /
+    TRESUsageInTot) with `mem` in bytes. A step without a figure adds nothing to it.
+    """
+    if type(steps) is not list:
+        return None, None, None, None
+    cpu: float | None = None
+    task_peak: int | None = None
+    step_peak: int | None = None
+    read = 0
+    for step in steps:
+        if type(step) is not dict:
+            continue
+        read += 1
+        total = (step.get("time") or {}).get("total")
+        if type(total) is dict:
+            seconds = unwrap_number(total.get("seconds"))
+            micros = unwrap_number(total.get("microseconds"))
+            if seconds is not None or micros is not None:
+                cpu = (cpu or 0.0) + (seconds or 0) + (micros or 0) / 1e6
+        usage = (step.get("tres") or {}).get("requested")
+        if type(usage) is dict:
+            task = _tres_mem(usage.get("max"))
+            if task is not None:
+                task_peak = task if task_peak is None else max(task_peak, task)
+            whole = _tres_mem(usage.get("total"))
+            if whole is not None:
+                step_peak = whole if step_peak is None else max(step_peak, whole)
+    if not read:
+        return None, None, None, None
+    return (round(cpu, 6) if cpu is not None else None), task_peak, step_peak, read
+
+
+def _tres_mem(items: Any) -> int | None:
+    if type(items) is not list:
+        return None
+    for item in items:
+        if type(item) is dict and item.get("type") == "mem":
+            count = unwrap_number(item.get("count"))
+            return count if count is not None and count >= 0 else None
+    return None
 
 
 def _at(value: Any, name: str) -> datetime | None:

@@ -11,12 +11,18 @@ short to be a record, and they are joined back. When the free text stands last (
 column holds a name), a name holding the delimiter splits into extra fields that the last column
 takes back, and a short line after a complete record is the rest of its name. Rows that cannot be
 repaired become Rejected records with their line number.
+
+Step rows (sacct without -X: "3.batch", "3.0") are not attempts; their TotalCPU and
+TRESUsageInMax / TRESUsageInTot mem (or MaxRSS) add up to their attempt's usage, as in the
+JSON parser.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
 from slurmtel.errors import ParseError
@@ -64,6 +70,9 @@ SACCT_FIELDS: tuple[str, ...] = (
     "ReqTRES",
     "NodeList",
     "Timelimit",
+    "TotalCPU",
+    "TRESUsageInTot",
+    "TRESUsageInMax",
     "WorkDir",
     "JobName",
 )
@@ -138,6 +147,9 @@ def parse_sacct_parsable(
     # repairs are only safe when the last column is the only one a name can spill out of
     last_is_free = names[-1] in FREE_TEXT_FIELDS and not NAME_FIELDS.intersection(names[:-1])
     id_first = names[0] in ("jobid", "jobidraw")
+    # the attempt each job id's step rows belong to: the last one read (sacct prints an
+    # attempt's steps right after it)
+    attempt_at: dict[str, int] = {}
     for lineno, text in _records(lines, first, len(names), delimiter, last_is_free, id_first):
         values = text.split(delimiter)
         if len(values) != len(names):
@@ -155,7 +167,13 @@ def parse_sacct_parsable(
                 )
                 continue
         record = reader.read(values, lineno, text)
-        if record is not None:
+        if isinstance(record, _StepUsage):
+            index = attempt_at.get(record.job)
+            if index is not None:
+                out[index] = _with_step(out[index], record)  # type: ignore[arg-type]
+        elif record is not None:
+            if isinstance(record, JobAttempt):
+                attempt_at[record.job_id] = attempt_at[str(record.job_id_raw)] = len(out)
             out.append(record)
     return out
 
@@ -217,7 +235,7 @@ class _RowReader:
         self.default_cluster = default_cluster
         self.origin = origin
 
-    def read(self, values: list[str], lineno: int, text: str) -> JobAttempt | Rejected | None:
+    def read(self, values: list[str], lineno: int, text: str) -> JobAttempt | Rejected | _StepUsage | None:
         column = self.column
 
         def get(name: str) -> str:
@@ -227,7 +245,8 @@ class _RowReader:
         job_id = get("jobid").strip()
         raw_id = get("jobidraw").strip()
         if "." in job_id or "." in raw_id:
-            return None  # a step: 1.batch, 3.0, 10_1.batch, 123+0.extern
+            # a step: 1.batch, 3.0, 10_1.batch, 123+0.extern
+            return self._step(get, raw_id or job_id)
         key = f"job {raw_id or job_id}"
         try:
             return self._attempt(get, job_id, raw_id)
@@ -321,6 +340,23 @@ class _RowReader:
             submit_line=get("submitline"),
         )
 
+    def _step(self, get: Callable[[str], str], step_id: str) -> _StepUsage | None:
+        job = step_id.split(".", 1)[0]
+        if (
+            "totalcpu" not in self.column
+            and "tresusageinmax" not in self.column
+            and "maxrss" not in self.column
+        ):
+            return None
+        try:
+            cpu = cpu_time_seconds(get("totalcpu"))
+        except ValueError:
+            cpu = None
+        task = tres_bytes(get("tresusageinmax"), "mem")
+        if task is None:
+            task = size_bytes(get("maxrss"))
+        return _StepUsage(job, cpu, task, tres_bytes(get("tresusageintot"), "mem"))
+
     def _time(self, text: str, label: str) -> datetime | None:
         text = text.strip()
         if text.lower() in NO_TIME_WORDS:
@@ -341,6 +377,63 @@ class _RowReader:
         if at.tzinfo is None:
             at = at.replace(tzinfo=self.zone)
         return at.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class _StepUsage:
+    job: str
+    cpu_time_seconds: float | None
+    mem_task_bytes: int | None
+    mem_step_bytes: int | None
+
+
+def _with_step(attempt: JobAttempt, step: _StepUsage) -> JobAttempt:
+    def peak(current: int | None, new: int | None) -> int | None:
+        return current if new is None else new if current is None else max(current, new)
+
+    cpu = attempt.cpu_time_seconds
+    if step.cpu_time_seconds is not None:
+        cpu = round((cpu or 0.0) + step.cpu_time_seconds, 6)
+    return dataclasses.replace(
+        attempt,
+        cpu_time_seconds=cpu,
+        mem_peak_task_bytes=peak(attempt.mem_peak_task_bytes, step.mem_task_bytes),
+        mem_peak_step_bytes=peak(attempt.mem_peak_step_bytes, step.mem_step_bytes),
+        usage_steps=(attempt.usage_steps or 0) + 1,
+    )
+
+
+_CPU_TIME = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([KMGTPE]?)", re.IGNORECASE)
+
+
+def cpu_time_seconds(text: str) -> float | None:
+    """TotalCPU as sacct prints it ("00:00.017", "01:02:03", "1-02:03:04.5") -> seconds."""
+    text = text.strip()
+    if not text:
+        return None
+    m = _CPU_TIME.fullmatch(text)
+    if not m:
+        raise ValueError(f"cannot read CPU time '{text}'")
+    days, hours, minutes, seconds = m.groups()
+    return round(((int(days or 0) * 24 + int(hours or 0)) * 60 + int(minutes)) * 60 + float(seconds), 6)
+
+
+def size_bytes(text: str) -> int | None:
+    """A size as sacct prints MaxRSS ("10444K", "1.5G", "512") -> bytes; None when empty."""
+    m = _SIZE.fullmatch(text.strip())
+    if not m:
+        return None
+    return round(float(m.group(1)) * 1024 ** " KMGTPE".index(m.group(2).upper() or " "))
+
+
+def tres_bytes(text: str, key: str) -> int | None:
+    """One size entry of a TRES usage string ("cpu=00:00:00,mem=10444K,...") in bytes."""
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        if sep and name.strip() == key:
+            return size_bytes(value)
+    return None
 
 
 def _db_index(text: str) -> int | None:

@@ -325,3 +325,79 @@ def gc_paused() -> Iterator[None]:
             _gc_pauses -= 1
             if _gc_pauses == 0 and _gc_resume:
                 gc.enable()
+
+
+# sbatch --output patterns ("filename pattern" in sbatch(1)): %% %A %a %b %j %J %N %n %s %t %u %x,
+# a number between % and the letter zero-pads ("%4j")
+_OUTPUT_PATTERN = re.compile(r"%(\d*)([%AabjJNnstux])")
+DEFAULT_OUTPUT = "slurm-%j.out"
+DEFAULT_ARRAY_OUTPUT = "slurm-%A_%a.out"
+
+
+def expand_output_pattern(
+    pattern: str,
+    *,
+    job_id_raw: int,
+    user: str,
+    name: str,
+    array_job_id: int | None = None,
+    array_task_id: int | None = None,
+    first_node: str = "",
+) -> str:
+    """A batch job's --output pattern as slurmstepd expands it for the batch step.
+
+    "slurm-%j.out" -> "slurm-123.out"; "%x-%A_%a.log" -> "train-10_4.log". For the batch step
+    %s is "batch", %t and %n are 0 and %N is the first node's short name. A pattern that
+    starts with a backslash is taken literally (the backslash dropped), as sbatch does.
+    """
+    if pattern.startswith("\\"):
+        return pattern.replace("\\", "")
+    values = {
+        "A": str(array_job_id if array_job_id is not None else job_id_raw),
+        "a": str(array_task_id if array_task_id is not None else 4294967294),
+        "b": str(array_task_id % 10 if array_task_id is not None else 0),
+        "j": str(job_id_raw),
+        "J": str(job_id_raw),
+        "N": first_node.split(".", 1)[0],
+        "n": "0",
+        "s": "batch",
+        "t": "0",
+        "u": user,
+        "x": name,
+    }
+
+    def replace(m: re.Match[str]) -> str:
+        width, letter = m.groups()
+        if letter == "%":
+            return "%"
+        value = values[letter]
+        if width and letter in "AabjJnt" and value.isdigit():
+            return value.zfill(int(width))
+        return value
+
+    return _OUTPUT_PATTERN.sub(replace, pattern)
+
+
+def output_option(submit_line: str) -> str:
+    """The -o/--output value of an sbatch command line ("" when it has none or cannot be read).
+
+    Options after --wrap (its command) are not sbatch's; a script's own arguments could be
+    mistaken for it, which is why a JSON `stdout` from sacct is preferred to this.
+    """
+    import shlex
+
+    try:
+        words = shlex.split(submit_line)
+    except ValueError:
+        return ""
+    found = ""
+    for i, word in enumerate(words):
+        if word == "--wrap" or word.startswith("--wrap="):
+            break
+        if word in ("-o", "--output") and i + 1 < len(words):
+            found = words[i + 1]
+        elif word.startswith("--output="):
+            found = word.split("=", 1)[1]
+        elif word.startswith("-o") and not word.startswith("--") and len(word) > 2:
+            found = word[2:]
+    return found

@@ -7,11 +7,13 @@ import argparse
 from slurmtel.sources.agent import AgentSource
 from slurmtel.sources.base import Source
 from slurmtel.sources.dcgm import DcgmSource
+from slurmtel.sources.nccl import NcclSource
 from slurmtel.sources.sacct import SacctSource
 from slurmtel.sources.slurmctld import SlurmctldSource
 
 SOURCES: dict[str, Source] = {
-    source.name: source for source in (SacctSource(), SlurmctldSource(), DcgmSource(), AgentSource())
+    source.name: source
+    for source in (SacctSource(), SlurmctldSource(), DcgmSource(), AgentSource(), NcclSource())
 }
 
 

@@ -1,11 +1,13 @@
-"""The agent source: pull window summaries, events and inventory from each node's slurmtel-agent.
+"""The agent source: pull window summaries, events, inventory, fabric counters (InfiniBand/RoCE
+ports, NVLinks) and GPU topology from each node's slurmtel-agent.
 
 Per node: GET /v1/summaries?after=CURSOR, store the page and the new cursor in one
 transaction, then POST /v1/ack so the agent can trim its spool. A crash between storing and
 acking only makes the next pull ask again after the stored cursor; the agent keeps what was
 not acked, so nothing is lost while the head or PostgreSQL is down, and the natural keys keep
 a replayed page from being stored twice. A new spool_id (the agent's spool was recreated)
-resets the cursor.
+resets the cursor. The head names the record kinds it stores (protocol.ALL_KINDS), so an agent
+never sends one it cannot read, and an older agent simply sends the original three.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from slurmtel.sources.io import http_request
 from slurmtel.sources.plausible import screen_telemetry
 from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
 from slurmtel.store.checks import rejections
+from slurmtel.store.fabric import write_nvlink_counters, write_port_counters, write_topology
 from slurmtel.store.quarantine import quarantine
 from slurmtel.store.telemetry import (
     PartitionBudget,
@@ -48,7 +51,10 @@ MAX_PAGES_PER_RUN = 50
 
 class AgentSource:
     name = NAME
-    description = "per-GPU window summaries, XID/ECC events and inventory pulled from slurmtel-agent"
+    description = (
+        "per-GPU window summaries, XID/ECC events, inventory, fabric counters and topology pulled "
+        "from slurmtel-agent"
+    )
 
     def enabled(self, config: Config) -> bool:
         return config.sources.agent.enabled
@@ -140,7 +146,8 @@ def pull_agent(
                 headers={**headers, "Content-Type": "application/json"},
             )
             decode_ack_response(ack, origin=origin)
-        if not page.items or page.next_cursor <= cursor:
+        # (a page of skipped kinds only has no items and still moves the cursor)
+        if page.next_cursor <= cursor:
             break
         cursor = page.next_cursor
     if pages == MAX_PAGES_PER_RUN:
@@ -173,15 +180,24 @@ def _store_page(
     events_written = write_events(conn, events)
     if inventory:
         resolve_allocation_uuids(conn, node=page.node)
+    ports = write_port_counters(conn, page.port_counters)
+    nvlinks = write_nvlink_counters(conn, page.nvlink_counters)
+    topologies = write_topology(conn, page.topologies)
     rejected += rejections(stats.refused, source=NAME, origin=origin)
     quarantine(conn, rejected)
     result.rows_read += len(page.items) + len(page.rejected)
-    result.rows_written += stats.inserted + events_written + len(inventory)
+    result.rows_written += stats.inserted + events_written + len(inventory) + ports + nvlinks + topologies
     result.rows_quarantined += len(rejected)
     if page.items or page.rejected:
+        fabric = (
+            f", {len(page.port_counters)} port windows, {len(page.nvlink_counters)} NVLink windows, "
+            f"{topologies} topology"
+            if ports or nvlinks or topologies or page.port_counters or page.nvlink_counters
+            else ""
+        )
         result.notes.append(
             f"{page.node}: {len(summaries)} windows ({stats.inserted} new), {len(events)} events, "
-            f"{len(inventory)} inventory; spool {page.spool_items} items, {page.evicted_total} evicted"
+            f"{len(inventory)} inventory{fabric}; spool {page.spool_items} items, {page.evicted_total} evicted"
         )
 
 

@@ -1,11 +1,13 @@
 """The sacct source: job attempts from Slurm accounting (slurmdbd).
 
-One bulk, time-windowed `sacct -a -D -X` call per cluster and cycle (gentle on slurmdbd); a
+One bulk, time-windowed `sacct -a -D` call per cluster and cycle (gentle on slurmdbd); a
 window longer than `chunk_seconds` (a backfill) is read in several calls. The window starts
 `rescan_seconds` before the stored cursor, because records change after a job ends; writes
 are upserts on the natural key, so overlapping windows never duplicate. Each call's output is
 stored in its own transaction, which also moves the cursor to the end of the call's window;
 the next call is made and parsed while the previous output is written (store_documents).
+The steps come in the same call (no -X unless `sources.sacct.steps` is false): they are not
+attempts, but their TotalCPU and peak memory are kept per attempt.
 """
 
 from __future__ import annotations
@@ -389,8 +391,10 @@ def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: 
 
 def run_sacct(config: SacctSourceConfig, start: datetime, end: datetime, cluster: str | None) -> bytes:
     """Run one bulk sacct call for the window; raise SourceUnavailable when it fails."""
-    # -X: allocations only; the steps sacct would print are not attempts and only cost time
-    argv = [config.command, "-a", "-D", "-X", "-S", _sacct_time(start), "-E", _sacct_time(end)]
+    argv = [config.command, "-a", "-D", "-S", _sacct_time(start), "-E", _sacct_time(end)]
+    if not config.steps:
+        # allocations only: no step usage (CPU time, peak memory), a smaller answer
+        argv.insert(3, "-X")
     if cluster:
         argv += ["-M", cluster]
     env = dict(os.environ, TZ="UTC")

@@ -56,10 +56,19 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("work_dir", "text", "work_dir"),
     ("submit_line", "text", "submit_line"),
     ("nodes", "text[]", "nodes"),
+    ("stdout_path", "text", "stdout_path"),
+    ("stdout_pattern", "text", "stdout_pattern"),
+    ("cpu_time_seconds", "float8", "cpu_time_seconds"),
+    ("mem_peak_task_bytes", "int8", "mem_peak_task_bytes"),
+    ("mem_peak_step_bytes", "int8", "mem_peak_step_bytes"),
+    ("usage_steps", "int4", "usage_steps"),
 )
 COLUMN_NAMES = tuple(c for c, _, _ in COLUMNS)
 _ROW = attrgetter(*(attribute for _, _, attribute in COLUMNS))
 KEY = ("cluster", "job_id_raw", "submit_at")
+# what the attempt's steps used: a later record read without steps (sacct -X, a -P capture
+# without the usage columns) does not forget it
+KEEP_WHEN_NULL = ("cpu_time_seconds", "mem_peak_task_bytes", "mem_peak_step_bytes", "usage_steps")
 
 
 WRITE_LOCK_KEY = 7_355_608_002  # pg_advisory_xact_lock key of attempt writes
@@ -228,9 +237,13 @@ def _write_attempts(
         failed = copy_rows_isolating(conn, "attempt_stage", _COPY_COLUMNS, rows)
         refused += [(kept_records[i], f"the database refused it: {error}") for i, error in failed]
     non_key = [c for c in COLUMN_NAMES if c not in KEY]
-    assignments = ", ".join(f"{c} = EXCLUDED.{c}" for c in non_key)
+
+    def incoming_value(c: str) -> str:
+        return f"coalesce(EXCLUDED.{c}, job_attempt.{c})" if c in KEEP_WHEN_NULL else f"EXCLUDED.{c}"
+
+    assignments = ", ".join(f"{c} = {incoming_value(c)}" for c in non_key)
     current = ", ".join(f"job_attempt.{c}" for c in non_key)
-    incoming = ", ".join(f"EXCLUDED.{c}" for c in non_key)
+    incoming = ", ".join(incoming_value(c) for c in non_key)
     result = conn.execute(
         text(
             f"""
