@@ -45,6 +45,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except BrokenPipeError:
         return EXIT_OK
+    except KeyboardInterrupt:
+        print("slurmtel: interrupted", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as exc:
+        # a file the caller named (an --output or --plot path, a state directory) is the
+        # environment's problem: say which and why, no traceback
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"slurmtel: cannot use{where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # a bug: one line for the user, the traceback in the debug log
+        logging.getLogger("slurmtel").debug("unexpected error", exc_info=True)
+        print(
+            f"slurmtel: internal error: {type(exc).__name__}: {exc} (run with --log-level DEBUG for details)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
 
 
 def build_parser() -> argparse.ArgumentParser:
