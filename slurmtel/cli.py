@@ -55,10 +55,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except BrokenPipeError:
         return EXIT_OK
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return EXIT_ERROR
     except SQLAlchemyError as exc:
         # a database failure no command turned into a SlurmtelError: its first line, no traceback
         detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         _error(f"database error: {detail[0] if detail else type(exc).__name__}")
+        return EXIT_ERROR
+    except OSError as exc:
+        # a file the caller named (an --output or --plot path, a state directory) is the
+        # environment's problem: say which and why, no traceback
+        where = f" {exc.filename}" if exc.filename else ""
+        _error(f"cannot use{where}: {exc.strerror or exc}")
         return EXIT_ERROR
     except Exception as exc:
         # a bug: one line for the user, the traceback with --log-level DEBUG

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -37,12 +37,39 @@ def utc(*args: int) -> datetime:
         ("now-1weeks", UTC, utc(2026, 11, 8, 13, 30)),
         ("today", UTC, utc(2026, 11, 15)),
         ("today", BERLIN, utc(2026, 11, 14, 23)),
-        ("midnight", UTC, utc(2026, 11, 16)),  # passed today -> tomorrow, like Slurm
+        # sacct reads -S/-E in parse_time()'s "past" mode: a time of day alone is today's
+        ("midnight", UTC, utc(2026, 11, 15)),
+        ("midnight", BERLIN, utc(2026, 11, 14, 23)),
+        ("noon", UTC, utc(2026, 11, 15, 12)),
+        ("elevenses", UTC, utc(2026, 11, 15, 11)),
         ("teatime", UTC, utc(2026, 11, 15, 16)),
         ("fika", UTC, utc(2026, 11, 15, 15)),
         ("14:00", UTC, utc(2026, 11, 15, 14)),
         ("2:00pm", UTC, utc(2026, 11, 15, 14)),
-        ("10:00", UTC, utc(2026, 11, 16, 10)),
+        ("2:00 PM", UTC, utc(2026, 11, 15, 14)),
+        ("12:00am", UTC, utc(2026, 11, 15, 0)),
+        ("10:00", UTC, utc(2026, 11, 15, 10)),
+        ("10:00:30", UTC, utc(2026, 11, 15, 10, 0, 30)),
+        ("tomorrow", UTC, utc(2026, 11, 16)),
+        ("today noon", UTC, utc(2026, 11, 15, 12)),
+        ("tomorrow 10:00", UTC, utc(2026, 11, 16, 10)),
+        ("NOW-2HOURS", UTC, utc(2026, 11, 15, 11, 30)),
+        ("now-90minutes", UTC, utc(2026, 11, 15, 12)),
+        ("now-1day", UTC, utc(2026, 11, 14, 13, 30)),
+        ("now-45seconds", UTC, utc(2026, 11, 15, 13, 29, 15)),
+        ("now - 2 hours", UTC, utc(2026, 11, 15, 11, 30)),
+        ("now-2h", UTC, utc(2026, 11, 15, 11, 30)),
+        ("now-10min", UTC, utc(2026, 11, 15, 13, 20)),
+        # a month and day without a year: this year's, or last year's when the month is to come
+        ("1201", UTC, utc(2025, 12, 1)),
+        ("12/01", UTC, utc(2025, 12, 1)),
+        ("11/15", UTC, utc(2026, 11, 15)),
+        ("120125", UTC, utc(2025, 12, 1)),
+        ("11/01/26-10:30:15", UTC, utc(2026, 11, 1, 10, 30, 15)),
+        ("11.01.26", UTC, utc(2026, 11, 1)),
+        ("2026-11-01T10:00:00.5+00:00", UTC, utc(2026, 11, 1, 10, 0, 0) + timedelta(microseconds=500000)),
+        ("2026-11-01T10:00:00-05:00", BERLIN, utc(2026, 11, 1, 15)),
+        ("uts1793880000", UTC, utc(2026, 11, 5, 12)),
     ],
 )
 def test_sacct_time_forms(text: str, zone: ZoneInfo, expected: datetime) -> None:
@@ -50,7 +77,23 @@ def test_sacct_time_forms(text: str, zone: ZoneInfo, expected: datetime) -> None
 
 
 @pytest.mark.parametrize(
-    "text", ["", "yesterday-ish", "2026-13-01", "2026-02-30", "now-3fortnights", "25:00"]
+    "text",
+    [
+        "",
+        "yesterday-ish",
+        "2026-13-01",
+        "2026-02-30",
+        "now-3fortnights",
+        "25:00",
+        "13:00pm",
+        "10:61",
+        "1301",
+        "now+99999999999days",
+        "9999-12-31T23:59:59",
+        "1969-12-31",
+        "uts99999999999999999999",
+        "midnight!",
+    ],
 )
 def test_bad_times_are_rejected_with_the_text(text: str) -> None:
     with pytest.raises(ValueError):
@@ -62,3 +105,5 @@ def test_month_bounds_in_the_site_zone() -> None:
     assert month_bounds("2026-12", BERLIN) == (utc(2026, 11, 30, 23), utc(2026, 12, 31, 23))
     with pytest.raises(ValueError):
         month_bounds("2026-13", UTC)
+    with pytest.raises(ValueError, match="out of range"):
+        month_bounds("9999-12", UTC)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import pwd
 import warnings
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -30,8 +32,15 @@ def embedded_url(state_dir: Path) -> str:
         ) from exc
     # pgserver logs every pg_ctl call at INFO; its errors still come through
     logging.getLogger("pgserver").setLevel(logging.WARNING)
-    state_dir.mkdir(parents=True, exist_ok=True)
     pgdata = state_dir / "pgdata"
+    _check_owner(pgdata)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatabaseUnavailable(
+            f"cannot create the state directory {state_dir} for the embedded PostgreSQL: "
+            f"{exc.strerror}; set site.state_dir or database.url"
+        ) from exc
     log.debug("starting embedded PostgreSQL in %s", pgdata)
     try:
         with warnings.catch_warnings():
@@ -44,6 +53,30 @@ def embedded_url(state_dir: Path) -> str:
     except Exception as exc:  # pgserver raises plain exceptions from initdb/pg_ctl
         raise DatabaseUnavailable(f"embedded PostgreSQL in {pgdata} did not start: {exc}") from exc
     return _sqlalchemy_url(uri, DATABASE)
+
+
+def _check_owner(pgdata: Path, uid: int | None = None) -> None:
+    """Refuse, before pgserver touches it, a data directory another unix user owns: PostgreSQL
+    runs as its owner only, and pgserver would fail on its files with a traceback at exit."""
+    try:
+        owner = pgdata.stat().st_uid
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise DatabaseUnavailable(f"cannot open the embedded PostgreSQL in {pgdata}: {exc.strerror}") from exc
+    caller = os.getuid() if uid is None else uid
+    # root may open any (pgserver runs the server of root as its own "pgserver" user)
+    if owner != caller and caller != 0:
+        try:
+            name = pwd.getpwuid(owner).pw_name
+        except KeyError:
+            name = f"uid {owner}"
+        if name == "pgserver":
+            name = "root"
+        raise DatabaseUnavailable(
+            f"the embedded PostgreSQL in {pgdata} belongs to {name}: run slurmtel as {name}, "
+            "or give this user its own site.state_dir, or set database.url"
+        )
 
 
 def _sqlalchemy_url(uri: str, database: str) -> str:
