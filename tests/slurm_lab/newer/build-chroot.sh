@@ -20,7 +20,11 @@ mkdir -p "$(dirname "$ROOT")"
 exec 9> "$ROOT.lock"
 flock 9
 
-if [ $REBUILD = 0 ] && [ -x "$ROOT/usr/sbin/slurmctld" ] && [ "$(cat "$READY" 2>/dev/null)" = "$PKGS" ]; then
+# /usr/sbin/slurmctld is an absolute symlink (update-alternatives): test it inside the chroot,
+# never through the host's /etc/alternatives
+has_slurmctld() { [ -d "$1" ] && chroot "$1" test -x /usr/sbin/slurmctld; }
+
+if [ $REBUILD = 0 ] && has_slurmctld "$ROOT" && [ "$(cat "$READY" 2>/dev/null)" = "$PKGS" ]; then
   log "reusing $ROOT ($(chroot "$ROOT" dpkg-query -W -f='${Version}' slurmctld))"
   exit 0
 fi
@@ -57,7 +61,7 @@ unshare --mount --propagation private bash -c '
   chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 \
     bash -c "apt-get update -qq && apt-get install -y -q --no-install-recommends '"$PKGS"' && apt-get clean"' \
   >> "$BUILD.log" 2>&1 || { tail -20 "$BUILD.log" >&2; die "apt-get in the chroot failed (log: $BUILD.log)"; }
-[ -x "$BUILD/usr/sbin/slurmctld" ] || die "no slurmctld in $BUILD after apt-get"
+has_slurmctld "$BUILD" || die "no slurmctld in $BUILD after apt-get"
 rm -rf "$ROOT"
 mv "$BUILD" "$ROOT"
 echo "$PKGS" > "$READY"

@@ -100,15 +100,56 @@ fi
 wait_for 20 "munge round trip" L bash -c 'munge -n | unmunge'
 
 # ------------------------------------------------ 3. mariadb (the chroot's own, on the netns loopback)
-if ! pid_alive "$ROOT/run/mysqld/mysqld.pid" mariadbd; then
+MARIADB_LOG=$ROOT/var/log/slurm/mariadbd.out
+mariadb_datadir() { if [ -d "$ROOT/var/lib/mariadb" ]; then echo /var/lib/mariadb; else echo /var/lib/mysql; fi; }
+start_mariadb() {
   # sid's MariaDB moved its datadir to /var/lib/mariadb and its postinst did not initialise it
   # in the chroot; trixie's did create /var/lib/mysql (gotcha 6)
   [ -d "$ROOT/var/lib/mysql/mysql" ] || [ -d "$ROOT/var/lib/mariadb/mysql" ] || { log "initialising mariadb datadir"; L mariadb-install-db --user=mysql >/dev/null; }
   log "starting mariadbd"
   # mariadbd does not daemonize itself
   L bash -c 'setsid nohup /usr/sbin/mariadbd --user=mysql --pid-file=/run/mysqld/mysqld.pid >>/var/log/slurm/mariadbd.out 2>&1 </dev/null &'
+}
+any_mariadbd_of_ours() { local p; for p in $(pgrep -x mariadbd); do ours "$p" mariadbd && return 0; done; return 1; }
+# mariadb_answers SECONDS: 0 once the server answers; 1 when it did not within SECONDS or its
+# process is gone. Crash recovery on a loaded 2-core CI machine can take far longer than a start.
+mariadb_answers() {
+  local pid=""
+  for ((i = 0; i < $1 * 4; i++)); do
+    L mariadb -uroot -e 'select 1' >/dev/null 2>&1 && return 0
+    sleep 0.25
+    [ -s "$ROOT/run/mysqld/mysqld.pid" ] && pid=$(cat "$ROOT/run/mysqld/mysqld.pid" 2>/dev/null)
+    # the pid file is written once InnoDB is up: before that, any mariadbd of this chroot counts
+    if [ -n "$pid" ] && ! ours "$pid" mariadbd; then log "mariadbd ($pid) exited"; return 1; fi
+    if [ -z "$pid" ] && ((i > 40)) && ! any_mariadbd_of_ours; then
+      log "mariadbd exited before writing its pid file"; return 1
+    fi
+  done
+  return 1
+}
+if ! pid_alive "$ROOT/run/mysqld/mysqld.pid" mariadbd; then
+  start_mariadb
 fi
-wait_for 60 "mariadb socket" L mariadb -uroot -e 'select 1'
+if ! mariadb_answers 180; then
+  # The lab's accounting database is disposable (every test session purges it): a datadir that
+  # does not come up (killed mid-write, a full disk earlier) is set aside and made anew, once.
+  log "mariadb did not answer; its log ends with:"; tail -n 15 "$MARIADB_LOG" >&2 || true
+  for p in $(pgrep -x mariadbd); do ours "$p" mariadbd && kill -KILL "$p"; done; true
+  sleep 1
+  DATADIR=$(mariadb_datadir)
+  rm -rf "$ROOT$DATADIR.broken"; mv "$ROOT$DATADIR" "$ROOT$DATADIR.broken"
+  L install -d -o mysql -g mysql -m 755 "$DATADIR"
+  rm -f "$ROOT/run/mysqld/mysqld.pid" "$ROOT/run/mysqld/mysqld.sock"
+  # a new accounting DB draws a new cluster id: slurmctld's state of the old one must go too
+  # (as down.sh --purge does), or slurmctld refuses the changed id
+  if ! pid_alive "$ROOT/run/slurm/slurmctld.pid" slurmctld; then rm -rf "$ROOT"/var/spool/slurm/ctld/*; fi
+  log "datadir $DATADIR set aside as $DATADIR.broken, initialising a new one"
+  L mariadb-install-db --user=mysql --datadir="$DATADIR" >/dev/null
+  start_mariadb
+  mariadb_answers 180 || die "mariadb did not answer after a fresh datadir either (log: $MARIADB_LOG):
+$(tail -n 20 "$MARIADB_LOG" 2>/dev/null)
+$(df -h "$ROOT" | tail -n 1)"
+fi
 L mariadb -uroot <<'SQL'
 CREATE DATABASE IF NOT EXISTS slurm_acct_db;
 CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurmlab';
