@@ -34,7 +34,7 @@ import io
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from typing import Any
 
@@ -101,7 +101,11 @@ LINE_COLUMNS = (
     "billable_amount",
     "unpriced_gpu_hours",
     "currency",
+    "cause",
 )
+# `--by parent|top` (and `--by account`): the account each line rolls up to, and subtotal rows
+ROLLUP_COLUMNS = ("rollup_level", "rollup_account", *LINE_COLUMNS)
+ROLLUP_LEVELS = ("account", "parent", "top")
 COMPLETED_COLUMNS = (
     "month",
     "account",
@@ -169,6 +173,8 @@ class StatementLine:
     waived_amount: Decimal | None
     billable_amount: Decimal | None
     unpriced_gpu_hours: Decimal
+    # why an adjustment exists (empty on usage lines)
+    cause: str = ""
 
     @property
     def key(self) -> Key:
@@ -379,6 +385,7 @@ def adjustment_lines(
                 reference,
                 kind="adjustment",
                 for_month=for_month,
+                cause=adjustment_cause(for_month, delta["gpu_hours"], delta["billing_hours"]),
                 rate=reference.rate if reference.priced else None,
                 priced=priced,
                 gpu_hours=_clean(delta["gpu_hours"]),
@@ -391,6 +398,18 @@ def adjustment_lines(
             )
         )
     return result
+
+
+def adjustment_cause(for_month: str, gpu_hours: Decimal, billing_hours: Decimal) -> str:
+    """Why an adjustment line exists. Closed months are re-priced with their own frozen rates
+    and edges, so only usage that changed after the close makes one."""
+    change = gpu_hours if gpu_hours != 0 else billing_hours
+    unit = "GPU-hours" if gpu_hours != 0 else "billing-hours"
+    if change > 0:
+        return f"usage of {for_month} that arrived after it was closed: {_clean(change):+} {unit}"
+    if change < 0:
+        return f"usage of {for_month} revised down after it was closed: {_clean(change):+} {unit}"
+    return f"waiver or pricing basis of {for_month} usage changed after it was closed"
 
 
 def _clean(value: Decimal) -> Decimal:
@@ -443,9 +462,10 @@ def completed_job_costs(
     return result
 
 
-def settings_of(config: ChargebackConfig) -> dict[str, Any]:
+def settings_of(config: ChargebackConfig, timezone: str = "") -> dict[str, Any]:
     """What a statement was computed with (stored with a closed statement)."""
     return {
+        "timezone": timezone,
         "currency": config.currency,
         "rounding": ROUNDING,
         "waive_system_failures": config.waive_system_failures,
@@ -455,12 +475,73 @@ def settings_of(config: ChargebackConfig) -> dict[str, Any]:
     }
 
 
+def frozen_pricing(settings: Mapping[str, Any]) -> ChargebackConfig:
+    """The pricing a closed statement was computed with, from its stored settings: a closed
+    month is only ever priced with these, whatever the config says today."""
+    return ChargebackConfig(
+        currency=str(settings.get("currency", "EUR")),
+        waive_system_failures=bool(settings.get("waive_system_failures", True)),
+        use_billing_tres=bool(settings.get("use_billing_tres", False)),
+        billing_rate=str(settings.get("billing_rate", "")),
+        rates=[ChargebackRate(**rate) for rate in settings.get("rates", [])],
+    )
+
+
+def rate_notices(config: Config, closed: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What today's config would change in closed months, said once per rate or setting: it
+    never re-prices them (CLOSED: month -> its statement's settings). A changed rate takes
+    effect from the first open month; a changed time zone cuts only open months."""
+    if not closed:
+        return []
+    first_open = next_month(max(closed))
+    notices = []
+    for rate in config.chargeback.rates:
+        covered = [
+            month
+            for month, settings in sorted(closed.items())
+            if asdict(rate) not in settings.get("rates", [])
+            and rate.valid_from_date() <= _month_last_day(month)
+        ]
+        if covered:
+            notices.append(
+                f"rate {rate.partition}/{rate.gpu_model} {rate.price_per_gpu_hour} valid from "
+                f"{rate.valid_from} covers closed month(s) {', '.join(covered)}: their statements keep "
+                f"the rates they were closed with; it takes effect from {first_open}, the first open month"
+            )
+    for month, settings in sorted(closed.items()):
+        frozen = frozen_pricing(settings)
+        dropped = [
+            r
+            for r in frozen.rates
+            if r not in config.chargeback.rates and r.valid_from_date() <= _month_last_day(month)
+        ]
+        for rate in dropped:
+            notices.append(
+                f"rate {rate.partition}/{rate.gpu_model} {rate.price_per_gpu_hour} valid from {rate.valid_from} "
+                f"priced closed month {month} and is no longer configured: {month} keeps it"
+            )
+    zones = sorted(
+        {str(s.get("timezone")) for s in closed.values() if s.get("timezone")} - {config.site.timezone}
+    )
+    if zones:
+        notices.append(
+            f"site.timezone is {config.site.timezone}, closed months were cut in {', '.join(zones)}: "
+            "they keep their edges; only open months are cut in the new zone"
+        )
+    return notices
+
+
+def _month_last_day(month: str) -> date:
+    return month_first_day(next_month(month)) - timedelta(days=1)
+
+
 def assemble(
     month: str,
     config: ChargebackConfig,
     usage: Sequence[StatementLine],
     adjustments: Sequence[StatementLine],
     completed: Mapping[str, int],
+    timezone: str = "",
 ) -> Statement:
     lines = (*usage, *adjustments)
     return Statement(
@@ -469,7 +550,7 @@ def assemble(
         lines=lines,
         totals=totals(lines, config.currency),
         completed_jobs=tuple(completed_job_costs(usage, completed, config.currency)),
-        settings=settings_of(config),
+        settings=settings_of(config, timezone),
     )
 
 
@@ -495,11 +576,16 @@ def line_record(month: str, currency: str, line: StatementLine) -> dict[str, Any
 
 
 def totals_record(statement: Statement) -> dict[str, Any]:
-    t = statement.totals
-    unit = statement.lines[0].rate_unit if statement.lines else _unit(statement.settings)
+    return _summary_record(statement, "total", statement.totals, statement.lines)
+
+
+def _summary_record(
+    statement: Statement, kind: str, t: Totals, lines: Sequence[StatementLine]
+) -> dict[str, Any]:
+    unit = lines[0].rate_unit if lines else _unit(statement.settings)
     return {
         "month": statement.month,
-        "kind": "total",
+        "kind": kind,
         "for_month": "",
         "cluster": "",
         "account": "",
@@ -517,6 +603,7 @@ def totals_record(statement: Statement) -> dict[str, Any]:
         "billable_amount": t.billable_amount,
         "unpriced_gpu_hours": t.unpriced_gpu_hours,
         "currency": statement.currency,
+        "cause": "",
     }
 
 
@@ -535,19 +622,83 @@ def statement_records(statement: Statement) -> list[dict[str, Any]]:
     return [*lines, totals_record(statement)]
 
 
-def render_csv(statement: Statement) -> bytes:
-    """Two sections: the lines with a totals line, a blank line, cost per completed job."""
+def records_csv(records: Iterable[Mapping[str, Any]], columns: Sequence[str]) -> bytes:
+    """One flat table: one header, one row per record (a spreadsheet imports it as is)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(LINE_COLUMNS)
-    for record in statement_records(statement):
-        writer.writerow([_text(record[c]) for c in LINE_COLUMNS])
-    out.write("\n")
-    writer.writerow(COMPLETED_COLUMNS)
-    for cost in statement.completed_jobs:
-        record = completed_record(statement.month, statement.currency, cost)
-        writer.writerow([_text(record[c]) for c in COMPLETED_COLUMNS])
+    writer.writerow(columns)
+    for record in records:
+        writer.writerow([_text(record[c]) for c in columns])
     return out.getvalue().encode("utf-8")
+
+
+def render_csv(statement: Statement) -> bytes:
+    """The statement as one flat table: its lines, then the `total` row (kind marks it)."""
+    return records_csv(statement_records(statement), LINE_COLUMNS)
+
+
+def render_completed_csv(statement: Statement) -> bytes:
+    """Cost per completed job per account, one flat table of its own."""
+    return records_csv(
+        (completed_record(statement.month, statement.currency, c) for c in statement.completed_jobs),
+        COMPLETED_COLUMNS,
+    )
+
+
+def rollup_account(account: str, level: str, parents: Mapping[str, frozenset[str]]) -> str:
+    """The account ACCOUNT rolls up to at LEVEL: itself, its parent, or its top-level account
+    (the one right below Slurm's `root`). An account the tree does not know is its own parent
+    and top; where an account has parents in several clusters, the first by name."""
+    if level == "account":
+        return account
+
+    def parent_of(name: str) -> str | None:
+        found = sorted(parents.get(name, ()))
+        return found[0] if found and found[0] != "root" else None
+
+    if level == "parent":
+        return parent_of(account) or account
+    seen = {account}
+    current = account
+    while (up := parent_of(current)) is not None and up not in seen:
+        seen.add(up)
+        current = up
+    return current
+
+
+def rollup_records(
+    statement: Statement, level: str, parents: Mapping[str, frozenset[str]]
+) -> list[dict[str, Any]]:
+    """The statement's lines grouped by the account they roll up to at LEVEL, each group
+    followed by its `subtotal` row, then the `total` row. Subtotals are sums of the rounded
+    lines, so they add up to the total exactly."""
+    if level not in ROLLUP_LEVELS:
+        raise ChargebackError(f"--by must be one of {', '.join(ROLLUP_LEVELS)}, not '{level}'")
+    groups: dict[str, list[StatementLine]] = {}
+    for line in statement.lines:
+        groups.setdefault(rollup_account(line.account, level, parents), []).append(line)
+    records: list[dict[str, Any]] = []
+    for group in sorted(groups):
+        lines = groups[group]
+        for line in lines:
+            records.append(
+                {
+                    "rollup_level": level,
+                    "rollup_account": group,
+                    **line_record(statement.month, statement.currency, line),
+                }
+            )
+        sub = totals(lines, statement.currency)
+        records.append(
+            {
+                "rollup_level": level,
+                "rollup_account": group,
+                **_summary_record(statement, "subtotal", sub, lines),
+                "account": group,
+            }
+        )
+    records.append({"rollup_level": level, "rollup_account": "", **totals_record(statement)})
+    return records
 
 
 def render_json(statement: Statement) -> bytes:
@@ -602,6 +753,42 @@ def line_from_data(data: Mapping[str, Any]) -> StatementLine:
         waived_amount=dec("waived_amount"),
         billable_amount=dec("billable_amount"),
         unpriced_gpu_hours=req("unpriced_gpu_hours"),
+        # statements closed before adjustments named their cause have none
+        cause=str(data.get("cause", "")),
+    )
+
+
+def statement_of_closed(stored: ClosedStatement) -> Statement:
+    """A closed statement's figures as a Statement (for views derived from it: roll-ups,
+    parquet); its stored bytes stay the statement of record."""
+    currency = str(stored.settings.get("currency", "EUR"))
+    return Statement(
+        month=stored.month,
+        currency=currency,
+        lines=stored.lines,
+        totals=totals(stored.lines, currency),
+        completed_jobs=tuple(
+            CompletedJobCost(
+                account=str(c["account"]),
+                completed_jobs=int(c["completed_jobs"]),
+                gpu_hours=Decimal(str(c["gpu_hours"])),
+                amount=None if c.get("amount") is None else Decimal(str(c["amount"])),
+                billable_amount=None
+                if c.get("billable_amount") is None
+                else Decimal(str(c["billable_amount"])),
+                unpriced_gpu_hours=Decimal(str(c["unpriced_gpu_hours"])),
+                cost_per_completed_job=None
+                if c.get("cost_per_completed_job") is None
+                else Decimal(str(c["cost_per_completed_job"])),
+                billable_per_completed_job=None
+                if c.get("billable_per_completed_job") is None
+                else Decimal(str(c["billable_per_completed_job"])),
+            )
+            for c in stored.completed_jobs
+        ),
+        settings=stored.settings,
+        status="closed",
+        closed_at=stored.closed_at,
     )
 
 
@@ -654,6 +841,9 @@ class ClosedStatement:
     totals: Mapping[str, Any]
     completed_jobs: tuple[Mapping[str, Any], ...]
     settings: Mapping[str, Any]
+    # the month's edges as it was cut when it was closed (site.timezone then)
+    month_start_at: datetime | None = None
+    month_end_at: datetime | None = None
 
     def verified(self) -> ClosedStatement:
         """Self, after checking the stored bytes still match their checksums."""
@@ -665,14 +855,30 @@ class ClosedStatement:
         return self
 
 
-def usage_lines(conn: Any, config: Config, month: str, now: datetime, scope: Scope) -> list[StatementLine]:
+def usage_lines(
+    conn: Any,
+    pricing: ChargebackConfig,
+    month: str,
+    bounds: tuple[datetime, datetime],
+    now: datetime,
+    scope: Scope,
+) -> list[StatementLine]:
+    """MONTH's usage in BOUNDS, priced with PRICING."""
     from slurmtel.store.chargeback import usage_figures
 
-    start, end = month_bounds(month, config.zone)
+    start, end = bounds
     figures = usage_figures(
-        conn, start=start, end=end, now=now, scope=scope, billing=config.chargeback.use_billing_tres
+        conn, start=start, end=end, now=now, scope=scope, billing=pricing.use_billing_tres
     )
-    return price_usage(figures, month, config.chargeback)
+    return price_usage(figures, month, pricing)
+
+
+def closed_usage_now(conn: Any, frozen: ClosedStatement, now: datetime, scope: Scope) -> list[StatementLine]:
+    """A closed month's usage as the data stands NOW, cut at the edges and priced with the
+    rates it was closed with: only usage that changed since can differ from its statement."""
+    assert frozen.month_start_at is not None and frozen.month_end_at is not None
+    bounds = (frozen.month_start_at, frozen.month_end_at)
+    return usage_lines(conn, frozen_pricing(frozen.settings), frozen.month, bounds, now, scope)
 
 
 def build_statement(
@@ -683,7 +889,7 @@ def build_statement(
 
     check_month(month)
     start, end = month_bounds(month, config.zone)
-    usage = usage_lines(conn, config, month, now, scope)
+    usage = usage_lines(conn, config.chargeback, month, (start, end), now, scope)
     adjustments: list[StatementLine] = []
     closed = closed_months(conn)
     for earlier in months_adjusted_in(month, closed):
@@ -702,19 +908,90 @@ def build_statement(
             for line in s.lines
             if line.kind == "adjustment" and line.for_month == earlier
         ]
-        current = usage_lines(conn, config, earlier, now, scope)
+        current = closed_usage_now(conn, frozen_statement, now, scope)
         adjustments += adjustment_lines(earlier, current, frozen, already)
     completed = completed_jobs_by_account(
         conn, start=start, end=end, scope=scope, billing=config.chargeback.use_billing_tres
     )
-    return assemble(month, config.chargeback, usage, adjustments, completed)
+    return assemble(month, config.chargeback, usage, adjustments, completed, config.site.timezone)
+
+
+DIFF_COLUMNS = (
+    "month",
+    "cluster",
+    "account",
+    "user",
+    "partition",
+    "gpu_model",
+    "closed_gpu_hours",
+    "now_gpu_hours",
+    "closed_rate",
+    "now_rate",
+    "closed_billable_amount",
+    "now_billable_amount",
+    "billable_amount_change",
+    "currency",
+)
+
+
+def diff_records(
+    month: str, currency: str, closed: Sequence[StatementLine], now: Sequence[StatementLine]
+) -> list[dict[str, Any]]:
+    """Per key, the closed statement's usage line beside the same month re-priced today;
+    keys whose hours, rate and billable amount are all unchanged are left out."""
+    by_key: dict[Key, list[StatementLine | None]] = {}
+    for line in closed:
+        by_key.setdefault(line.key, [None, None])[0] = line
+    for line in now:
+        by_key.setdefault(line.key, [None, None])[1] = line
+    records = []
+    for key in sorted(by_key):
+        before, after = by_key[key]
+        figures = [
+            (line.gpu_hours, line.rate, line.billable_amount) if line is not None else (ZERO, None, None)
+            for line in (before, after)
+        ]
+        if figures[0] == figures[1]:
+            continue
+        change = (figures[1][2] or ZERO) - (figures[0][2] or ZERO)
+        records.append(
+            {
+                "month": month,
+                **dict(zip(("cluster", "account", "user", "partition", "gpu_model"), key, strict=True)),
+                "closed_gpu_hours": figures[0][0],
+                "now_gpu_hours": figures[1][0],
+                "closed_rate": figures[0][1],
+                "now_rate": figures[1][1],
+                "closed_billable_amount": figures[0][2],
+                "now_billable_amount": figures[1][2],
+                "billable_amount_change": _clean(change),
+                "currency": currency,
+            }
+        )
+    return records
+
+
+def diff_closed_month(conn: Any, config: Config, month: str, now: datetime) -> list[dict[str, Any]]:
+    """What would change if closed MONTH were re-priced today: today's rates, time zone and
+    data against its frozen usage lines. Changes nothing."""
+    from slurmtel.store.chargeback import get_statements
+
+    frozen = get_statements(conn, [check_month(month)]).get(month)
+    if frozen is None:
+        raise ChargebackError(
+            f"{month} is not closed: --diff compares a closed statement with today's pricing"
+        )
+    bounds = month_bounds(month, config.zone)
+    current = usage_lines(conn, config.chargeback, month, bounds, now, EVERYTHING)
+    closed_usage = [line for line in frozen.lines if line.kind == "usage"]
+    return diff_records(month, config.chargeback.currency, closed_usage, current)
 
 
 def close_month(
     engine: Engine, config: Config, month: str, now: datetime, closed_by: str = ""
 ) -> ClosedStatement:
     """Freeze MONTH: compute its statement, store its exact bytes and checksums; once only."""
-    from slurmtel.store.chargeback import get_statements, insert_statement
+    from slurmtel.store.chargeback import get_statements, insert_audit, insert_statement
 
     check_month(month)
     start, end = month_bounds(month, config.zone)
@@ -746,9 +1023,45 @@ def close_month(
                 for c in statement.completed_jobs
             ),
             settings=statement.settings,
+            month_start_at=start,
+            month_end_at=end,
         )
         insert_statement(conn, closed, start=start, end=end)
+        insert_audit(conn, at=now, actor=closed_by, action="close", month=month, csv_sha256=closed.csv_sha256)
     return closed
+
+
+def void_month(engine: Engine, month: str, now: datetime, voided_by: str, reason: str) -> ClosedStatement:
+    """Void closed MONTH: its statement is kept, bytes and all, among the voided ones, and
+    the month may be closed again. Only the latest closed month: a later closed statement may
+    hold adjustments computed against this one (void that one first)."""
+    from slurmtel.store.chargeback import closed_months, get_statements, insert_audit, move_to_voided
+
+    check_month(month)
+    if not reason.strip():
+        raise ChargebackError("--void needs --reason: why the statement is voided is kept with it")
+    with engine.begin() as conn:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CLOSE_LOCK_KEY})
+        stored = get_statements(conn, [month]).get(month)
+        if stored is None:
+            raise ChargebackError(f"{month} is not closed: there is no statement to void")
+        later = [m for m in closed_months(conn) if m > month]
+        if later:
+            raise ChargebackError(
+                f"{month} cannot be voided while later months are closed ({', '.join(later)}): their "
+                "adjustments were computed against it; void them first, latest first"
+            )
+        move_to_voided(conn, month, voided_at=now, voided_by=voided_by, reason=reason.strip())
+        insert_audit(
+            conn,
+            at=now,
+            actor=voided_by,
+            action="void",
+            month=month,
+            csv_sha256=stored.csv_sha256,
+            reason=reason,
+        )
+    return stored
 
 
 def closed_statement(engine: Engine, month: str) -> ClosedStatement | None:

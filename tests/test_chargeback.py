@@ -128,18 +128,13 @@ NOVEMBER = [
 NOW = at("2026-12-03T12:00:00")
 
 NOVEMBER_CSV = """\
-month,kind,for_month,cluster,account,user,partition,gpu_model,gpu_hours,billing_hours,priced,rate,rate_unit,amount,waived_gpu_hours,waived_amount,billable_amount,unpriced_gpu_hours,currency
-2026-11,usage,2026-11,lab,biology,carol,debug,unknown,1.5000,0.0000,false,,gpu_hour,,0.0000,,,1.5000,EUR
-2026-11,usage,2026-11,lab,chemistry,bob,gpu,a100,11.0000,0.0000,true,1.75,gpu_hour,19.25,10.0000,17.50,1.75,0.0000,EUR
-2026-11,usage,2026-11,lab,physics,alice,gpu,h100,7.0000,0.0000,true,2.50,gpu_hour,17.50,0.0000,0.00,17.50,0.0000,EUR
-2026-11,usage,2026-11,lab,physics,dave,debug,a100,2.0000,0.0000,true,1.10,gpu_hour,2.20,0.0000,0.00,2.20,0.0000,EUR
-2026-11,usage,2026-11,lab,physics,erin,gpu,h100,0.2778,0.0000,true,2.50,gpu_hour,0.69,0.0000,0.00,0.69,0.0000,EUR
-2026-11,total,,,,,,,21.7778,0.0000,false,,gpu_hour,39.64,10.0000,17.50,22.14,1.5000,EUR
-
-month,account,completed_jobs,gpu_hours,amount,billable_amount,unpriced_gpu_hours,cost_per_completed_job,billable_per_completed_job,currency
-2026-11,biology,1,1.5000,,,1.5000,,,EUR
-2026-11,chemistry,1,11.0000,19.25,1.75,0.0000,19.25,1.75,EUR
-2026-11,physics,3,9.2778,20.39,20.39,0.0000,6.80,6.80,EUR
+month,kind,for_month,cluster,account,user,partition,gpu_model,gpu_hours,billing_hours,priced,rate,rate_unit,amount,waived_gpu_hours,waived_amount,billable_amount,unpriced_gpu_hours,currency,cause
+2026-11,usage,2026-11,lab,biology,carol,debug,unknown,1.5000,0.0000,false,,gpu_hour,,0.0000,,,1.5000,EUR,
+2026-11,usage,2026-11,lab,chemistry,bob,gpu,a100,11.0000,0.0000,true,1.75,gpu_hour,19.25,10.0000,17.50,1.75,0.0000,EUR,
+2026-11,usage,2026-11,lab,physics,alice,gpu,h100,7.0000,0.0000,true,2.50,gpu_hour,17.50,0.0000,0.00,17.50,0.0000,EUR,
+2026-11,usage,2026-11,lab,physics,dave,debug,a100,2.0000,0.0000,true,1.10,gpu_hour,2.20,0.0000,0.00,2.20,0.0000,EUR,
+2026-11,usage,2026-11,lab,physics,erin,gpu,h100,0.2778,0.0000,true,2.50,gpu_hour,0.69,0.0000,0.00,0.69,0.0000,EUR,
+2026-11,total,,,,,,,21.7778,0.0000,false,,gpu_hour,39.64,10.0000,17.50,22.14,1.5000,EUR,
 """
 
 

@@ -1,4 +1,5 @@
-"""`slurmtel chargeback --month YYYY-MM [--close]`: monthly statements for finance."""
+"""`slurmtel chargeback`: monthly statements for finance — export (csv, json, table, parquet),
+roll-up by the account tree, close, list, void, audit, and the re-pricing diff."""
 
 from __future__ import annotations
 
@@ -6,15 +7,21 @@ import argparse
 import io
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from decimal import Decimal
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
+
+from sqlalchemy import Engine
 
 from slurmtel.access import Action
 from slurmtel.chargeback import (
     COMPLETED_COLUMNS,
+    DIFF_COLUMNS,
     LINE_COLUMNS,
+    ROLLUP_COLUMNS,
+    ROLLUP_LEVELS,
     ChargebackError,
     ClosedStatement,
     Statement,
@@ -23,17 +30,28 @@ from slurmtel.chargeback import (
     close_month,
     closed_statement,
     completed_record,
+    diff_closed_month,
+    rate_notices,
+    records_csv,
     render_csv,
     render_json,
+    rollup_records,
+    statement_of_closed,
     statement_records,
+    void_month,
 )
 from slurmtel.commands import common
 from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, open_context, scope_for
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
+from slurmtel.parsers.sacctmgr import ACCOUNT_TREE_ARGS, parse_account_parents
+from slurmtel.reports.parquet import write_parquet
 from slurmtel.reports.render import render
+from slurmtel.sources.io import run_command
+from slurmtel.store.chargeback import audit_entries, closed_months, get_statements, list_statements
+from slurmtel.timeparse import month_bounds
 
-FORMATS = ("csv", "json", "table")
+FORMATS = ("csv", "json", "table", "parquet")
 
 
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
@@ -41,18 +59,53 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         "chargeback",
         help="monthly statement per account x user x partition x GPU model (finance, admins)",
     )
-    chargeback.add_argument("--month", required=True, metavar="YYYY-MM", help="the month (site.timezone)")
-    chargeback.add_argument("--format", choices=FORMATS, default="csv", help="output format (default csv)")
+    chargeback.add_argument("--month", metavar="YYYY-MM", help="the month (site.timezone)")
     chargeback.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="csv",
+        help="output format (default csv; parquet needs pyarrow and --output)",
+    )
+    action = chargeback.add_mutually_exclusive_group()
+    action.add_argument(
         "--close",
         action="store_true",
         help="freeze the month: store the statement; later exports return the same bytes",
+    )
+    action.add_argument(
+        "--list", action="store_true", help="list closed and voided months with their checksums"
+    )
+    action.add_argument(
+        "--void", metavar="YYYY-MM", help="void a closed month (with --reason) so that it can be closed again"
+    )
+    action.add_argument(
+        "--diff", action="store_true", help="what would change if the closed --month were re-priced today"
+    )
+    action.add_argument(
+        "--audit", action="store_true", help="who closed and voided which month, when and why"
+    )
+    action.add_argument(
+        "--completed-jobs", action="store_true", help="cost per completed job per account of --month"
+    )
+    chargeback.add_argument("--reason", default="", help="why a month is voided (with --void)")
+    chargeback.add_argument(
+        "--by",
+        choices=ROLLUP_LEVELS,
+        help="roll the lines up the Slurm account tree with subtotals: account, parent or top-level account",
     )
     chargeback.add_argument("--output", type=Path, metavar="FILE", help="write to FILE instead of stdout")
     chargeback.set_defaults(handler=cmd_chargeback)
 
 
 def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
+    if args.format == "parquet" and args.output is None:
+        raise ConfigError("--format parquet writes a file: give --output FILE")
+    if args.void:
+        return _void(args, config)
+    if args.list or args.audit:
+        return _listing(args, config)
+    if not args.month:
+        raise ConfigError("--month YYYY-MM is required (or --list, --audit, --void YYYY-MM)")
     try:
         month = check_month(args.month)
     except ChargebackError as exc:
@@ -61,6 +114,22 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
     scope = scope_for(config, Action.CLOSE_STATEMENTS if args.close else Action.VIEW_STATEMENTS, identity)
     ctx = open_context(config)
     now = ctx.clock()
+    try:
+        start, _ = month_bounds(month, config.zone)
+    except ValueError as exc:
+        raise ConfigError(f"--month: {exc}") from exc
+    if start > now:
+        raise ConfigError(
+            f"{month} has not begun yet (it starts {start.isoformat()}): there is nothing to bill"
+        )
+    _say_rate_notices(ctx.engine, config)
+    if args.diff:
+        with ctx.engine.connect() as conn:
+            rows = diff_closed_month(conn, config, month, now)
+        if not rows:
+            print(f"slurmtel: {month} re-priced today equals its closed statement", file=sys.stderr)
+        _emit_records(rows, DIFF_COLUMNS, args, f"{month} re-priced today vs its closed statement")
+        return EXIT_OK
     stored = closed_statement(ctx.engine, month)
     if args.close:
         if stored is not None:
@@ -73,18 +142,120 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
             return EXIT_ERROR
         stored = close_month(ctx.engine, config, month, now, closed_by=identity.user)
         print(f"slurmtel: closed {month} at {stored.closed_at.isoformat()}", file=sys.stderr)
-    if stored is not None:
+    if stored is not None and not args.by and not args.completed_jobs and args.format != "parquet":
         _warn_unpriced(str(stored.totals.get("unpriced_gpu_hours", "0")))
         _emit_closed(stored, args)
         return EXIT_OK
-    with ctx.engine.connect() as conn:
-        statement = build_statement(conn, config, month, now, scope)
+    if stored is not None:
+        statement = statement_of_closed(stored)
+    else:
+        with ctx.engine.connect() as conn:
+            statement = build_statement(conn, config, month, now, scope)
     _warn_unpriced(str(statement.totals.unpriced_gpu_hours))
+    if args.completed_jobs:
+        records = [completed_record(month, statement.currency, c) for c in statement.completed_jobs]
+        _emit_records(records, COMPLETED_COLUMNS, args, f"Cost per completed job, {month}")
+        return EXIT_OK
+    if args.by:
+        parents = account_parents(config)
+        records = rollup_records(statement, args.by, parents)
+        _emit_records(records, ROLLUP_COLUMNS, args, f"Chargeback {month} by {args.by}, {statement.currency}")
+        return EXIT_OK
     if args.format == "table":
         _write_table(args.output, lambda out: _table(statement, out))
+    elif args.format == "parquet":
+        write_parquet(statement_records(statement), LINE_COLUMNS, args.output, statement.currency)
     else:
         _write(args.output, render_csv(statement) if args.format == "csv" else render_json(statement))
     return EXIT_OK
+
+
+def _say_rate_notices(engine: Engine, config: Config) -> None:
+    with engine.connect() as conn:
+        closed = get_statements(conn, closed_months(conn))
+    for notice in rate_notices(config, {m: s.settings for m, s in closed.items()}):
+        print(f"slurmtel: note: {notice}", file=sys.stderr)
+
+
+def _void(args: argparse.Namespace, config: Config) -> int:
+    try:
+        month = check_month(args.void)
+    except ChargebackError as exc:
+        raise ConfigError(str(exc)) from exc
+    if not args.reason.strip():
+        raise ConfigError("--void needs --reason TEXT: why the statement is voided is kept with it")
+    identity = common.current_identity(config)
+    scope_for(config, Action.CLOSE_STATEMENTS, identity)
+    ctx = open_context(config)
+    try:
+        voided = void_month(ctx.engine, month, ctx.clock(), identity.user, args.reason)
+    except ChargebackError as exc:
+        print(f"slurmtel: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(
+        f"slurmtel: voided {month} (closed {voided.closed_at.isoformat()} by {voided.closed_by or '?'}, "
+        f"CSV sha256 {voided.csv_sha256}); the statement is kept in `chargeback --list` and the month "
+        "can be closed again",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def _listing(args: argparse.Namespace, config: Config) -> int:
+    identity = common.current_identity(config)
+    scope_for(config, Action.VIEW_STATEMENTS, identity)
+    ctx = open_context(config)
+    with ctx.engine.connect() as conn:
+        if args.audit:
+            rows = [asdict(entry) for entry in audit_entries(conn)]
+            columns: Sequence[str] = AUDIT_COLUMNS
+            title = "Chargeback audit"
+        else:
+            rows = [asdict(listing) for listing in list_statements(conn)]
+            columns, title = LISTING_COLUMNS, "Closed and voided statements"
+    _emit_records(rows, columns, args, title)
+    return EXIT_OK
+
+
+LISTING_COLUMNS = (
+    "month",
+    "status",
+    "closed_at",
+    "closed_by",
+    "gpu_hours",
+    "billable_amount",
+    "currency",
+    "csv_sha256",
+    "json_sha256",
+    "voided_at",
+    "voided_by",
+    "reason",
+)
+AUDIT_COLUMNS = ("at", "actor", "action", "month", "csv_sha256", "reason")
+
+
+def account_parents(config: Config) -> dict[str, frozenset[str]]:
+    """The Slurm account tree from sacctmgr (access.sacctmgr_command), for --by parent|top."""
+    command = config.access.sacctmgr_command
+    if not command:
+        raise ConfigError("--by needs the Slurm account tree: access.sacctmgr_command is empty")
+    raw = run_command([command, *ACCOUNT_TREE_ARGS], timeout_seconds=30)
+    return parse_account_parents(raw.decode("utf-8", "replace"))
+
+
+def _emit_records(
+    records: Sequence[Mapping[str, Any]], columns: Sequence[str], args: argparse.Namespace, title: str
+) -> None:
+    if args.format == "parquet":
+        write_parquet(records, columns, args.output, "")
+    elif args.format == "table":
+        _write_table(args.output, lambda out: render(records, out, "table", columns=columns, title=title))
+    elif args.format == "csv":
+        _write(args.output, records_csv(records, columns))
+    else:
+        out = io.StringIO()
+        render(records, out, "json", columns=columns)
+        _write(args.output, out.getvalue().encode("utf-8"))
 
 
 def _emit_closed(stored: ClosedStatement, args: argparse.Namespace) -> None:

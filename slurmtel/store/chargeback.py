@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -106,7 +107,7 @@ def get_statements(conn: Connection, months: Sequence[str]) -> dict[str, ClosedS
         text(
             """
             SELECT month, closed_at, closed_by, csv, json, csv_sha256, json_sha256, lines, totals,
-                   completed_jobs, settings
+                   completed_jobs, settings, month_start_at, month_end_at
             FROM chargeback_statement WHERE month = ANY(CAST(:months AS text[])) ORDER BY month
             """
         ),
@@ -125,6 +126,8 @@ def get_statements(conn: Connection, months: Sequence[str]) -> dict[str, ClosedS
             totals=r.totals,
             completed_jobs=tuple(r.completed_jobs),
             settings=r.settings,
+            month_start_at=r.month_start_at,
+            month_end_at=r.month_end_at,
         )
         for r in rows
     }
@@ -158,3 +161,113 @@ def insert_statement(conn: Connection, statement: ClosedStatement, *, start: dat
             "settings": json.dumps(dict(statement.settings)),
         },
     )
+
+
+def move_to_voided(conn: Connection, month: str, *, voided_at: datetime, voided_by: str, reason: str) -> None:
+    """Keep MONTH's statement among the voided ones, then free the month for a new close."""
+    conn.execute(
+        text(
+            """
+            INSERT INTO chargeback_statement_voided (month, month_start_at, month_end_at, closed_at,
+                closed_by, currency, csv, json, csv_sha256, json_sha256, lines, totals, completed_jobs,
+                settings, voided_at, voided_by, reason)
+            SELECT month, month_start_at, month_end_at, closed_at, closed_by, currency, csv, json,
+                   csv_sha256, json_sha256, lines, totals, completed_jobs, settings,
+                   :voided_at, :voided_by, :reason
+            FROM chargeback_statement WHERE month = :month
+            """
+        ),
+        {"month": month, "voided_at": voided_at, "voided_by": voided_by, "reason": reason},
+    )
+    conn.execute(text("DELETE FROM chargeback_statement WHERE month = :month"), {"month": month})
+
+
+def insert_audit(
+    conn: Connection, *, at: datetime, actor: str, action: str, month: str, csv_sha256: str, reason: str = ""
+) -> None:
+    conn.execute(
+        text(
+            """
+            INSERT INTO chargeback_audit (at, actor, action, month, csv_sha256, reason)
+            VALUES (:at, :actor, :action, :month, :csv_sha256, :reason)
+            """
+        ),
+        {
+            "at": at,
+            "actor": actor,
+            "action": action,
+            "month": month,
+            "csv_sha256": csv_sha256,
+            "reason": reason,
+        },
+    )
+
+
+@dataclass(frozen=True)
+class StatementListing:
+    """One row of `chargeback --list`: a closed or voided statement."""
+
+    month: str
+    status: str  # closed | voided
+    closed_at: datetime
+    closed_by: str
+    csv_sha256: str
+    json_sha256: str
+    currency: str
+    gpu_hours: Decimal
+    billable_amount: Decimal
+    voided_at: datetime | None
+    voided_by: str
+    reason: str
+
+
+def list_statements(conn: Connection) -> list[StatementListing]:
+    """Every closed statement and every voided one, by month then closing time."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT month, 'closed' AS status, closed_at, closed_by, csv_sha256, json_sha256, currency,
+                   totals, NULL::timestamptz AS voided_at, '' AS voided_by, '' AS reason
+            FROM chargeback_statement
+            UNION ALL
+            SELECT month, 'voided', closed_at, closed_by, csv_sha256, json_sha256, currency, totals,
+                   voided_at, voided_by, reason
+            FROM chargeback_statement_voided
+            ORDER BY month, closed_at
+            """
+        )
+    )
+    return [
+        StatementListing(
+            month=r.month,
+            status=r.status,
+            closed_at=r.closed_at,
+            closed_by=r.closed_by,
+            csv_sha256=r.csv_sha256,
+            json_sha256=r.json_sha256,
+            currency=r.currency,
+            gpu_hours=Decimal(str(r.totals.get("gpu_hours") or "0")),
+            billable_amount=Decimal(str(r.totals.get("billable_amount") or "0")),
+            voided_at=r.voided_at,
+            voided_by=r.voided_by,
+            reason=r.reason,
+        )
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    at: datetime
+    actor: str
+    action: str
+    month: str
+    csv_sha256: str
+    reason: str
+
+
+def audit_entries(conn: Connection) -> list[AuditEntry]:
+    rows = conn.execute(
+        text("SELECT at, actor, action, month, csv_sha256, reason FROM chargeback_audit ORDER BY id")
+    )
+    return [AuditEntry(r.at, r.actor, r.action, r.month, r.csv_sha256, r.reason) for r in rows]
