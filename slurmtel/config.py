@@ -278,6 +278,22 @@ class ChargebackRate:
 
 
 @dataclass(frozen=True)
+class ChargebackBudget:
+    """One [[chargeback.budgets]] table: a budget of an account (and its sub-accounts) per period."""
+
+    # Slurm account; the budget covers its sub-accounts too (as GrpTRESMins does)
+    account: str = ""
+    # "month", "quarter" or "year" (calendar periods in site.timezone)
+    period: str = "month"
+    # the budget in allocated GPU-hours, a decimal string ("100"); or set amount
+    gpu_hours: str = ""
+    # the budget in money (chargeback.currency), a decimal string ("250.00"), usage priced with the rates
+    amount: str = ""
+    # "YYYY-MM-DD": the budget applies to periods whose first day is on or after it; "" = always
+    valid_from: str = ""
+
+
+@dataclass(frozen=True)
 class ChargebackConfig:
     """[chargeback]: monthly statements (`slurmtel chargeback`)."""
 
@@ -292,6 +308,11 @@ class ChargebackConfig:
     # price per billing-TRES-hour as a string, e.g. "0.04"; needed with use_billing_tres
     billing_rate: str = ""
     rates: list[ChargebackRate] = field(default_factory=list)
+    budgets: list[ChargebackBudget] = field(default_factory=list)
+    # accounts' GrpTRESMins gres/gpu (sacctmgr, access.sacctmgr_command) become GPU-hour
+    # budgets per budget_slurm_period; a [[chargeback.budgets]] entry for the account wins
+    budgets_from_slurm: bool = False
+    budget_slurm_period: str = "month"
 
 
 @dataclass(frozen=True)
@@ -541,6 +562,43 @@ def _validate_chargeback(chargeback: ChargebackConfig) -> None:
             )
 
 
+BUDGET_PERIODS = ("month", "quarter", "year")
+
+
+def _validate_budgets(chargeback: ChargebackConfig) -> None:
+    if chargeback.budget_slurm_period not in BUDGET_PERIODS:
+        raise ConfigError(
+            "chargeback.budget_slurm_period must be 'month', 'quarter' or 'year', "
+            f"not '{chargeback.budget_slurm_period}'"
+        )
+    seen: dict[tuple[str, str, str], int] = {}
+    for i, budget in enumerate(chargeback.budgets):
+        key = f"chargeback.budgets[{i}]"
+        if not budget.account.strip():
+            raise ConfigError(f"{key}.account is required")
+        if budget.period not in BUDGET_PERIODS:
+            raise ConfigError(f"{key}.period must be 'month', 'quarter' or 'year', not '{budget.period}'")
+        if bool(budget.gpu_hours.strip()) == bool(budget.amount.strip()):
+            raise ConfigError(f"{key}: set exactly one of {key}.gpu_hours and {key}.amount")
+        if budget.gpu_hours.strip():
+            _decimal(budget.gpu_hours, f"{key}.gpu_hours")
+        else:
+            _decimal(budget.amount, f"{key}.amount")
+        if budget.valid_from:
+            if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", budget.valid_from):
+                raise ConfigError(f"{key}.valid_from must be a date YYYY-MM-DD, not '{budget.valid_from}'")
+            try:
+                date.fromisoformat(budget.valid_from)
+            except ValueError:
+                raise ConfigError(f"{key}.valid_from is not a valid date: '{budget.valid_from}'") from None
+        other = seen.setdefault((budget.account, budget.period, budget.valid_from), i)
+        if other != i:
+            raise ConfigError(
+                f"{key} repeats chargeback.budgets[{other}] (account '{budget.account}', "
+                f"period '{budget.period}', valid_from '{budget.valid_from}')"
+            )
+
+
 def _validate_nccl(nccl: NcclSourceConfig) -> None:
     for name in ("interval_seconds", "lookback_seconds", "max_log_bytes"):
         if getattr(nccl, name) <= 0:
@@ -605,5 +663,6 @@ def _validated(config: Config) -> Config:
         raise ConfigError("logging.level must be DEBUG, INFO, WARNING or ERROR")
     _validate_agent(config.agent)
     _validate_chargeback(config.chargeback)
+    _validate_budgets(config.chargeback)
     _validate_daemon(config.daemon)
     return config

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from slurmtel.commands import (
     admin_reports,
+    budget,
     collect,
     daemon,
     db,
@@ -18,4 +19,16 @@ from slurmtel.commands import (
     usage,
 )
 
-COMMAND_MODULES = (collect, db, usage, operations, demo, researcher, finance, admin_reports, fabric, daemon)
+COMMAND_MODULES = (
+    collect,
+    db,
+    usage,
+    operations,
+    demo,
+    researcher,
+    finance,
+    admin_reports,
+    budget,
+    fabric,
+    daemon,
+)

@@ -1,7 +1,8 @@
 """sacctmgr output: who coordinates which accounts, and the account tree.
 
-`sacctmgr -n -P show user withcoord format=User,Coordinators` and
-`sacctmgr -P show account withassoc` (read by its header, so column order does not matter).
+`sacctmgr -n -P show user withcoord format=User,Coordinators`,
+`sacctmgr -P show account withassoc` (read by its header, so column order does not matter) and
+`sacctmgr -n -P show assoc format=Cluster,Account,User,GrpTRESMins` (accounts' GPU-minute limits).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from slurmtel.errors import ParseError
 
 COORDINATORS_ARGS = ("-n", "-P", "show", "user", "withcoord", "format=User,Coordinators")
 ACCOUNT_TREE_ARGS = ("-P", "show", "account", "withassoc")
+GRP_TRES_MINS_ARGS = ("-n", "-P", "show", "assoc", "format=Cluster,Account,User,GrpTRESMins")
 
 
 def parse_coordinators(raw: str) -> dict[str, frozenset[str]]:
@@ -65,3 +67,38 @@ def with_sub_accounts(accounts: Iterable[str], parents: dict[str, frozenset[str]
                 reach.add(child)
                 todo.append(child)
     return frozenset(reach)
+
+
+def parse_grp_tres_mins(raw: str) -> dict[str, int]:
+    """account -> its GrpTRESMins gres/gpu (GPU-minutes), from the account associations (rows
+    without a user) of `sacctmgr -n -P show assoc format=Cluster,Account,User,GrpTRESMins`.
+
+    Only the untyped `gres/gpu` TRES counts (`gres/gpu:h100` limits are per model); accounts
+    without one are left out. An account limited on several clusters gets the sum (its usage
+    is summed over clusters too). User rows (a user's own limit) are not account budgets.
+    """
+    result: dict[str, int] = {}
+    for number, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        if len(fields) < 4:
+            raise ParseError(
+                f"sacctmgr show assoc line {number}: want Cluster|Account|User|GrpTRESMins: {line!r}"
+            )
+        account, user, limits = fields[1].strip(), fields[2].strip(), fields[3].strip()
+        if not account or user:
+            continue
+        for item in limits.split(","):
+            name, sep, value = item.partition("=")
+            if not sep or name.strip() != "gres/gpu":
+                continue
+            try:
+                minutes = int(value.strip())
+            except ValueError:
+                raise ParseError(
+                    f"sacctmgr show assoc line {number}: gres/gpu limit is not a number: {value!r}"
+                ) from None
+            if minutes >= 0:
+                result[account] = result.get(account, 0) + minutes
+    return result
