@@ -118,6 +118,7 @@ def test_per_gpu_figures_and_advice(cli, engine: Engine, config: Config) -> None
     assert (report["elapsed_seconds"], report["queue_wait_seconds"]) == (750, 180)
     rows = {r["gpu_uuid"]: r for r in report["gpu_figures"]}
     assert rows["GPU-0"] == {
+        "gpu": "gpu01/0",
         "gpu_uuid": "GPU-0",
         "node": "gpu01",
         "mapping": "process",
@@ -128,6 +129,8 @@ def test_per_gpu_figures_and_advice(cli, engine: Engine, config: Config) -> None
         "coverage_percent": 100.0,
         "max_memory_gib": 40.0,
         "memory_total_gib": None,
+        "power_mean_watts": 10.0,  # 300 J per 30 s window
+        "power_max_watts": None,  # the windows carry no power
         "energy_joules": 7500.0,  # 25 windows x 300 J
         "energy": "2.1 Wh",
     }

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, tzinfo
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from slurmtel.access import Action
 from slurmtel.commands import common
@@ -27,13 +27,48 @@ from slurmtel.commands.common import (
 )
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
-from slurmtel.reports.advice import GpuFigures, JobFacts, advise
+from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise
 from slurmtel.reports.render import render
+from slurmtel.store.efficiency import AttemptEfficiency
 from slurmtel.store.jobview import AttemptView
+
+if TYPE_CHECKING:
+    from slurmtel.reports.plot import GpuSeries, SeriesPoint
 from slurmtel.timeparse import month_bounds
 
 GIB = 2**30
 JOB_FORMATS = ("table", "json")
+ME_FORMATS = ("table", "csv", "json")
+# `me --jobs`: tables in hours and GiB, csv/json in seconds and bytes
+ME_JOBS_COLUMNS = (
+    "cluster",
+    "job_id",
+    "attempt",
+    "name",
+    "account",
+    "partition",
+    "state",
+    "start",
+    "elapsed_hours",
+    "gpus",
+    "gpu_hours",
+    "mean_util_percent",
+    "idle_percent",
+    "cpu_efficiency_percent",
+    "mem_peak_gib",
+    "mem_requested_gib",
+    "mem_used_percent",
+)
+ME_JOBS_DATA_COLUMNS = tuple(
+    {
+        "start": "start_at",
+        "elapsed_hours": "elapsed_seconds",
+        "gpu_hours": "gpu_seconds",
+        "mem_peak_gib": "mem_peak_bytes",
+        "mem_requested_gib": "mem_requested_bytes",
+    }.get(c, c)
+    for c in ME_JOBS_COLUMNS
+)
 TOP_COLUMNS = (
     "cluster",
     "job_id",
@@ -54,7 +89,9 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
     job.add_argument("jobid", metavar="JOBID", help="job id: 123, array task 10_4, het component 123+1")
     job.add_argument("-M", "--clusters", default=None, help="comma-separated clusters")
     job.add_argument("--format", choices=JOB_FORMATS, default="table", help="output format (default table)")
-    job.add_argument("--plot", type=Path, metavar="FILE.png", help="also draw GPU utilisation over time")
+    job.add_argument(
+        "--plot", type=Path, metavar="FILE.png", help="also draw GPU utilisation, memory and power over time"
+    )
     job.set_defaults(handler=cmd_job)
 
     me = commands.add_parser("me", help="your GPU-hours, idle share, failures and top jobs this month")
@@ -63,7 +100,14 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         "-u", "--user", default=None, help="another user (admins; coordinators for their accounts)"
     )
     me.add_argument("--top", type=int, default=10, help="how many top jobs to list (default 10)")
-    me.add_argument("--format", choices=JOB_FORMATS, default="table", help="output format (default table)")
+    me.add_argument(
+        "--jobs",
+        action="store_true",
+        help="list every job attempt of the month instead: GPU use, CPU efficiency, peak memory",
+    )
+    me.add_argument(
+        "--format", choices=ME_FORMATS, default="table", help="output format (default table; csv with --jobs)"
+    )
     me.set_defaults(handler=cmd_me)
 
 
@@ -101,7 +145,9 @@ def energy_text(joules: float | None) -> str:
 def gpu_row(g: GpuFigures) -> dict[str, Any]:
     """The figures of one GPU as shown (percentages with one decimal)."""
     mean = g.mean_util_percent
+    power = g.power_mean_watts
     return {
+        "gpu": g.name,
         "gpu_uuid": g.gpu_uuid or "(unmapped)",
         "node": g.node,
         "mapping": g.mapping,
@@ -114,15 +160,22 @@ def gpu_row(g: GpuFigures) -> dict[str, Any]:
         if g.memory_used_max_bytes is None
         else round(g.memory_used_max_bytes / GIB, 2),
         "memory_total_gib": None if not g.memory_total_bytes else round(g.memory_total_bytes / GIB, 1),
+        "power_mean_watts": None if power is None else round(power, 1),
+        "power_max_watts": None if g.power_max_watts is None else round(g.power_max_watts, 1),
         "energy_joules": None if g.energy_joules is None else round(g.energy_joules, 1),
         "energy": energy_text(g.energy_joules),
     }
 
 
 def attempt_report(
-    attempt: AttemptView, gpus: Sequence[GpuFigures], now: datetime, zone: tzinfo
+    attempt: AttemptView,
+    gpus: Sequence[GpuFigures],
+    now: datetime,
+    zone: tzinfo,
+    host: AttemptEfficiency | None = None,
 ) -> dict[str, Any]:
-    """One attempt's header, per-GPU figures and advice."""
+    """One attempt's header, host-side usage (HOST: CPU efficiency, peak memory, time limit),
+    per-GPU figures and advice."""
     end = attempt.end_at or now
     elapsed = (end - attempt.start_at).total_seconds() if attempt.start_at else None
     wait = None
@@ -150,9 +203,73 @@ def attempt_report(
         "gpus": attempt.alloc_gpus,
         "gpu_model": attempt.gpu_model,
         "nodes": list(attempt.nodes),
+        "cpus": host.alloc_cpus if host else None,
+        "cpu_time_seconds": host.cpu_time_seconds if host else None,
+        "cpu_efficiency_percent": host.cpu_efficiency_percent if host else None,
+        "mem_requested_bytes": host.mem_requested_bytes if host else None,
+        "mem_peak_bytes": host.mem_peak_bytes if host else None,
+        "mem_peak_task_bytes": host.mem_peak_task_bytes if host else None,
+        "mem_used_percent": host.mem_efficiency_percent if host else None,
+        "usage_steps": host.usage_steps if host else None,
+        "time_limit_seconds": attempt.time_limit_seconds,
+        "time_limit_used_percent": _share(elapsed, attempt.time_limit_seconds)
+        if elapsed is not None and attempt.time_limit_seconds
+        else None,
         "gpu_figures": [gpu_row(g) for g in gpus],
-        "advice": advise(JobFacts(attempt.alloc_gpus, elapsed, attempt.state), gpus),
+        "advice": advise(
+            JobFacts(
+                attempt.alloc_gpus,
+                elapsed,
+                attempt.state,
+                alloc_cpus=host.alloc_cpus if host else 0,
+                cpu_efficiency_percent=host.cpu_efficiency_percent if host else None,
+                mem_requested_bytes=host.mem_requested_bytes if host else None,
+                mem_peak_bytes=host.mem_peak_bytes if host else None,
+                nodes=max(len(attempt.nodes), 1),
+                time_limit_seconds=attempt.time_limit_seconds,
+            ),
+            gpus,
+        ),
     }
+
+
+def _gib(value: float | None) -> str:
+    return "" if value is None else f"{value / GIB:.1f} GiB"
+
+
+def host_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The CPU, host memory and time limit lines of a job's text."""
+    steps = r["usage_steps"]
+    partial = " so far" if r["end_at"] is None else ""
+    unmeasured = "not measured (no job steps read)"
+    cpus = f"{r['cpus']} CPU{'s' if r['cpus'] != 1 else ''}" if r["cpus"] else ""
+    if r["cpu_efficiency_percent"] is not None:
+        cpu = (
+            f"{cpus}, efficiency {r['cpu_efficiency_percent']:.1f} %{partial} "
+            f"(CPU time {_duration(r['cpu_time_seconds'])})"
+        )
+    else:
+        cpu = f"{cpus}, efficiency {unmeasured if steps is None else 'unknown'}".lstrip(", ")
+    if r["mem_peak_bytes"] is not None:
+        memory = f"peak {_gib(r['mem_peak_bytes'])}{partial}"
+        if r["mem_requested_bytes"]:
+            memory += f" of {_gib(r['mem_requested_bytes'])} requested ({r['mem_used_percent']:.1f} %)"
+        if r["mem_peak_task_bytes"] is not None and r["mem_peak_task_bytes"] != r["mem_peak_bytes"]:
+            memory += f", largest task {_gib(r['mem_peak_task_bytes'])}"
+    else:
+        requested = f"{_gib(r['mem_requested_bytes'])} requested, " if r["mem_requested_bytes"] else ""
+        memory = f"{requested}peak {unmeasured if steps is None else 'not recorded'}"
+    limit = r["time_limit_seconds"]
+    if limit and r["elapsed_seconds"] is not None:
+        time = (
+            f"{_duration(r['elapsed_seconds'])} used of {_duration(limit)} "
+            f"({r['time_limit_used_percent']:.1f} %)"
+        )
+    elif limit:
+        time = _duration(limit)
+    else:
+        time = "none (or not known)"
+    return [("CPUs", cpu), ("host memory", memory), ("time limit", time)]
 
 
 def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzinfo) -> None:
@@ -172,20 +289,23 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
             ("GPUs", f"{r['gpus']}{' x ' + r['gpu_model'] if r['gpu_model'] else ''}"),
             ("nodes", ",".join(r["nodes"])),
             ("queue wait", _duration(r["queue_wait_seconds"])),
+            *(host_lines(r) if r["start_at"] else []),
         ]
         for label, value in header:
             out.write(f"  {label:<11} {value}".rstrip() + "\n")
         if r["gpu_figures"]:
             out.write("\n")
             columns = [
+                "gpu",
                 "gpu_uuid",
-                "node",
                 "mapping",
                 "mean_util_percent",
                 "max_util_percent",
                 "idle_percent",
                 "coverage_percent",
                 "max_memory_gib",
+                "power_mean_watts",
+                "power_max_watts",
                 "energy",
             ]
             render(r["gpu_figures"], out, "table", columns=columns)
@@ -202,7 +322,8 @@ def _json_default(value: Any) -> Any:
 
 
 def cmd_job(args: argparse.Namespace, config: Config) -> int:
-    from slurmtel.reports.plot import plot_utilisation, utilisation_series
+    from slurmtel.reports.plot import plot_job, utilisation_series
+    from slurmtel.store.efficiency import attempts_efficiency
     from slurmtel.store.jobview import JOB_ID, find_attempts, gpu_figures, util_windows
 
     if not JOB_ID.fullmatch(args.jobid):
@@ -217,30 +338,45 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
             # the same answer for a job outside the caller's scope: existence is not disclosed
             print(f"slurmtel: job {args.jobid} not found", file=sys.stderr)
             return EXIT_ERROR
-        figures = gpu_figures(conn, [a.key for a in attempts])
-        series = {}
+        keys = [a.key for a in attempts]
+        figures = gpu_figures(conn, keys, now=now)
+        host = attempts_efficiency(conn, keys, now=now)
+        series: list[GpuSeries] = []
         if args.plot is not None:
-            for a in attempts:
+            for a in sorted(attempts, key=lambda a: a.submit_at):
                 if a.start_at is None:
                     continue
-                uuids = sorted({g.gpu_uuid for g in figures[a.key] if g.mapped and g.gpu_uuid})
-                windows = util_windows(conn, uuids, start=a.start_at, end=a.end_at or now)
-                for uuid, points in utilisation_series(windows).items():
-                    label = f"{uuid} (attempt {a.attempt_number})" if len(attempts) > 1 else uuid
-                    series[label] = points
-    reports = [attempt_report(a, figures[a.key], now, zone) for a in attempts]
+                by_uuid = {g.gpu_uuid: g for g in figures[a.key] if g.mapped and g.gpu_uuid}
+                windows = util_windows(conn, sorted(by_uuid), start=a.start_at, end=a.end_at or now)
+                points = utilisation_series(windows)
+                for g in sorted(by_uuid.values(), key=lambda g: (g.node, g.gpu_index or 0, g.gpu_uuid)):
+                    series.append(plot_series(g, points.get(g.gpu_uuid, []), a, several=len(attempts) > 1))
+    reports = [attempt_report(a, figures[a.key], now, zone, host.get(a.key)) for a in attempts]
     if args.format == "json":
         json.dump(reports, sys.stdout, indent=2, default=_json_default)
         sys.stdout.write("\n")
     else:
         write_job_text(reports, sys.stdout, zone)
     if args.plot is not None:
-        title = f"Job {attempts[0].job_id} ({attempts[0].cluster}): GPU utilisation"
-        plot_utilisation(series, args.plot, title=title, zone=zone)
-        if not series:
+        title = f"Job {attempts[0].job_id} ({attempts[0].cluster}): GPU utilisation, memory, power"
+        plot_job(series, args.plot, title=title, zone=zone)
+        if not any(s.points for s in series):
             print(f"slurmtel: no GPU telemetry for job {args.jobid}: the plot is empty", file=sys.stderr)
         print(f"slurmtel: wrote {args.plot}", file=sys.stderr)
     return EXIT_OK
+
+
+def plot_series(
+    g: GpuFigures, points: Sequence[SeriesPoint], attempt: AttemptView, *, several: bool
+) -> GpuSeries:
+    """One GPU's plotted line: `node/index`, the attempt where a job has several, idle noted."""
+    from slurmtel.reports.plot import GpuSeries
+
+    label = g.name + (f" (attempt {attempt.attempt_number})" if several else "")
+    share = g.idle_share
+    if share is not None and share >= IDLE_GPU_SHARE:
+        return GpuSeries(f"{label} idle {share * 100:.0f} %", list(points), idle=True)
+    return GpuSeries(label, list(points))
 
 
 # ------------------------------------------------------------------------------------- me
@@ -289,8 +425,42 @@ def me_top_job(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def me_job_row(row: Mapping[str, Any], zone: tzinfo) -> dict[str, Any]:
+    """One attempt of `me --jobs`, in both units: the table's (hours, GiB, local start) and
+    csv/json's (seconds, bytes, ISO start)."""
+    e = row["efficiency"]
+    covered = float(row["covered"] or 0)
+    elapsed = e.elapsed_seconds
+    return {
+        "cluster": row["cluster"],
+        "job_id": row["job_id"],
+        "attempt": int(row["attempt_number"] or 1),
+        "name": row["name"],
+        "account": row["account"],
+        "partition": row["partition"],
+        "state": row["state"],
+        "start": _local(row["start_at"], zone),
+        "start_at": row["start_at"],
+        "elapsed_hours": None if elapsed is None else _hours(elapsed),
+        "elapsed_seconds": None if elapsed is None else round(elapsed, 3),
+        "gpus": int(row["alloc_gpus"]),
+        "gpu_hours": _hours(row["gpu_seconds"]),
+        "gpu_seconds": round(float(row["gpu_seconds"] or 0), 3),
+        "mean_util_percent": round(float(row["util_weighted"] or 0) / covered, 1) if covered > 0 else None,
+        "idle_percent": _share(float(row["idle"] or 0), covered),
+        "cpu_efficiency_percent": None
+        if e.cpu_efficiency_percent is None
+        else round(e.cpu_efficiency_percent, 1),
+        "mem_peak_gib": None if e.mem_peak_bytes is None else round(e.mem_peak_bytes / GIB, 2),
+        "mem_peak_bytes": e.mem_peak_bytes,
+        "mem_requested_gib": None if e.mem_requested_bytes is None else round(e.mem_requested_bytes / GIB, 2),
+        "mem_requested_bytes": e.mem_requested_bytes,
+        "mem_used_percent": None if e.mem_efficiency_percent is None else round(e.mem_efficiency_percent, 1),
+    }
+
+
 def cmd_me(args: argparse.Namespace, config: Config) -> int:
-    from slurmtel.store.jobview import month_summary, top_jobs
+    from slurmtel.store.jobview import month_summary, top_jobs, user_attempts
 
     identity = common.current_identity(config)  # looked up at call time (tests replace it)
     scope = scope_for(config, Action.VIEW_JOBS, identity)
@@ -299,6 +469,8 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
         raise AccessDenied(f"{identity.user} may only see their own usage, not {user}'s")
     if args.top < 0:
         raise ConfigError("--top must be 0 or more")
+    if args.format == "csv" and not args.jobs:
+        raise ConfigError("--format csv needs --jobs (the month's summary is a table or json)")
     ctx = open_context(config)
     now = ctx.clock()
     zone = config.zone
@@ -309,6 +481,26 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
         raise ConfigError(str(exc)) from exc
     first_day = start.astimezone(zone).date()
     end_day = end.astimezone(zone).date()
+    if args.jobs:
+        with ctx.engine.connect() as conn:
+            attempts = user_attempts(
+                conn,
+                user=user,
+                start=start,
+                end=end,
+                first_day=first_day,
+                end_day=end_day,
+                now=now,
+                scope=scope,
+            )
+        rows = [me_job_row(r, zone) for r in attempts]
+        if args.format == "table":
+            title = f"Jobs of {user} in {month}" + (" (so far)" if start <= now < end else "")
+            title += f" ({zone}): {len(rows)} attempt{'s' if len(rows) != 1 else ''}"
+            render(rows, sys.stdout, "table", columns=ME_JOBS_COLUMNS, title=title)
+        else:
+            render(rows, sys.stdout, args.format, columns=ME_JOBS_DATA_COLUMNS)
+        return EXIT_OK
     with ctx.engine.connect() as conn:
         usage = month_summary(
             conn, user=user, start=start, end=end, first_day=first_day, end_day=end_day, now=now, scope=scope

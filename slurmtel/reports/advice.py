@@ -1,11 +1,13 @@
-"""Advice for a researcher about one job attempt, from its per-GPU figures (pure).
+"""Advice for a researcher about one job attempt, from its per-GPU figures and its host-side
+usage (CPU efficiency, peak memory, time used; pure).
 
-Like Princeton's jobstats: a few plain lines that say what to ask for next time. Where the
-telemetry is missing or too thin, the advice says so instead of guessing.
+Like Princeton's jobstats and seff: a few plain lines that say what to ask for next time. Where
+the telemetry is missing or too thin, the advice says so instead of guessing.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,6 +22,17 @@ LOW_MEMORY_SHARE = 0.25
 # a job shorter than this (seconds) on at least MANY_GPUS GPUs is a short job on many GPUs
 SHORT_JOB_SECONDS = 600
 MANY_GPUS = 4
+# host memory: a peak below this share of the memory requested is over-requested; the advice
+# asks for the peak times MEMORY_HEADROOM, rounded up to whole GiB
+LOW_HOST_MEMORY_SHARE = 0.50
+MEMORY_HEADROOM = 1.2
+# a completed attempt that used less than this share of its time limit asked for too much time;
+# the advice asks for the time used times TIME_HEADROOM, rounded up to TIME_STEP_SECONDS
+LOW_TIME_LIMIT_SHARE = 0.25
+TIME_HEADROOM = 1.5
+TIME_STEP_SECONDS = 900
+# CPU efficiency (TotalCPU / (CPUs x elapsed), percent) below this on more than one CPU is low
+LOW_CPU_EFFICIENCY_PERCENT = 25.0
 
 GIB = 2**30
 
@@ -46,10 +59,28 @@ class GpuFigures:
     memory_total_bytes: int | None = None
     gpu_fraction: float = 1.0
     model: str = ""
+    # the GPU's index on its node (the job's allocation, else the node's inventory)
+    gpu_index: int | None = None
+    # the highest window mean power of the GPU during the attempt
+    power_max_watts: float | None = None
 
     @property
     def mapped(self) -> bool:
         return self.mapping != "unmapped"
+
+    @property
+    def name(self) -> str:
+        """`node/index` as nvidia-smi numbers it; the UUID where the index is unknown."""
+        if not self.mapped:
+            return f"{self.node}/(unmapped)"
+        return f"{self.node}/{self.gpu_index}" if self.gpu_index is not None else self.gpu_uuid
+
+    @property
+    def power_mean_watts(self) -> float | None:
+        """Energy over the measured seconds."""
+        if self.energy_joules is None or self.covered_seconds <= 0:
+            return None
+        return self.energy_joules / self.covered_seconds
 
     @property
     def mean_util_percent(self) -> float | None:
@@ -72,6 +103,13 @@ class JobFacts:
     # None: the attempt has not started
     elapsed_seconds: float | None
     state: str = ""
+    # host side (slurmtel.store.efficiency); None: not known (no steps read, no limit, running)
+    alloc_cpus: int = 0
+    cpu_efficiency_percent: float | None = None
+    mem_requested_bytes: int | None = None
+    mem_peak_bytes: int | None = None
+    nodes: int = 1
+    time_limit_seconds: int | None = None
 
 
 def _percent(share: float) -> str:
@@ -82,12 +120,74 @@ def _gpus(n: int) -> str:
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
 
+def duration_text(seconds: float) -> str:
+    """Slurm's [D-]HH:MM:SS (as --time takes it)."""
+    total = round(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
 def advise(job: JobFacts, gpus: Sequence[GpuFigures]) -> list[str]:
-    """Advice lines for one attempt; [] for an attempt without GPUs."""
-    if job.alloc_gpus <= 0:
-        return []
+    """Advice lines for one attempt: its GPUs (none for an attempt without GPUs), then its host
+    side (memory, time limit, CPUs)."""
     if job.elapsed_seconds is None:
-        return ["The job has not started: no GPU figures yet."]
+        return ["The job has not started: no GPU figures yet."] if job.alloc_gpus > 0 else []
+    return gpu_advice(job, gpus) + host_advice(job)
+
+
+def host_advice(job: JobFacts) -> list[str]:
+    """Time limit hit or over-requested, host memory over-requested, low CPU efficiency.
+
+    Usage of a running attempt is partial: only a finished attempt is judged on its usage."""
+    elapsed = job.elapsed_seconds
+    if elapsed is None:
+        return []
+    advice = []
+    limit = job.time_limit_seconds
+    if job.state == "TIMEOUT":
+        of = f" ({duration_text(limit)})" if limit else ""
+        advice.append(
+            f"The job hit its time limit{of}: save checkpoints and resume from them, "
+            "or ask for a longer --time."
+        )
+    finished = job.state not in ("RUNNING", "PENDING", "REQUEUED", "SUSPENDED", "")
+    if job.state == "COMPLETED" and limit and elapsed < LOW_TIME_LIMIT_SHARE * limit:
+        suggested = math.ceil(max(elapsed, 1) * TIME_HEADROOM / TIME_STEP_SECONDS) * TIME_STEP_SECONDS
+        if suggested < limit:
+            advice.append(
+                f"The job used {duration_text(elapsed)} of its {duration_text(limit)} time limit "
+                f"({_percent(elapsed / limit)}): --time={duration_text(suggested)} would let it start "
+                "earlier (backfill)."
+            )
+    requested, peak = job.mem_requested_bytes, job.mem_peak_bytes
+    if finished and requested and peak is not None and peak < LOW_HOST_MEMORY_SHARE * requested:
+        nodes = max(job.nodes, 1)
+        per_node = max(1, math.ceil(peak * MEMORY_HEADROOM / nodes / GIB))
+        if per_node * nodes * GIB < requested:
+            where = "" if nodes == 1 else " per node"
+            advice.append(
+                f"Peak host memory {peak / GIB:.1f} GiB of {requested / GIB:.1f} GiB requested "
+                f"({_percent(peak / requested)}): ask for --mem={per_node}G{where}."
+            )
+    efficiency = job.cpu_efficiency_percent
+    if finished and efficiency is not None and job.alloc_cpus > 1 and efficiency < LOW_CPU_EFFICIENCY_PERCENT:
+        used = max(1, math.ceil(job.alloc_cpus * efficiency / 100 * 1.25))
+        if used < job.alloc_cpus:
+            advice.append(
+                f"CPU efficiency {efficiency:.0f} % of {job.alloc_cpus} CPUs: about {used} "
+                f"CPU{'s' if used > 1 else ''} would do (fewer --cpus-per-task), "
+                "or put the rest to work (data-loader workers)."
+            )
+    return advice
+
+
+def gpu_advice(job: JobFacts, gpus: Sequence[GpuFigures]) -> list[str]:
+    """Advice lines about an attempt's GPUs; [] for an attempt without GPUs."""
+    if job.alloc_gpus <= 0 or job.elapsed_seconds is None:
+        return []
     allocated = sum(g.allocated_seconds for g in gpus)
     covered = sum(g.covered_seconds for g in gpus)
     if allocated <= 0 or covered <= 0:

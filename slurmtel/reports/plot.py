@@ -1,15 +1,24 @@
-"""`slurmtel job --plot FILE.png`: GPU utilisation over time, one line per GPU.
+"""`slurmtel job --plot FILE.png`: GPU utilisation, memory and power over time, one line per GPU.
 
-`utilisation_series` (pure) turns telemetry windows into the plotted series; `plot_utilisation`
-draws them with matplotlib's Agg canvas (no pyplot, no global backend state) into a PNG.
+`utilisation_series` (pure) turns telemetry windows into the plotted series; `plot_job` draws
+them with matplotlib's Agg canvas (no pyplot, no global backend state) into a PNG: three small
+panels sharing the time axis (in the site zone), each GPU named `node/index`, idle GPUs drawn
+dashed with markers above the busy ones (so a flat line at 0 stays visible), the legend to the
+right of the panels, outside the data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -21,6 +30,8 @@ class UtilWindow:
     window_seconds: float
     util_mean_percent: float | None
     source: str = "agent"
+    memory_used_max_bytes: int | None = None
+    power_mean_watts: float | None = None
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,17 @@ class SeriesPoint:
     start_at: datetime
     seconds: float
     util_percent: float | None
+    memory_used_bytes: int | None = None
+    power_watts: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuSeries:
+    """One GPU's line in every panel: LABEL (`node/index`), its points, whether it sat idle."""
+
+    label: str
+    points: Sequence[SeriesPoint]
+    idle: bool = False
 
 
 def utilisation_series(windows: Iterable[UtilWindow]) -> dict[str, list[SeriesPoint]]:
@@ -42,12 +64,20 @@ def utilisation_series(windows: Iterable[UtilWindow]) -> dict[str, list[SeriesPo
     series: dict[str, list[SeriesPoint]] = {}
     for (uuid, _), w in sorted(chosen.items()):
         series.setdefault(uuid, []).append(
-            SeriesPoint(w.window_start_at, w.window_seconds, w.util_mean_percent)
+            SeriesPoint(
+                w.window_start_at,
+                w.window_seconds,
+                w.util_mean_percent,
+                w.memory_used_max_bytes,
+                w.power_mean_watts,
+            )
         )
     return series
 
 
-def _with_gaps(points: Sequence[SeriesPoint]) -> tuple[list[datetime], list[float]]:
+def _with_gaps(
+    points: Sequence[SeriesPoint], value: Callable[[SeriesPoint], float | None]
+) -> tuple[list[datetime], list[float]]:
     """x, y for a post-step line: each window holds its value until it ends; a missing window
     between two points leaves a gap (NaN), never a line across it."""
     xs: list[datetime] = []
@@ -60,7 +90,8 @@ def _with_gaps(points: Sequence[SeriesPoint]) -> tuple[list[datetime], list[floa
                 xs.append(end)
                 ys.append(float("nan"))
         xs.append(p.start_at)
-        ys.append(float("nan") if p.util_percent is None else float(p.util_percent))
+        v = value(p)
+        ys.append(float("nan") if v is None else float(v))
     if points:
         last = points[-1]
         xs.append(last.start_at + timedelta(seconds=last.seconds))
@@ -68,33 +99,65 @@ def _with_gaps(points: Sequence[SeriesPoint]) -> tuple[list[datetime], list[floa
     return xs, ys
 
 
-def plot_utilisation(
-    series: Mapping[str, Sequence[SeriesPoint]], path: Path, *, title: str, zone: tzinfo
-) -> None:
-    """Write a PNG of SERIES (label -> points) to PATH, times shown in ZONE."""
+# (panel's y label, the value of a point); one panel each, top to bottom
+PANELS: tuple[tuple[str, Callable[[SeriesPoint], float | None]], ...] = (
+    ("utilisation (%)", lambda p: p.util_percent),
+    ("memory used (GiB)", lambda p: None if p.memory_used_bytes is None else p.memory_used_bytes / GIB),
+    ("power (W)", lambda p: p.power_watts),
+)
+IDLE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def plot_job(series: Sequence[GpuSeries], path: Path, *, title: str, zone: tzinfo) -> Figure:
+    """Write a PNG of SERIES to PATH, times shown in ZONE; the figure is returned (for tests)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(10, 4.5), dpi=100)
+    figure = Figure(figsize=(11, 7.5), dpi=100)
     FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    for label, points in series.items():
-        xs, ys = _with_gaps(points)
-        axes.step(date2num(xs), ys, where="post", label=label, linewidth=1.2)
-    if not any(series.values()):
-        axes.text(
-            0.5, 0.5, "no GPU telemetry for this job", ha="center", va="center", transform=axes.transAxes
-        )
-    axes.set_ylim(0, 105)
-    axes.set_ylabel("GPU utilisation (%)")
+    axes = figure.subplots(len(PANELS), 1, sharex=True)
+    idle_seen = 0
+    for i, gpu in enumerate(series):
+        style: dict[str, object] = {"color": f"C{i % 10}", "label": gpu.label}
+        if gpu.idle:
+            # dashed, marked and drawn over the busy lines: an idle GPU's flat line stays visible
+            every = max(1, len(gpu.points) // 12)
+            style.update(
+                linestyle="--",
+                linewidth=1.6,
+                marker=IDLE_MARKERS[idle_seen % len(IDLE_MARKERS)],
+                markersize=4,
+                markevery=(idle_seen % every, every),
+                zorder=3,
+            )
+            idle_seen += 1
+        else:
+            style.update(linewidth=1.2, zorder=2)
+        for ax, (_, value) in zip(axes, PANELS, strict=True):
+            xs, ys = _with_gaps(gpu.points, value)
+            ax.step(date2num(xs), ys, where="post", **style)
+    has_data = any(gpu.points for gpu in series)
+    for ax, (label, _) in zip(axes, PANELS, strict=True):
+        ax.set_ylabel(label, fontsize="small")
+        ax.grid(True, alpha=0.3)
+        # a little room below 0: an idle GPU's line is not hidden by the axis
+        ax.set_ylim(bottom=-0.04 * max(ax.get_ylim()[1], 1.0))
+        if not has_data:
+            ax.text(
+                0.5, 0.5, "no GPU telemetry for this job", ha="center", va="center", transform=ax.transAxes
+            )
+    axes[0].set_ylim(-4, 105)
     locator = AutoDateLocator(tz=zone)
-    axes.xaxis.set_major_locator(locator)
-    axes.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=zone))
-    axes.set_xlabel(f"time ({zone})")
-    axes.set_title(title)
-    axes.grid(True, alpha=0.3)
+    axes[-1].xaxis.set_major_locator(locator)
+    axes[-1].xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=zone))
+    axes[-1].set_xlabel(f"time ({zone})")
+    axes[0].set_title(title)
+    figure.subplots_adjust(left=0.08, right=0.76, top=0.94, bottom=0.08, hspace=0.12)
     if series:
-        axes.legend(loc="upper right", fontsize="small")
-    figure.tight_layout()
+        # outside the data: to the right of the panels
+        axes[0].legend(
+            loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize="small", title="GPU"
+        )
     figure.savefig(path, format="png")
+    return figure

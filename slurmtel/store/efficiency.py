@@ -16,8 +16,10 @@ attempt's usage is partial until its steps end). For the researcher view (`slurm
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, text
 
@@ -47,6 +49,18 @@ class AttemptEfficiency:
     usage_steps: int | None
 
 
+# the columns efficiency_from_row reads, from job_attempt (or job_attempt_outcome) aliased a;
+# :now is the end of a running attempt
+EFFICIENCY_COLUMNS_SQL = """
+    a.cluster, a.job_id_raw, a.submit_at, a.job_id, a.state, a.alloc_cpus, a.time_limit_seconds,
+    a.cpu_time_seconds, a.mem_peak_task_bytes, a.mem_peak_step_bytes, a.usage_steps,
+    (a.alloc_tres->>'mem')::bigint AS mem_mb,
+    CASE WHEN a.start_at IS NULL THEN NULL
+         ELSE extract(epoch FROM coalesce(a.end_at, CAST(:now AS timestamptz)) - a.start_at) END
+        AS elapsed
+"""
+
+
 def attempt_efficiency(
     conn: Connection, *, cluster: str, job_id_raw: int, job_submit_at: datetime, scope: Scope, now: datetime
 ) -> list[AttemptEfficiency]:
@@ -55,13 +69,8 @@ def attempt_efficiency(
     rows = conn.execute(
         text(
             f"""
-            SELECT cluster, job_id_raw, submit_at, job_id, state, alloc_cpus, time_limit_seconds,
-                   cpu_time_seconds, mem_peak_task_bytes, mem_peak_step_bytes, usage_steps,
-                   (alloc_tres->>'mem')::bigint AS mem_mb,
-                   CASE WHEN start_at IS NULL THEN NULL
-                        ELSE extract(epoch FROM coalesce(end_at, CAST(:now AS timestamptz)) - start_at) END
-                       AS elapsed
-            FROM job_attempt
+            SELECT {EFFICIENCY_COLUMNS_SQL}
+            FROM job_attempt a
             WHERE cluster = :cluster AND job_id_raw = :raw
               AND coalesce(job_submit_at, submit_at) = :job_submit_at
               AND {SCOPE_SQL}
@@ -75,33 +84,61 @@ def attempt_efficiency(
             "now": now,
             **scope.sql_params(),
         },
+    ).mappings()
+    return [efficiency_from_row(r) for r in rows]
+
+
+def efficiency_from_row(r: Mapping[Any, Any]) -> AttemptEfficiency:
+    """One attempt's figures from a row with EFFICIENCY_COLUMNS_SQL."""
+    elapsed = float(r["elapsed"]) if r["elapsed"] is not None else None
+    requested = int(r["mem_mb"]) * MIB if r["mem_mb"] else None
+    cpu = r["cpu_time_seconds"]
+    alloc_cpus = int(r["alloc_cpus"] or 0)
+    return AttemptEfficiency(
+        cluster=r["cluster"],
+        job_id_raw=int(r["job_id_raw"]),
+        submit_at=r["submit_at"],
+        job_id=r["job_id"],
+        state=r["state"],
+        alloc_cpus=alloc_cpus,
+        elapsed_seconds=elapsed,
+        cpu_time_seconds=cpu,
+        cpu_efficiency_percent=_percent(cpu, alloc_cpus * elapsed if elapsed else None),
+        mem_requested_bytes=requested,
+        mem_peak_bytes=r["mem_peak_step_bytes"],
+        mem_peak_task_bytes=r["mem_peak_task_bytes"],
+        mem_efficiency_percent=_percent(r["mem_peak_step_bytes"], requested),
+        time_limit_seconds=r["time_limit_seconds"],
+        time_limit_used_percent=_percent(elapsed, r["time_limit_seconds"]),
+        usage_steps=r["usage_steps"],
     )
-    result = []
-    for r in rows:
-        elapsed = float(r.elapsed) if r.elapsed is not None else None
-        requested = int(r.mem_mb) * MIB if r.mem_mb else None
-        cpu = r.cpu_time_seconds
-        result.append(
-            AttemptEfficiency(
-                cluster=r.cluster,
-                job_id_raw=int(r.job_id_raw),
-                submit_at=r.submit_at,
-                job_id=r.job_id,
-                state=r.state,
-                alloc_cpus=int(r.alloc_cpus),
-                elapsed_seconds=elapsed,
-                cpu_time_seconds=cpu,
-                cpu_efficiency_percent=_percent(cpu, r.alloc_cpus * elapsed if elapsed else None),
-                mem_requested_bytes=requested,
-                mem_peak_bytes=r.mem_peak_step_bytes,
-                mem_peak_task_bytes=r.mem_peak_task_bytes,
-                mem_efficiency_percent=_percent(r.mem_peak_step_bytes, requested),
-                time_limit_seconds=r.time_limit_seconds,
-                time_limit_used_percent=_percent(elapsed, r.time_limit_seconds),
-                usage_steps=r.usage_steps,
-            )
-        )
-    return result
+
+
+def attempts_efficiency(
+    conn: Connection, keys: Sequence[tuple[str, int, datetime]], *, now: datetime
+) -> dict[tuple[str, int, datetime], AttemptEfficiency]:
+    """The figures of the attempts KEYS (cluster, job_id_raw, submit_at), found in scope before."""
+    if not keys:
+        return {}
+    rows = conn.execute(
+        text(
+            f"""
+            SELECT {EFFICIENCY_COLUMNS_SQL}
+            FROM job_attempt a
+            JOIN unnest(CAST(:clusters AS text[]), CAST(:jobs AS bigint[]), CAST(:submits AS timestamptz[]))
+                AS k(cluster, job_id_raw, submit_at)
+              ON k.cluster = a.cluster AND k.job_id_raw = a.job_id_raw AND k.submit_at = a.submit_at
+            """
+        ),
+        {
+            "clusters": [k[0] for k in keys],
+            "jobs": [k[1] for k in keys],
+            "submits": [k[2] for k in keys],
+            "now": now,
+        },
+    ).mappings()
+    figures = (efficiency_from_row(r) for r in rows)
+    return {(e.cluster, e.job_id_raw, e.submit_at): e for e in figures}
 
 
 def _percent(part: float | int | None, whole: float | int | None) -> float | None:

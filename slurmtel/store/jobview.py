@@ -110,8 +110,12 @@ def find_attempts(
     ]
 
 
-def gpu_figures(conn: Connection, keys: Sequence[AttemptKey]) -> dict[AttemptKey, list[GpuFigures]]:
-    """Per attempt, per GPU (and the unmapped remainder per node): gpu_attribution over all days."""
+def gpu_figures(
+    conn: Connection, keys: Sequence[AttemptKey], *, now: datetime | None = None
+) -> dict[AttemptKey, list[GpuFigures]]:
+    """Per attempt, per GPU (and the unmapped remainder per node): gpu_attribution over all days,
+    the GPU's index on its node (the job's gpu_allocation, else gpu_inventory) and its highest
+    window mean power during the attempt (gpu_summary; a running attempt up to NOW)."""
     if not keys:
         return {}
     rows = conn.execute(
@@ -132,13 +136,29 @@ def gpu_figures(conn: Connection, keys: Sequence[AttemptKey]) -> dict[AttemptKey
                 FROM gpu_attribution g JOIN wanted USING (cluster, job_id_raw, submit_at)
                 GROUP BY g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid
             )
-            SELECT p.*, inv.memory_total_bytes, coalesce(inv.model, '') AS model
+            SELECT p.*, inv.memory_total_bytes, coalesce(inv.model, '') AS model,
+                   coalesce(al.gpu_index, inv.gpu_index) AS gpu_index, pw.power_max
             FROM per_gpu p
             LEFT JOIN LATERAL (
-                SELECT i.memory_total_bytes, i.model FROM gpu_inventory i
+                SELECT i.memory_total_bytes, i.model, i.gpu_index FROM gpu_inventory i
                 WHERE i.gpu_uuid = p.gpu_uuid AND p.gpu_uuid <> ''
-                ORDER BY i.last_seen_at DESC LIMIT 1
+                ORDER BY (i.node = p.node) DESC, i.last_seen_at DESC LIMIT 1
             ) inv ON true
+            LEFT JOIN LATERAL (
+                SELECT x.gpu_index FROM gpu_allocation x
+                WHERE x.cluster = p.cluster AND x.job_id_raw = p.job_id_raw AND x.submit_at = p.submit_at
+                  AND x.node = p.node AND x.gpu_uuid = p.gpu_uuid AND p.gpu_uuid <> ''
+                ORDER BY x.last_seen_at DESC LIMIT 1
+            ) al ON true
+            LEFT JOIN LATERAL (
+                SELECT max(s.power_mean_watts) AS power_max
+                FROM gpu_summary s JOIN job_attempt a
+                  ON a.cluster = p.cluster AND a.job_id_raw = p.job_id_raw AND a.submit_at = p.submit_at
+                WHERE s.gpu_uuid = p.gpu_uuid AND p.gpu_uuid <> '' AND a.start_at IS NOT NULL
+                  AND s.window_start_at >= a.start_at - interval '1 hour'
+                  AND s.window_start_at < coalesce(a.end_at, CAST(:now AS timestamptz), now())
+                  AND s.window_start_at + make_interval(secs => s.window_seconds) > a.start_at
+            ) pw ON true
             ORDER BY p.cluster, p.job_id_raw, p.submit_at, p.node, (p.gpu_uuid = ''), p.gpu_uuid
             """
         ),
@@ -146,6 +166,7 @@ def gpu_figures(conn: Connection, keys: Sequence[AttemptKey]) -> dict[AttemptKey
             "clusters": [k[0] for k in keys],
             "jobs": [k[1] for k in keys],
             "submits": [k[2] for k in keys],
+            "now": now,
         },
     ).mappings()
     result: dict[AttemptKey, list[GpuFigures]] = {k: [] for k in keys}
@@ -167,6 +188,8 @@ def gpu_figures(conn: Connection, keys: Sequence[AttemptKey]) -> dict[AttemptKey
                 memory_total_bytes=None if r["memory_total_bytes"] is None else int(r["memory_total_bytes"]),
                 gpu_fraction=float(r["gpu_fraction"]),
                 model=r["model"],
+                gpu_index=None if r["gpu_index"] is None else int(r["gpu_index"]),
+                power_max_watts=None if r["power_max"] is None else float(r["power_max"]),
             )
         )
     return result
@@ -175,13 +198,14 @@ def gpu_figures(conn: Connection, keys: Sequence[AttemptKey]) -> dict[AttemptKey
 def util_windows(
     conn: Connection, gpu_uuids: Sequence[str], *, start: datetime, end: datetime
 ) -> list[UtilWindow]:
-    """gpu_summary windows of GPU_UUIDS that overlap [START, END)."""
+    """gpu_summary windows of GPU_UUIDS that overlap [START, END): utilisation, memory, power."""
     if not gpu_uuids:
         return []
     rows = conn.execute(
         text(
             """
-            SELECT gpu_uuid, window_start_at, window_seconds, util_mean_percent, source
+            SELECT gpu_uuid, window_start_at, window_seconds, util_mean_percent, source,
+                   memory_used_max_bytes, power_mean_watts
             FROM gpu_summary
             WHERE gpu_uuid = ANY(CAST(:uuids AS text[]))
               AND window_start_at >= CAST(:start AS timestamptz) - interval '1 hour'
@@ -199,6 +223,8 @@ def util_windows(
             window_seconds=float(r.window_seconds),
             util_mean_percent=None if r.util_mean_percent is None else float(r.util_mean_percent),
             source=r.source,
+            memory_used_max_bytes=None if r.memory_used_max_bytes is None else int(r.memory_used_max_bytes),
+            power_mean_watts=None if r.power_mean_watts is None else float(r.power_mean_watts),
         )
         for r in rows
     ]
@@ -321,3 +347,46 @@ def top_jobs(
         params,
     ).mappings()
     return [dict(r) for r in rows]
+
+
+def user_attempts(
+    conn: Connection,
+    *,
+    user: str,
+    start: datetime,
+    end: datetime,
+    first_day: date,
+    end_day: date,
+    now: datetime,
+    scope: Scope,
+) -> list[dict[str, Any]]:
+    """Every attempt of USER that overlaps [START, END), oldest first: its GPU-seconds inside the
+    window, its telemetry there (site days [FIRST_DAY, END_DAY)) and, as "efficiency", its
+    host-side figures (whole attempt; slurmtel.store.efficiency)."""
+    from slurmtel.store.efficiency import EFFICIENCY_COLUMNS_SQL, efficiency_from_row
+
+    params: dict[str, Any] = {"start": start, "end": end, "now": now, "first": first_day, "end_day": end_day}
+    params.update(scope.sql_params())
+    params.update(JobFilter(users=(user,)).sql_params())
+    rows = conn.execute(
+        text(
+            f"""
+            WITH w AS ({WINDOWED_ATTEMPTS_SQL}),
+            telemetry AS (
+                SELECT g.cluster, g.job_id_raw, g.submit_at,
+                       sum(g.allocated_seconds) AS allocated, sum(g.covered_seconds) AS covered,
+                       sum(g.idle_seconds) AS idle, sum(g.util_weighted_sum) AS util_weighted
+                FROM gpu_attribution g JOIN w USING (cluster, job_id_raw, submit_at)
+                WHERE g.day >= :first AND g.day < :end_day
+                GROUP BY g.cluster, g.job_id_raw, g.submit_at
+            )
+            SELECT {EFFICIENCY_COLUMNS_SQL}, a.name, a.account, a.partition, a.start_at, a.end_at,
+                   a.attempt_number, a.alloc_gpus, a.gpu_seconds,
+                   t.allocated, t.covered, t.idle, t.util_weighted
+            FROM w a LEFT JOIN telemetry t USING (cluster, job_id_raw, submit_at)
+            ORDER BY coalesce(a.start_at, a.submit_at), a.cluster, a.job_id_raw, a.submit_at
+            """
+        ),
+        params,
+    ).mappings()
+    return [{**dict(r), "efficiency": efficiency_from_row(r)} for r in rows]
