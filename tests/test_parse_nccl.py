@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,12 @@ def runs_of(raw: bytes | str) -> list[NcclRun]:
 
 
 def test_every_capture_has_a_case() -> None:
-    assert len(CASE_NAMES) >= 20
+    # every capture the provenance lists (copied from the shared store) is a case folder, and
+    # every case folder is a listed capture
+    provenance = (CASES.parent / "PROVENANCE.md").read_text()
+    listed = set(re.findall(r"^\| `([^`/]+)\.txt` \|", provenance, re.M))
+    assert len(listed) >= 20
+    assert listed == set(CASE_NAMES)
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
