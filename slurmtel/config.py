@@ -316,6 +316,30 @@ class ChargebackConfig:
 
 
 @dataclass(frozen=True)
+class CostConfig:
+    """[cost]: `slurmtel report cost` (README "### Cost"). Money in chargeback.currency, as
+    decimal strings ("12000.00"): TOML floats are binary, money is not."""
+
+    # monthly costs of the whole site (every cluster slurmtel collects); "" = not set. All
+    # five must be set ("0" for none) before the report runs
+    compute_per_month: str = ""
+    network_per_month: str = ""
+    storage_per_month: str = ""
+    support_per_month: str = ""
+    operations_per_month: str = ""
+    # the accepted unit of work: "completed_jobs", "completed_gpu_hours" (useful GPU-hours)
+    # or "configured" (unit_name, units_per_month)
+    unit: str = "completed_jobs"
+    unit_name: str = ""
+    units_per_month: str = ""
+    # baselines, "" = none: a cloud price per GPU-hour; a managed-API price per unit
+    baseline_price_per_gpu_hour: str = ""
+    baseline_price_per_unit: str = ""
+    # useful GPU-hours a month the site must deliver, "" = none (report cost --target-work wins)
+    target_gpu_hours_per_month: str = ""
+
+
+@dataclass(frozen=True)
 class DaemonConfig:
     """[daemon]: `slurmtel run`, the head daemon."""
 
@@ -370,6 +394,7 @@ class Config:
     chargeback: ChargebackConfig = field(default_factory=ChargebackConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
     # where the config was read from (None = built-in defaults); not a TOML key
     path: Path | None = field(default=None, compare=False, metadata={"toml": False})
 
@@ -627,6 +652,39 @@ def _validate_daemon(daemon: DaemonConfig) -> None:
             raise ConfigError(f"daemon.{name} must not be negative")
 
 
+COST_UNITS = ("completed_jobs", "completed_gpu_hours", "configured")
+COST_MONEY_KEYS = (
+    "compute_per_month",
+    "network_per_month",
+    "storage_per_month",
+    "support_per_month",
+    "operations_per_month",
+)
+
+
+def _validate_cost(cost: CostConfig) -> None:
+    for name in (
+        *COST_MONEY_KEYS,
+        "units_per_month",
+        "baseline_price_per_gpu_hour",
+        "baseline_price_per_unit",
+        "target_gpu_hours_per_month",
+    ):
+        if getattr(cost, name).strip():
+            _decimal(getattr(cost, name), f"cost.{name}")
+    if cost.unit not in COST_UNITS:
+        raise ConfigError(
+            f"cost.unit must be 'completed_jobs', 'completed_gpu_hours' or 'configured', not '{cost.unit}'"
+        )
+    if cost.unit == "configured":
+        if not cost.unit_name.strip():
+            raise ConfigError("cost.unit_name is required with cost.unit = \"configured\"")
+        if not cost.units_per_month.strip():
+            raise ConfigError("cost.units_per_month is required with cost.unit = \"configured\"")
+    elif cost.unit_name.strip() or cost.units_per_month.strip():
+        raise ConfigError("cost.unit_name and cost.units_per_month apply only with cost.unit = \"configured\"")
+
+
 def _validated(config: Config) -> Config:
     try:
         ZoneInfo(config.site.timezone)
@@ -665,4 +723,5 @@ def _validated(config: Config) -> Config:
     _validate_chargeback(config.chargeback)
     _validate_budgets(config.chargeback)
     _validate_daemon(config.daemon)
+    _validate_cost(config.cost)
     return config

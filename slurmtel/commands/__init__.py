@@ -9,6 +9,7 @@ from slurmtel.commands import (
     admin_reports,
     budget,
     collect,
+    cost,
     daemon,
     db,
     demo,
@@ -29,6 +30,7 @@ COMMAND_MODULES = (
     finance,
     admin_reports,
     budget,
+    cost,
     fabric,
     daemon,
 )

@@ -1,0 +1,255 @@
+"""`slurmtel report cost`: effective unit cost, baselines and capacity (README "### Cost").
+
+Access: VIEW_STATEMENTS (finance and admins); the figures are cluster-wide.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from datetime import datetime, time, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from slurmtel.access import Action
+from slurmtel.commands import common
+from slurmtel.commands.common import (
+    EXIT_OK,
+    add_format_argument,
+    add_window_arguments,
+    open_context,
+    resolve_window,
+    scope_for,
+)
+from slurmtel.config import Config
+from slurmtel.cost import Group, cost_rows, months_in, settings_of, total_group
+from slurmtel.errors import ConfigError
+from slurmtel.reports.render import render
+
+BY = ("cluster", "partition", "account")
+KEYS = {
+    "cluster": ("kind", "cluster"),
+    "partition": ("kind", "cluster", "partition"),
+    "account": ("kind", "account"),
+}
+FIGURES = (
+    "period_start",
+    "period_end",
+    "months",
+    "currency",
+    "installed_gpu_hours",
+    "allocated_gpu_hours",
+    "idle_gpu_hours",
+    "idle_share",
+    "idle_cost",
+    "retry_gpu_hours",
+    "retry_share",
+    "retry_cost",
+    "failed_gpu_hours",
+    "useful_gpu_hours",
+    "utilisation",
+    "completed_jobs",
+    "unit",
+    "accepted_units",
+    "total_cost",
+    "compute_cost",
+    "network_cost",
+    "storage_cost",
+    "support_cost",
+    "operations_cost",
+    "cost_per_unit",
+    "cost_per_useful_gpu_hour",
+    "baseline_price_per_gpu_hour",
+    "baseline_gpu_hour_cost",
+    "gpu_hour_savings",
+    "break_even_utilisation",
+    "baseline_price_per_unit",
+    "baseline_unit_cost",
+    "unit_savings",
+    "break_even_units",
+    "useful_work_per_gpu_month",
+    "target_gpu_hours_per_month",
+    "required_gpus",
+    "required_gpus_ceil",
+)
+TABLE_FIGURES = (
+    "installed_gpu_hours",
+    "allocated_gpu_hours",
+    "idle_share",
+    "retry_share",
+    "useful_gpu_hours",
+    "accepted_units",
+    "total_cost",
+    "cost_per_unit",
+    "cost_per_useful_gpu_hour",
+    "gpu_hour_savings",
+    "unit_savings",
+    "break_even_utilisation",
+    "required_gpus",
+)
+
+
+def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
+    cost: argparse.ArgumentParser = reports.add_parser(
+        "cost", help="effective unit cost with idle and retries, against a baseline; GPUs a target needs"
+    )
+    add_window_arguments(cost)
+    cost.add_argument(
+        "--by", choices=BY, default="cluster", help="rows per cluster (default), partition or account"
+    )
+    cost.add_argument(
+        "--target-work",
+        type=_gpu_hours,
+        default=None,
+        metavar="GPU_HOURS",
+        help="useful GPU-hours a month the site must deliver (default cost.target_gpu_hours_per_month)",
+    )
+    add_format_argument(cost)
+    cost.set_defaults(handler=cmd_report_cost)
+
+
+def _gpu_hours(value: str) -> Decimal:
+    try:
+        number = Decimal(value)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"not a number: '{value}'") from None
+    if not number.is_finite() or number < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return number
+
+
+def cmd_report_cost(args: argparse.Namespace, config: Config) -> int:
+    from slurmtel.store.cost import completed_jobs, measured_rows
+    from slurmtel.store.reports_admin import window_days
+
+    # looked up at call time (tests replace it)
+    scope_for(config, Action.VIEW_STATEMENTS, common.current_identity(config))
+    settings = settings_of(config, args.target_work)
+    ctx = open_context(config)
+    now = ctx.clock()
+    start, end = resolve_window(args, config, now)
+    first_day, last_day = window_days(start, end, config.zone)
+    zone = config.zone
+    day_start = datetime.combine(first_day, time(), zone)
+    day_end = datetime.combine(last_day + timedelta(days=1), time(), zone)
+    period_end = min(day_end, now)
+    if period_end <= day_start:
+        raise ConfigError("report cost: the period has not begun yet (-S is in the future)")
+    with ctx.engine.connect() as conn:
+        measured = measured_rows(
+            conn,
+            first_day=first_day,
+            last_day=last_day,
+            start=day_start,
+            end=day_end,
+            now=now,
+            timezone=config.site.timezone,
+            poll_interval_seconds=config.sources.slurmctld.interval_seconds,
+            resubmission_window_seconds=config.attribution.resubmission_window_seconds,
+        )
+        completed = completed_jobs(conn, start=day_start, end=period_end)
+    groups, cluster = build_groups(measured, completed, args.by)
+    months = months_in(day_start, period_end, zone)
+    period_hours = Decimal(int((period_end - day_start).total_seconds())) / 3600
+    rows = cost_rows(groups, cluster, settings, months=months, period_hours=period_hours)
+    for row in rows:
+        row["period_start"] = day_start
+        row["period_end"] = period_end
+    title = (
+        f"Cost, {day_start.isoformat()} .. {period_end.isoformat()} ({months.normalize():f} months of "
+        f"{config.site.timezone}), {settings.currency}"
+    )
+    keys = KEYS[args.by]
+    if args.format == "table":
+        if args.by == "cluster":
+            (row,) = rows
+            figures = [{"figure": f, "value": row.get(f)} for f in (*keys[1:], *FIGURES)]
+            render(figures, sys.stdout, "table", columns=("figure", "value"), title=title)
+        else:
+            render(rows, sys.stdout, "table", columns=(*keys, *TABLE_FIGURES), title=title)
+    else:
+        render(rows, sys.stdout, args.format, columns=(*keys, *FIGURES))
+    return EXIT_OK
+
+
+def build_groups(
+    measured: list[Any], completed: dict[tuple[str, str, str], int], by: str
+) -> tuple[list[Group], Group]:
+    """(the rows' groups, the cluster) from store.cost's rows and completed-job counts."""
+    parts = [r for r in measured if r.kind == "partition"]
+    attempts = [r for r in measured if r.kind == "attempt"]
+    retry_of: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for a in attempts:
+        retry_of[(a.cluster, a.partition)] += a.retry
+    jobs_of_partition: dict[tuple[str, str], int] = defaultdict(int)
+    jobs_of_account: dict[str, int] = defaultdict(int)
+    for (cluster_name, partition, account), n in completed.items():
+        jobs_of_partition[(cluster_name, partition)] += n
+        jobs_of_account[account] += n
+    by_partition: dict[tuple[str, str], Group] = {}
+    for p in parts:
+        by_partition[(p.cluster, p.partition)] = Group(
+            key={"kind": "partition", "cluster": p.cluster, "partition": p.partition},
+            basis=p.installed,
+            installed=p.installed,
+            allocated=p.allocated,
+            idle=p.unallocated + p.allocated_idle + p.allocated_no_process,
+            retry=retry_of.get((p.cluster, p.partition), Decimal(0)),
+            failed=p.failed,
+            useful=p.useful,
+            completed_jobs=jobs_of_partition.get((p.cluster, p.partition), 0),
+        )
+    for key, n in jobs_of_partition.items():
+        if key not in by_partition:
+            # completed jobs whose GPU time is not in the rollup (yet): counted, no GPU-hours
+            zero = Decimal(0)
+            by_partition[key] = Group(
+                {"kind": "partition", "cluster": key[0], "partition": key[1]},
+                zero, zero, zero, zero, zero, zero, zero, n,
+            )  # fmt: skip
+    partitions = [by_partition[k] for k in sorted(by_partition)]
+    clusters = ",".join(sorted({k[0] for k in by_partition}))
+    cluster = total_group(
+        partitions, {"kind": "cluster" if by == "cluster" else "total", "cluster": clusters}
+    )
+    if by == "cluster":
+        return [], cluster
+    if by == "partition":
+        return partitions, cluster
+    accounts: dict[str, Group] = {}
+    zero = Decimal(0)
+    for a in attempts:
+        g = accounts.get(a.account) or Group(
+            {"kind": "account", "account": a.account}, zero, None, zero, zero, zero, zero, zero, 0
+        )
+        idle = a.allocated_idle + a.allocated_no_process
+        accounts[a.account] = Group(
+            g.key,
+            basis=g.basis + a.allocated,
+            installed=None,
+            allocated=g.allocated + a.allocated,
+            idle=g.idle + idle,
+            retry=g.retry + a.retry,
+            failed=g.failed + a.failed,
+            useful=g.useful + a.useful,
+            completed_jobs=0,
+        )
+    for account in set(accounts) | set(jobs_of_account):
+        g = accounts.get(account) or Group(
+            {"kind": "account", "account": account}, zero, None, zero, zero, zero, zero, zero, 0
+        )
+        accounts[account] = Group(
+            g.key,
+            g.basis,
+            None,
+            g.allocated,
+            g.idle,
+            g.retry,
+            g.failed,
+            g.useful,
+            jobs_of_account.get(account, 0),
+        )
+    total = Group({"kind": "total", "account": ""}, **{f: getattr(cluster, f) for f in (
+        "basis", "installed", "allocated", "idle", "retry", "failed", "useful", "completed_jobs")})  # fmt: skip
+    return [accounts[a] for a in sorted(accounts)], total
