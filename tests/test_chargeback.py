@@ -229,6 +229,7 @@ def test_config_rates_are_validated_by_key() -> None:
 def test_the_commented_rates_example_parses() -> None:
     example = (ROOT / "config" / "slurmtel.example.toml").read_text()
     block = example[example.index("# [[chargeback.rates]]") :]
+    block = block[: block.index("\n\n")]
     uncommented = "\n".join(line[2:] for line in block.splitlines() if line.startswith("# "))
     config = config_from_dict(tomllib.loads(uncommented))
     assert config.chargeback.rates == [ChargebackRate("gpu", "h100", "2.50", "2026-01-01")]
