@@ -86,6 +86,11 @@ class Rejected:
     raw: str
 
 
+# the newest Slurm JSON schema (sacct --json, squeue --json, scontrol show nodes --json) whose
+# shape slurmtel knows (Slurm 25.11); a newer one is read by this shape, with a SchemaNotice
+NEWEST_KNOWN_SCHEMA = "data_parser/v0.0.44"
+
+
 @dataclass(frozen=True, slots=True)
 class SchemaNotice:
     """A document in a schema version slurmtel does not know, read all the same by the newest

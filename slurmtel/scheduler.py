@@ -32,6 +32,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from slurmtel.errors import DatabaseUnavailable, SlurmtelError
 from slurmtel.logs import log_event
 from slurmtel.metrics import DaemonMetrics, JobStatus
+from slurmtel.records import NEWEST_KNOWN_SCHEMA
 from slurmtel.sources import SOURCES, default_options
 from slurmtel.sources.base import RunContext, Source
 from slurmtel.sources.runner import run_recorded
@@ -289,9 +290,17 @@ class Schedule:
             }
             if outcome.error_kind or outcome.message:
                 fields.update(error_kind=outcome.error_kind, message=outcome.message)
-            if result.unknown_schemas:
-                fields.update(unknown_schemas=",".join(sorted(set(result.unknown_schemas))))
             level = {"ok": logging.INFO, "partial": logging.WARNING}.get(outcome.status, logging.ERROR)
+            if result.unknown_schemas:
+                schemas = ",".join(sorted(set(result.unknown_schemas)))
+                fields.update(unknown_schemas=schemas)
+                # a newer Slurm read by an older shape: the data may be incomplete, say so loudly
+                level = max(level, logging.WARNING)
+                if not outcome.message:
+                    fields.update(
+                        message=f"read {schemas} by the newest known shape {NEWEST_KNOWN_SCHEMA} "
+                        "(a Slurm newer than this slurmtel: upgrade slurmtel)"
+                    )
             log_event(log, "source_run", level, **fields)
             if outcome.status == "error":
                 return outcome.error_kind or "error"

@@ -135,7 +135,10 @@ def test_controller_json_takes_any_input(raw: str | bytes) -> None:
     for parse in (parse_squeue_json, parse_sinfo_json):
         records = is_parse_error_or(lambda parse=parse: parse(raw, cluster="lab", at=AT, origin="fuzz"))  # type: ignore[misc]
         if records is not None:
-            assert all(isinstance(r, GpuAllocation | PendingJob | NodeState | Rejected) for r in records)
+            assert all(
+                isinstance(r, GpuAllocation | PendingJob | NodeState | Rejected | SchemaNotice)
+                for r in records
+            )
             check_rejected(records)
 
 
@@ -146,7 +149,10 @@ def test_controller_text_takes_any_input(raw: str) -> None:
         for text in (raw, prefix + raw):
             records = is_parse_error_or(lambda parse=parse, text=text: parse(text, cluster="lab", at=AT))  # type: ignore[misc]
             if records is not None:
-                assert all(isinstance(r, GpuAllocation | PendingJob | NodeState | Rejected) for r in records)
+                assert all(
+                    isinstance(r, GpuAllocation | PendingJob | NodeState | Rejected | SchemaNotice)
+                    for r in records
+                )
                 check_rejected(records)
 
 

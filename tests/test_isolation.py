@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ from sqlalchemy import Engine, text
 
 from slurmtel.agent.protocol import encode_summaries_response, record_to_json
 from slurmtel.cli import main
+from slurmtel.errors import ParseError
+from slurmtel.parsers.slurmctld import parse_squeue_json, squeue_json_unavailable
 from slurmtel.records import Rejected
 from slurmtel.store.checks import record_problem
 from slurmtel.store.jobs import ATTEMPT_FIELDS, write_attempts
@@ -355,3 +357,51 @@ def test_squeue_without_json_is_named(
     )
     code, output = run(config_path, capsys, "collect", "slurmctld", "--once")
     assert code == 1 and "squeue --json is not available here" in output, output
+
+
+# What squeue prints, and exits 1, when Slurm was built without the serializer/json plugin
+# (no json-c at build time) or it is missing from PluginDir. Not a capture: the lines are put
+# together from Slurm's source, word for word: squeue/opts.c (--json: `if
+# (serializer_g_init(MIME_TYPE_JSON_PLUGIN, NULL)) fatal("JSON plugin load failure")`, 23.02)
+# and common/plugin.c's plugin_context_create() (the three errors before it, as slurmd prints
+# them for a missing cgroup/v2 in the same form); newer Slurm ends with
+# serializer_required()'s `fatal("%s: could not find plugin for %s", __func__, mime_type)`.
+SQUEUE_NO_SERIALIZER = (
+    "squeue: error: Couldn't find the specified plugin name for serializer/json looking at all files\n"
+    "squeue: error: cannot find serializer plugin for serializer/json\n"
+    "squeue: error: cannot create serializer context for serializer/json\n"
+    "squeue: fatal: JSON plugin load failure\n"
+)
+SQUEUE_NO_SERIALIZER_NEWER = (
+    "squeue: fatal: serializer_required: could not find plugin for application/json\n"
+)
+
+
+@pytest.mark.parametrize("stderr", [SQUEUE_NO_SERIALIZER, SQUEUE_NO_SERIALIZER_NEWER])
+def test_squeue_without_the_serializer_plugin_is_named(
+    stderr: str, config_path: Path, engine: Engine, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert squeue_json_unavailable(stderr)
+    with pytest.raises(ParseError, match="squeue --json is not available here"):
+        parse_squeue_json(stderr, cluster="lab", at=datetime(2026, 12, 3, tzinfo=UTC))
+    # a saved output
+    saved = tmp_path / "squeue.out"
+    saved.write_text(stderr)
+    code, output = run(
+        config_path, capsys, "collect", "slurmctld", "--input", str(saved), "--at", "now", "--cluster", "lab"
+    )
+    assert code == 1 and "squeue --json is not available here" in output, output
+    assert 'job_view = "scontrol_text"' in output and "no JobId= record" not in output
+    # live: the squeue that prints it on stderr and exits 1
+    squeue = tmp_path / "squeue"
+    squeue.write_text(f"#!/bin/sh\ncat '{saved}' >&2\nexit 1\n")
+    squeue.chmod(0o755)
+    config_path.write_text(
+        config_path.read_text()
+        + f'[sources.slurmctld]\nsqueue_command = "{squeue}"\nscontrol_command = "/bin/true"\n'
+    )
+    code, output = run(config_path, capsys, "collect", "slurmctld", "--once")
+    assert code == 1 and "squeue --json is not available here" in output, output
+    assert "JSON plugin load failure" in output or "could not find plugin for application/json" in output
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM gpu_allocation")).scalar_one() == 0

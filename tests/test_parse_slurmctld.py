@@ -23,7 +23,7 @@ from slurmtel.parsers.slurmctld import (
     parse_sinfo_json,
     parse_squeue_json,
 )
-from slurmtel.records import GpuAllocation, NodeState, PendingJob, Rejected
+from slurmtel.records import GpuAllocation, NodeState, PendingJob, Rejected, SchemaNotice
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurmctld"
 AT = datetime(2026, 12, 2, 13, 5, 0, tzinfo=UTC)
@@ -625,6 +625,123 @@ def test_sinfo_json_whole_input_errors() -> None:
     # sinfo --json of 23.02+ prints {"sinfo": [...]} grouped by node state: refused with a hint
     with pytest.raises(ParseError, match="scontrol show nodes --json"):
         parse_sinfo_json('{"sinfo": [], "errors": [], "warnings": []}', cluster="lab", at=AT)
+
+
+# --------------------------------------------------------------------------- 24.11 and 26.05
+
+AT_2611 = datetime(2026, 12, 3, 14, 5, 0, tzinfo=UTC)
+S_2611 = utc("2026-12-03T14:04:24")
+# Read by hand from slurm-24.11/squeue-running.json (gres_detail, one entry per node of `nodes`);
+# 26.05's capture of the same scenario differs only in the requeued job's id (48, not 46)
+RUNNING_2411 = (
+    held(35, "gpu01", (0, 1), S_2611)
+    | held(36, "gpu02", (0,), S_2611)
+    | held(37, "gpu01", (2,), S_2611)
+    | held(37, "gpu02", (1,), S_2611)
+    | held(38, "gpu02", (2,), S_2611)
+    | held(39, "gpu02", (3,), S_2611)
+)
+RUNNING = {
+    "24.11": RUNNING_2411 | held(46, "gpu01", (3,), S_2611),
+    "26.05": RUNNING_2411 | held(48, "gpu01", (3,), S_2611),
+}
+PENDING_2611 = [
+    (42, "42", "JobHeldUser", 1),
+    (43, "43", "BeginTime", 1),
+    (44, "44_[1-3%1]", "BeginTime", 1),
+    (45, "45", "Resources", 4),
+]
+NOTICE_2605 = SchemaNotice("slurmctld", "squeue --json", "data_parser/v0.0.45", "data_parser/v0.0.44")
+
+
+def notices(records: list) -> list[SchemaNotice]:
+    return [r for r in records if isinstance(r, SchemaNotice)]
+
+
+@pytest.mark.parametrize("version", ("24.11", "26.05"))
+def test_squeue_json_of_24_11_and_26_05(version: str) -> None:
+    lab = f"slurm-{version}"
+    records = parse_squeue_json(read(lab, "squeue-running.json"), cluster="lab", at=AT_2611)
+    # 26.05 prints data_parser/v0.0.45, newer than any slurmtel knows: read by v0.0.44's shape,
+    # with a notice first; 24.11's v0.0.42 is known
+    assert notices(records) == ([NOTICE_2605] if version == "26.05" else [])
+    if version == "26.05":
+        assert records[0] == NOTICE_2605
+    assert rejected(records) == []
+    assert allocations(records) == RUNNING[version]
+    assert [(p[0], p[1], p[5], p[6]) for p in pending(records)] == PENDING_2611
+    # the same moment as scontrol show job -d prints it (both layouts): the same GPUs and queue
+    for name in ("scontrol-show-job-d-running.txt", "scontrol-show-job-d-oneliner-running.txt"):
+        text_view = parse_scontrol_jobs(read(lab, name), cluster="lab", at=AT_2611)
+        assert allocations(text_view) == RUNNING[version]
+        assert pending(text_view) == pending(records)
+    # an empty queue is an empty result (and still the notice)
+    for name in ("squeue-a-empty.json", "squeue-a-final.json"):
+        empty = parse_squeue_json(read(lab, name), cluster="lab", at=AT_2611)
+        assert [r for r in empty if not isinstance(r, SchemaNotice)] == []
+        assert len(notices(empty)) == (version == "26.05")
+
+
+@pytest.mark.parametrize("version", ("24.11", "26.05"))
+def test_nodes_of_24_11_and_26_05(version: str) -> None:
+    lab = f"slurm-{version}"
+    records = parse_scontrol_nodes(read(lab, "scontrol-show-node-d-running.txt"), cluster="lab", at=AT_2611)
+    assert [
+        (n.node, n.states, n.gpus_total, n.gpus_allocated, n.partitions, n.gpu_model) for n in records
+    ] == [
+        ("gpu01", ("MIXED", "PLANNED"), 4, 4, ("gpu", "debug"), "h100"),
+        ("gpu02", ("MIXED",), 4, 4, ("gpu", "debug"), "h100"),
+    ]
+    # every GPU index the jobs hold is one the nodes say is in use
+    assert {(a[1], a[2]) for a in RUNNING[version]} == {(n, i) for n in ("gpu01", "gpu02") for i in range(4)}
+    # the sinfo document of both groups nodes by state: refused, with the way to per-node JSON
+    with pytest.raises(ParseError, match="scontrol show nodes --json"):
+        parse_sinfo_json(read(lab, "sinfo-running.json"), cluster="lab", at=AT_2611)
+
+
+def test_node_json_of_a_newer_schema_is_read_with_a_notice() -> None:
+    # the real 25.11 (v0.0.44) node list, as a 26.05 slurmrestd would name it
+    document = json.loads(read("slurm_web", "25.11", "0.0.44", "slurm-nodes.json"))
+    known = parse_sinfo_json(json.dumps(document), cluster="c", at=AT)
+    assert notices(known) == []
+    document["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.45"
+    newer = parse_sinfo_json(json.dumps(document), cluster="c", at=AT, origin="nodes")
+    assert newer[0] == SchemaNotice("slurmctld", "nodes", "data_parser/v0.0.45", "data_parser/v0.0.44")
+    assert newer[1:] == known
+    assert [(n.node, n.gpus_total) for n in newer[1:] if isinstance(n, NodeState)][-4:] == [
+        ("gpu1", 4),
+        ("gpu2", 4),
+        ("gpu3", 4),
+        ("gpu4", 4),
+    ]
+
+
+def test_an_unknown_schema_whose_objects_match_no_shape_is_refused() -> None:
+    # sacct --json of 26.05 (v0.0.45 too, a 'jobs' list): its jobs have no job_state
+    sacct = FIXTURES.parent / "sacct" / "slurm-26.05" / "sacct-a-D-X-final.json"
+    with pytest.raises(
+        ParseError, match=r"unknown slurmctld JSON schema 'data_parser/v0\.0\.45'.*job objects"
+    ):
+        parse_squeue_json(sacct.read_text(), cluster="lab", at=AT)
+    # a node list of a name never seen whose objects have no node's shape
+    document = json.loads(read("slurm-26.05", "squeue-a-empty.json"))
+    document["meta"]["plugin"]["data_parser"] = "data_parser/v1.0.0"
+    document["nodes"] = [{"hostname": "gpu01"}, {"hostname": "gpu02"}]
+    with pytest.raises(
+        ParseError, match=r"unknown slurmctld JSON schema 'data_parser/v1\.0\.0'.*node objects"
+    ):
+        parse_sinfo_json(json.dumps(document), cluster="lab", at=AT)
+    # a known schema is read object by object as before: the odd ones quarantined alone
+    document["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.44"
+    assert [r.reason for r in rejected(parse_sinfo_json(json.dumps(document), cluster="lab", at=AT))] == [
+        "node without a name",
+        "node without a name",
+    ]
+    # one object of the known shape among odd ones: read, the others quarantined
+    document["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.45"
+    document["nodes"].append(json.loads(read("slurm_web", "25.11", "0.0.44", "slurm-nodes.json"))["nodes"][4])
+    records = parse_sinfo_json(json.dumps(document), cluster="lab", at=AT)
+    assert [type(r).__name__ for r in records] == ["SchemaNotice", "Rejected", "Rejected", "NodeState"]
 
 
 # --------------------------------------------------------------------------- GRES strings

@@ -24,10 +24,10 @@ from sqlalchemy import Engine
 
 from slurmtel.access import EVERYTHING, Scope
 from slurmtel.config import Config
-from slurmtel.records import NodeState
+from slurmtel.records import GpuInventory, NodeState
 from slurmtel.store.reports_taxonomy import CATEGORIES, DOWN_STATES, taxonomy_report
 from slurmtel.store.usage import JobFilter
-from tests.factories import AdminDay, admin_day, at, attempt, load_admin_day, node_state
+from tests.factories import AdminDay, admin_day, at, attempt, load_admin_day, node_state, windows
 
 NOW = at("2026-12-02T14:00:00")
 DAY = date(2026, 11, 1)
@@ -255,7 +255,46 @@ def test_a_mig_node_counts_its_physical_gpus(engine: Engine, config: Config) -> 
             if getattr(r, "node", "") in ("n0161", "n0164")
         ]
         store_controller_view(ctx, records, cluster="lab", at=observed)
-    rows = report(engine)
-    installed = sum(seconds(r, "installed") for r in rows)
+    # one job on one 1g.10gb slice of n0161 from 06:00 to 12:00, busy all along: the node
+    # agent sees the MIG instance, 1/7 of its A100 (14 of 98 SMs)
+    seen = at("2026-11-01T00:00:00")
+    mig_day = AdminDay(
+        attempts=[
+            attempt(job_id_raw=301, name="slice", user="erin", account="physics", partition="interactivegpu",
+                    submit_at=at("2026-11-01T06:00:00"), eligible_at=at("2026-11-01T06:00:00"),
+                    start_at=at("2026-11-01T06:00:00"), end_at=at("2026-11-01T12:00:00"),
+                    alloc_gpus=1, alloc_tres={"cpu": 1, "gres/gpu": 1, "gres/gpu:1g.10gb": 1},
+                    nodes=("n0161",), nodelist="n0161"),
+        ],
+        inventory=[
+            GpuInventory("n0161", "GPU-N0", 0, "NVIDIA A100 80GB PCIe", seen, mig_mode="enabled"),
+            GpuInventory("n0161", "MIG-N0-0", 0, "NVIDIA A100 80GB PCIe", seen, mig_mode="enabled",
+                         parent_gpu_uuid="GPU-N0", mig_profile="1g.10gb", gpu_fraction=1 / 7),
+        ],
+        summaries={
+            "n0161": windows("MIG-N0-0", at("2026-11-01T06:00:00"), 720, busy=set(range(720)),
+                             job="301", node="n0161"),
+        },
+    )  # fmt: skip
+    load_admin_day(engine, config, mig_day)
+    rows = {r["partition"]: r for r in report(engine)}
+    installed = sum(seconds(r, "installed") for r in rows.values())
     # n0161 and n0164, 3 GPUs each, from 00:00 to 23:00 plus one poll interval (60 s)
     assert installed == 2 * 3 * (23 * HOUR + 60)
+    # n0161's time is interactivegpu's (its first partition), n0164's gpu's (drained: unavailable)
+    mig, drained = rows["interactivegpu"], rows["gpu"]
+    assert seconds(drained, "unavailable") == seconds(drained, "installed") == 3 * (23 * HOUR + 60)
+    # allocated in physical GPUs: 6 h x 1/7 of a GPU, not 6 GPU-hours for the one slice (nor
+    # anything for the 20 other slices); unallocated is the rest of 3 GPUs' time, not 21 slices'
+    allocated = sum(
+        (seconds(mig, c) for c in ("allocated_no_process", "allocated_idle", "active", "unmeasured")),
+        Decimal(0),
+    )
+    # (the fraction is stored as a float: within a millisecond)
+    assert abs(allocated - 6 * HOUR / 7) < Decimal("0.001")
+    assert seconds(mig, "active") == allocated
+    assert seconds(mig, "unavailable") == 0
+    assert seconds(mig, "unallocated") == 3 * (23 * HOUR + 60) - allocated
+    assert seconds(mig, "installed") == 3 * (23 * HOUR + 60)
+    assert mig["unallocated_gpu_hours"] == Decimal("68.1929")  # (3 x 82860 s - 3085.714... s) / 3600
+    assert mig["active_gpu_hours"] == Decimal("0.8571")  # 6/7

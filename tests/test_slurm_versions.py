@@ -9,6 +9,7 @@ its column widths, and the capture notes in PROVENANCE.md.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +30,7 @@ from slurmtel.records import JobAttempt, Rejected, SchemaNotice
 from slurmtel.scheduler import Schedule
 from slurmtel.sources.base import RunContext
 from tests.conftest import fixture_path
-from tests.test_daemon import fake_sacct
+from tests.test_daemon import command, fake_sacct
 
 VERSIONS = ("22.05", "24.11", "26.05")
 SCHEMAS = {"22.05": "openapi/dbv0.0.38", "24.11": "data_parser/v0.0.42", "26.05": "data_parser/v0.0.45"}
@@ -244,7 +245,22 @@ def test_json_and_parsable_give_the_same_attempts(version: str) -> None:
     assert all(a.db_index is not None for a in from_psv)
 
 
-def test_the_newer_schema_is_counted_in_the_daemon_metric(ctx: RunContext, tmp_path: Path) -> None:
+def metric_samples(metrics: DaemonMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(generate_latest(metrics.registry).decode())
+        for s in family.samples
+    }
+
+
+def source_run_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, "event", None) == "source_run"]
+
+
+def test_the_newer_schema_is_counted_in_the_daemon_metric(
+    ctx: RunContext, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
     command, _ = fake_sacct(tmp_path, capture("26.05", "sacct-a-D-X-final.json"))
     config = config_from_dict(
         {
@@ -256,15 +272,133 @@ def test_the_newer_schema_is_counted_in_the_daemon_metric(ctx: RunContext, tmp_p
     metrics = DaemonMetrics(["sacct"])
     schedule = Schedule(c, metrics)
     schedule.run_job("source:sacct")
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(generate_latest(metrics.registry).decode())
-        for s in family.samples
-    }
     key = ("slurmtel_schema_unknown_total", (("schema", "data_parser/v0.0.45"), ("source", "sacct")))
-    assert samples[key] == 1.0
+    assert metric_samples(metrics)[key] == 1.0
     with c.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM job_attempt")).scalar_one() == 12
+        assert conn.execute(text("SELECT status FROM collect_run")).scalar_one() == "ok"
+    # the run is ok, yet its log line is a WARNING that names the version and how it was read
+    (line,) = source_run_lines(caplog)
+    fields = line.fields  # type: ignore[attr-defined]
+    assert (line.levelno, fields["status"], fields["unknown_schemas"]) == (
+        logging.WARNING,
+        "ok",
+        "data_parser/v0.0.45",
+    )
+    assert "read data_parser/v0.0.45 by the newest known shape data_parser/v0.0.44" in fields["message"]
+    assert any(
+        r.levelno == logging.WARNING
+        and "'data_parser/v0.0.45' is not one this slurmtel knows" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+def test_a_known_schema_run_logs_at_info(
+    ctx: RunContext, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    command, _ = fake_sacct(tmp_path, capture("24.11", "sacct-a-D-X-final.json"))
+    config = config_from_dict(
+        {
+            "sources": {"sacct": {"command": command}, "slurmctld": {"enabled": False}},
+            "attribution": {"enabled": False},
+        }
+    )
+    Schedule(replace(ctx, config=config), DaemonMetrics(["sacct"])).run_job("source:sacct")
+    (line,) = source_run_lines(caplog)
+    assert line.levelno == logging.INFO
+    assert "unknown_schemas" not in line.fields  # type: ignore[attr-defined]
+
+
+def test_collect_input_of_the_newer_schema_warns_on_the_cli(
+    engine: Engine, database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = config_file(tmp_path, database_url)
+    assert cli(config, "collect", "sacct", "--input", str(capture("26.05", "sacct-a-D-X-final.json"))) == 0
+    out = capsys.readouterr().out
+    assert (
+        "warning: 1 sacct output(s) in schema 'data_parser/v0.0.45', which this slurmtel does not know: "
+        "read as data_parser/v0.0.44, the newest it knows"
+    ) in out
+    # a known one says nothing of the kind
+    assert cli(config, "collect", "sacct", "--input", str(capture("24.11", "sacct-a-D-X-final.json"))) == 0
+    assert "does not know" not in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the controller's JSON, 24.11 and 26.05
+
+
+def controller(version: str, name: str) -> Path:
+    return fixture_path("slurmctld", f"slurm-{version}", name)
+
+
+@pytest.mark.parametrize("version", ("24.11", "26.05"))
+def test_collect_input_of_the_controller_view_of_each_version(
+    version: str, engine: Engine, database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = config_file(tmp_path, database_url)
+    code = cli(
+        config,
+        "collect",
+        "slurmctld",
+        "--input",
+        str(controller(version, "squeue-running.json")),
+        "--nodes-input",
+        str(controller(version, "scontrol-show-node-d-running.txt")),
+        "--at",
+        "2026-12-03T14:05:00",
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    # 8 GPU indices held by 6 jobs (see test_parse_slurmctld's 24.11/26.05 allocations)
+    assert "lab: 8 GPUs held by 6 running jobs, 4 pending jobs, 2 nodes; 0 quarantined" in out
+    warning = (
+        "schema 'data_parser/v0.0.45', which this slurmtel does not know: read as data_parser/v0.0.44, "
+        "the newest it knows"
+    )
+    assert (warning in out) == (version == "26.05")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM gpu_allocation")).scalar_one() == 8
+        assert conn.execute(text("SELECT status FROM collect_run")).scalar_one() == "ok"
+
+
+def test_the_newer_controller_schema_is_counted_and_logged_by_the_daemon(
+    ctx: RunContext, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    squeue = command(tmp_path, "squeue", f"cat '{controller('26.05', 'squeue-a-running.json')}'\n")
+    scontrol = command(
+        tmp_path,
+        "scontrol",
+        f"""case "$2" in
+config) cat '{controller("26.05", "scontrol-show-config.txt")}' ;;
+node) cat '{controller("26.05", "scontrol-show-node-d-running.txt")}' ;;
+*) echo "unexpected: $*" >&2; exit 1 ;;
+esac
+""",
+    )
+    config = config_from_dict(
+        {
+            "sources": {
+                "sacct": {"enabled": False},
+                "slurmctld": {"squeue_command": squeue, "scontrol_command": scontrol},
+            },
+            "attribution": {"enabled": False},
+        }
+    )
+    metrics = DaemonMetrics(["slurmctld"])
+    Schedule(replace(ctx, config=config), metrics).run_job("source:slurmctld")
+    key = ("slurmtel_schema_unknown_total", (("schema", "data_parser/v0.0.45"), ("source", "slurmctld")))
+    assert metric_samples(metrics)[key] == 1.0
+    (line,) = source_run_lines(caplog)
+    fields = line.fields  # type: ignore[attr-defined]
+    assert (line.levelno, fields["status"], fields["unknown_schemas"]) == (
+        logging.WARNING,
+        "ok",
+        "data_parser/v0.0.45",
+    )
+    with ctx.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM gpu_allocation")).scalar_one() == 8
         assert conn.execute(text("SELECT status FROM collect_run")).scalar_one() == "ok"
 
 

@@ -45,12 +45,12 @@ from slurmtel.parsers.slurm_common import (
     slurm_epoch,
     unwrap_number,
 )
-from slurmtel.records import JobAttempt, Rejected, SchemaNotice
+from slurmtel.records import NEWEST_KNOWN_SCHEMA, JobAttempt, Rejected, SchemaNotice
 
 SOURCE = "sacct"
 SUPPORTED_VERSIONS = range(37, 45)
 SUPPORTED_SCHEMAS = "openapi/dbv0.0.37, openapi/dbv0.0.38, data_parser/v0.0.39 .. data_parser/v0.0.44"
-NEWEST_SCHEMA = "data_parser/v0.0.44"
+NEWEST_SCHEMA = NEWEST_KNOWN_SCHEMA
 # how much of a broken tail (characters) a truncation record keeps
 TAIL_CHARS = 4096
 # how much of a job's text a Rejected record keeps when the job cannot be decoded

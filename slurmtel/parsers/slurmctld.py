@@ -15,6 +15,12 @@ Sources (all read as text; nothing here runs a command):
   23.02 on groups nodes by state and carries no per-node GPU use; it is refused with a
   ParseError that says to use `scontrol show nodes --json` instead.
 
+Every schema from Slurm 21.08 (openapi/v0.0.37) to 25.11 (data_parser/v0.0.44) is read. A
+schema version slurmtel does not know (a newer Slurm: 26.05 prints data_parser/v0.0.45) is read
+by the newest known shape, with a SchemaNotice first in the result (the source logs it and counts
+it in slurmtel_schema_unknown_total); only a document whose objects have none of the known shapes
+is refused.
+
 GPU indices exist only while a job runs; once it ends `GRES=` is empty and `gres_detail` is
 `[]`. Allocations are emitted for every job that is not PENDING and shows indices (RUNNING, but
 also SUSPENDED or COMPLETING jobs still holding GPUs). For a MIG GRES (`gpu:1g.10gb:1(IDX:3)`)
@@ -45,12 +51,21 @@ from slurmtel.parsers.slurm_common import (
     unwrap_number,
 )
 from slurmtel.parsers.slurm_common import gpu_count as tres_gpu_count
-from slurmtel.records import GpuAllocation, NodeState, PendingJob, Rejected
+from slurmtel.records import NEWEST_KNOWN_SCHEMA, GpuAllocation, NodeState, PendingJob, Rejected, SchemaNotice
 
 SOURCE = "slurmctld"
+SUPPORTED_VERSIONS = range(37, 45)
+SUPPORTED_SCHEMAS = "openapi/v0.0.37, openapi/v0.0.38, data_parser/v0.0.39 .. data_parser/v0.0.44"
+NEWEST_SCHEMA = NEWEST_KNOWN_SCHEMA
 
-JobRecord = GpuAllocation | PendingJob | Rejected
-NodeRecord = NodeState | Rejected
+JobRecord = GpuAllocation | PendingJob | Rejected | SchemaNotice
+NodeRecord = NodeState | Rejected | SchemaNotice
+
+# the schema as the document names it: meta.plugin.type "openapi/v0.0.38" (21.08, 22.05),
+# meta.plugins.data_parser (23.02) or meta.plugin.data_parser (23.11+) "data_parser/v0.0.42"
+_SCHEMA = re.compile(r"(?:openapi/v|openapi/dbv|data_parser/v)0\.0\.(\d+)")
+# plugin names that name no schema version
+_NO_VERSION = frozenset({"", "openapi/slurmctld", "openapi/slurmdbd"})
 
 # "Key=" at the start of a line or after white space; scontrol keys hold letters, digits, _ : /
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=")
@@ -329,9 +344,10 @@ def _int(value: str | None) -> int | None:
 # --------------------------------------------------------------------------- JSON jobs
 
 
-def _load_json(raw: str | bytes, origin: str, key: str) -> list[Any]:
+def _load_json(raw: str | bytes, origin: str, key: str) -> tuple[list[Any], SchemaNotice | None]:
     """The KEY list of a JSON document; an element that cannot be decoded is a json_scan.BadItem
-    (rejected alone by the caller)."""
+    (rejected alone by the caller). With it, a SchemaNotice when the document names a schema
+    version slurmtel does not know (its elements are then read by the newest known shape)."""
     try:
         document = orjson.loads(raw)
     except (orjson.JSONDecodeError, UnicodeError):
@@ -355,7 +371,44 @@ def _load_json(raw: str | bytes, origin: str, key: str) -> list[Any]:
     items = document[key]
     if not isinstance(items, list):
         raise ParseError(f"{origin}: '{key}' is {type(items).__name__}, not a list")
-    return items
+    notice = _check_schema(document.get("meta"), origin)
+    if notice is not None and items and not any(_has_known_shape(item, key) for item in items):
+        # read by the newest known shape, and nothing had that shape: some other document
+        what = "job" if key == "jobs" else "node"
+        raise ParseError(
+            f"{origin}: unknown slurmctld JSON schema '{notice.schema}', and its {what} objects do not "
+            f"have the shape of any known one ({SUPPORTED_SCHEMAS})"
+        )
+    return items, notice
+
+
+def _check_schema(meta: Any, origin: str) -> SchemaNotice | None:
+    """A notice when META names a schema version slurmtel does not know; None for a known one,
+    or when it names none (the objects are read by shape)."""
+    if not isinstance(meta, dict):
+        return None
+    plugin = meta.get("plugin")
+    plugin = plugin if isinstance(plugin, dict) else {}
+    plugins = meta.get("plugins")
+    plugins = plugins if isinstance(plugins, dict) else {}
+    for label in (plugin.get("data_parser"), plugins.get("data_parser"), plugin.get("type")):
+        if not isinstance(label, str) or label in _NO_VERSION:
+            continue
+        m = _SCHEMA.fullmatch(label)
+        if m is not None and int(m.group(1)) in SUPPORTED_VERSIONS:
+            return None
+        # a newer Slurm (26.05 prints data_parser/v0.0.45), or a name never seen
+        return SchemaNotice(SOURCE, origin, label[:100], NEWEST_SCHEMA)
+    return None
+
+
+def _has_known_shape(item: Any, key: str) -> bool:
+    """Whether ITEM has what every known schema's job (node) object has."""
+    if type(item) is not dict:
+        return False
+    if key == "jobs":
+        return "job_id" in item and "job_state" in item
+    return "name" in item and "state" in item
 
 
 def _salvage_json(raw: str | bytes, origin: str, key: str) -> dict[str, Any]:
@@ -432,12 +485,14 @@ def parse_squeue_json(
     at: datetime,
     origin: str = "squeue --json",
 ) -> list[JobRecord]:
-    """`squeue --json` / slurmrestd `/slurm/vX/jobs` and `/job/<id>` -> allocations and pending jobs."""
+    """`squeue --json` / slurmrestd `/slurm/vX/jobs` and `/job/<id>` -> allocations and pending
+    jobs (first a SchemaNotice when the schema is newer than slurmtel knows)."""
     head = raw[:2000].decode("utf-8", "replace") if isinstance(raw, bytes) else raw[:2000]
     if squeue_json_unavailable(head):
         raise ParseError(f"{origin}: {SQUEUE_JSON_UNAVAILABLE}; it printed: {head.strip()[:200]!r}")
-    results: list[JobRecord] = []
-    for job in _load_json(raw, origin, "jobs"):
+    jobs, notice = _load_json(raw, origin, "jobs")
+    results: list[JobRecord] = [notice] if notice is not None else []
+    for job in jobs:
         if isinstance(job, BadItem):
             results.append(_bad_json_record(origin, "job", job))
             continue
@@ -604,8 +659,9 @@ def parse_sinfo_json(
 ) -> list[NodeRecord]:
     """`sinfo --json` (21.08/22.05), slurmrestd `/slurm/vX/nodes` and `scontrol show nodes --json`
     (`{"nodes": [...]}`) -> one NodeState per node."""
-    results: list[NodeRecord] = []
-    for node in _load_json(raw, origin, "nodes"):
+    nodes, notice = _load_json(raw, origin, "nodes")
+    results: list[NodeRecord] = [notice] if notice is not None else []
+    for node in nodes:
         if isinstance(node, BadItem):
             results.append(_bad_json_record(origin, "node", node))
             continue

@@ -9,6 +9,7 @@ pending jobs with their reasons.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -24,7 +25,7 @@ from slurmtel.parsers.slurmctld import (
     parse_squeue_json,
     squeue_json_unavailable,
 )
-from slurmtel.records import GpuAllocation, NodeState, PendingJob, Rejected
+from slurmtel.records import GpuAllocation, NodeState, PendingJob, Rejected, SchemaNotice
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import run_command
 from slurmtel.store.checks import ALLOCATION_COLUMNS, NODE_STATE_COLUMNS, PENDING_COLUMNS, split_storable
@@ -38,6 +39,8 @@ from slurmtel.store.telemetry import (
 from slurmtel.timeparse import parse_slurm_time
 
 NAME = "slurmctld"
+
+log = logging.getLogger(__name__)
 
 
 class SlurmctldSource:
@@ -130,14 +133,23 @@ class SlurmctldSource:
         return store_controller_view(ctx, records, cluster=cluster, at=at)
 
 
-ControllerRecord = GpuAllocation | PendingJob | NodeState | Rejected
+ControllerRecord = GpuAllocation | PendingJob | NodeState | Rejected | SchemaNotice
 
 
 def store_controller_view(
     ctx: RunContext, records: Sequence[ControllerRecord], *, cluster: str, at: datetime
 ) -> RunResult:
-    """Write one controller snapshot in one transaction; what cannot be stored is quarantined."""
+    """Write one controller snapshot in one transaction; what cannot be stored is quarantined.
+    A document in a schema newer than slurmtel knows (a SchemaNotice) is logged and counted."""
     origin = f"controller snapshot of {cluster}"
+    notices = [r for r in records if isinstance(r, SchemaNotice)]
+    for notice in notices:
+        log.warning(
+            "%s: slurmctld JSON schema '%s' is not one this slurmtel knows; read as %s",
+            notice.origin,
+            notice.schema,
+            notice.read_as,
+        )
     allocations, refused = split_storable(
         [r for r in records if isinstance(r, GpuAllocation)], ALLOCATION_COLUMNS, source=NAME, origin=origin
     )
@@ -155,7 +167,7 @@ def store_controller_view(
         write_pending(conn, pending, cluster=cluster, observed_at=at)
         quarantine(conn, rejected)
     result = RunResult(
-        rows_read=len(records),
+        rows_read=len(records) - len(notices),
         rows_written=len(allocations) + len(pending) + len(nodes),
         rows_quarantined=len(rejected),
     )
@@ -164,6 +176,12 @@ def store_controller_view(
         f"{cluster}: {len(allocations)} GPUs held by {jobs} running jobs, {len(pending)} pending jobs, "
         f"{len(nodes)} nodes; {len(rejected)} quarantined"
     )
+    for notice in notices:
+        result.unknown_schemas.append(notice.schema)
+        result.notes.append(
+            f"warning: {notice.origin} is in schema '{notice.schema}', which this slurmtel does not "
+            f"know: read as {notice.read_as}, the newest it knows"
+        )
     return result
 
 
