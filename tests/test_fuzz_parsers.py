@@ -338,3 +338,91 @@ def test_one_damaged_agent_item_leaves_the_page(pick: int, field: str, value: An
     assert len(page.items) + len(page.rejected) == 10
     untouched = [item.record for item in page.items if item.seq != pick + 1]
     assert untouched == [r for i, r in enumerate(records) if i != pick]
+
+
+# ------------------------------------------------------------------ nccl-tests, NVLink, topology, json_scan
+
+NCCL_LOGS = sorted(fixture_path("nccl_tests", "cases").glob("*/input.txt"))[:6]
+TOPO_MATRICES = sorted(fixture_path("nvidia_smi_topo").glob("*.txt"))[:4]
+NVLINK_TEXTS = sorted(p for p in fixture_path("nvlink").rglob("*.txt"))[:4]
+
+
+def mutate(text: str, at: int, cut: int, junk: str) -> str:
+    """TEXT with CUT characters at a relative position AT (per mille) replaced by JUNK."""
+    pos = len(text) * at // 1000
+    return text[:pos] + junk + text[pos + cut :]
+
+
+MUTATION = (st.integers(0, 1000), st.integers(0, 200), ANY_TEXT)
+
+
+@FUZZ
+@given(st.one_of(ANY_TEXT, ANY_BYTES))
+def test_fabric_parsers_take_any_input(raw: str | bytes) -> None:
+    from slurmtel.parsers.nccl import NcclRun, parse_nccl_tests
+    from slurmtel.parsers.nvlink import NvlinkGpu, parse_nvlink
+    from slurmtel.parsers.topology import parse_topo_matrix
+    from slurmtel.records import NodeTopology
+
+    records = is_parse_error_or(lambda: parse_nccl_tests(raw, origin="fuzz"))
+    if records is not None:
+        assert all(isinstance(r, NcclRun | Rejected) for r in records)
+        check_rejected(records)
+    gpus = is_parse_error_or(lambda: parse_nvlink(raw))
+    assert gpus is None or all(isinstance(g, NvlinkGpu) for g in gpus)
+    topo = is_parse_error_or(lambda: parse_topo_matrix(raw, node="n", observed_at=AT, origin="fuzz"))
+    if topo is not None:
+        assert all(isinstance(r, NodeTopology | Rejected) for r in topo)
+        check_rejected(topo)
+
+
+@FUZZ
+@given(st.integers(0, 10**6), *MUTATION)
+def test_mutated_fabric_captures_never_raise_anything_else(pick: int, at: int, cut: int, junk: str) -> None:
+    from slurmtel.parsers.nccl import parse_nccl_tests
+    from slurmtel.parsers.nvlink import parse_nvlink
+    from slurmtel.parsers.topology import parse_topo_matrix
+
+    nccl = mutate(NCCL_LOGS[pick % len(NCCL_LOGS)].read_text(errors="replace"), at, cut, junk)
+    records = is_parse_error_or(lambda: parse_nccl_tests(nccl, origin="fuzz"))
+    if records is not None:
+        check_rejected(records)
+    topo = mutate(TOPO_MATRICES[pick % len(TOPO_MATRICES)].read_text(errors="replace"), at, cut, junk)
+    found = is_parse_error_or(lambda: parse_topo_matrix(topo, node="n", observed_at=AT, origin="fuzz"))
+    if found is not None:
+        check_rejected(found)
+    if NVLINK_TEXTS:
+        is_parse_error_or(
+            lambda: parse_nvlink(
+                mutate(NVLINK_TEXTS[pick % len(NVLINK_TEXTS)].read_text(errors="replace"), at, cut, junk)
+            )
+        )
+
+
+@FUZZ
+@given(st.one_of(ANY_TEXT, st.integers(0, 10**6).flatmap(lambda p: st.tuples(st.just(p), *MUTATION))))
+def test_json_scan_raises_only_its_own_errors(case: Any) -> None:
+    from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, loads_one, read_document
+
+    if isinstance(case, str):
+        text = case
+    else:
+        pick, at, cut, junk = case
+        text = (
+            mutate(SQUEUE_JSON.read_text(), at, cut, junk)
+            if pick % 2
+            else mutate(NODES_JSON.read_text(), at, cut, junk)
+        )
+    try:
+        document = read_document(text, "jobs")
+    except (Truncated, NotAnObject, ValueError):
+        pass
+    else:
+        assert isinstance(document, dict) and isinstance(document.get("jobs", []), list)
+        for item in document.get("jobs", []):
+            if isinstance(item, BadItem):
+                assert item.reason
+    try:
+        loads_one(text)
+    except ValueError as exc:
+        assert str(exc)
