@@ -77,8 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _error(message: object) -> None:
-    """One line on stderr, secrets masked (a URL's password may be part of an error)."""
-    print(f"slurmtel: {redact(str(message))}", file=sys.stderr)
+    """One line on stderr, secrets masked (a URL's password may be part of an error); a
+    message of several lines (libpq's "Is the server running...?") is joined into one."""
+    text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+    print(f"slurmtel: {redact(text)}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -518,16 +518,34 @@ def _coerce(hint: Any, value: Any, dotted: str, source: str) -> Any:
                 return _coerce(arg, value, dotted, source)
             except ConfigError:
                 continue
-        raise ConfigError(f"{source}: '{dotted}' has the wrong type ({type(value).__name__})")
+        raise ConfigError(f"{source}: '{dotted}' has the wrong type ({_given(value)})")
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is bool and not isinstance(value, bool):
         raise ConfigError(f"{source}: '{dotted}' must be true or false")
-    if hint in (int, float) and isinstance(value, bool):
-        raise ConfigError(f"{source}: '{dotted}' must be a number")
-    if hint in (str, int, float, bool) and not isinstance(value, hint):
-        raise ConfigError(f"{source}: '{dotted}' must be a {hint.__name__}, not {type(value).__name__}")
+    if hint in (str, int, float) and (not isinstance(value, hint) or isinstance(value, bool)):
+        raise ConfigError(f"{source}: '{dotted}' must be {_EXPECTED[hint]}, not {_given(value)}")
     return value
+
+
+# how the messages name TOML's types: "'sources.sacct.chunk_seconds' must be an integer, not a
+# string ("600s")"
+_EXPECTED: dict[Any, str] = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+_GIVEN: dict[type, str] = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a decimal number",
+    str: "a string",
+    list: "a list",
+    dict: "a table",
+}
+
+
+def _given(value: object) -> str:
+    name = _GIVEN.get(type(value), f"a {type(value).__name__}")
+    if isinstance(value, str | int | float) and not isinstance(value, bool) and len(repr(value)) <= 40:
+        return f"{name} ({value!r})"
+    return name
 
 
 def _validate_agent(agent: AgentConfig) -> None:

@@ -10,6 +10,7 @@ with an explicit offset (`2026-11-01T10:00:00+01:00`, `...Z`), which sacct does 
 from __future__ import annotations
 
 import re
+from calendar import isleap
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 
 _NAMED = {"midnight": time(0), "noon": time(12), "elevenses": time(11), "fika": time(15), "teatime": time(16)}
@@ -47,7 +48,7 @@ _TOKEN = re.compile(
     | (?P<uts>uts)(?P<epoch>\d+)
     | (?P<year>\d{4})-(?P<ymonth>\d{1,2})-(?P<yday>\d{1,2})
     | (?P<hh>\d{1,2}):(?P<mm>\d{2})(?::(?P<ss>\d{2}))?(?:\s*(?P<half>am|pm))?
-    | (?P<month>\d{1,2})(?P<sep>[./]?)(?P<day>\d{1,2})(?:(?P=sep)(?P<yy>\d{2}))?
+    | (?P<month>\d{1,2})(?P<sep>[./]?)(?P<day>\d{1,2})(?:(?P=sep)(?P<yy>\d{2}))?(?!\d)
     """,
     re.VERBOSE,
 )
@@ -114,9 +115,12 @@ def parse_slurm_time(value: str, *, now: datetime, zone: tzinfo) -> datetime:
     if day is None:
         # "past" mode: a time of day alone is today's, even one still to come
         day = local_now.date()
-    elif not year_given and day.month > local_now.month:
-        # a month still to come this year means last year's
-        day = _date(day.year - 1, day.month, day.day, value)
+    elif not year_given:
+        # this year's, or last year's when the month is still to come; Feb 29 of a year without
+        # one is Mar 1, as Slurm's mktime() normalises it
+        year = local_now.year - (day.month > local_now.month)
+        leap_day_lost = (day.month, day.day) == (2, 29) and not isleap(year)
+        day = date(year, 3, 1) if leap_day_lost else day.replace(year=year)
     return _checked(_at(day, clock or time(0), zone), value)
 
 

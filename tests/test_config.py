@@ -28,7 +28,7 @@ def test_unknown_keys_are_rejected_by_name() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"sources": {"sacct": {"interval_seconds": "5"}}}, "must be a int"),
+        ({"sources": {"sacct": {"interval_seconds": "5"}}}, "must be an integer, not a string"),
         ({"sources": {"sacct": {"enabled": 1}}}, "true or false"),
         ({"sources": {"sacct": {"clusters": "lab"}}}, "must be a list"),
         ({"site": {"timezone": "Mars/Olympus"}}, "unknown time zone"),
@@ -39,6 +39,35 @@ def test_unknown_keys_are_rejected_by_name() -> None:
 def test_bad_values_are_explained(data: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         config_from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # int
+        (
+            {"sources": {"sacct": {"chunk_seconds": "600s"}}},
+            "'sources.sacct.chunk_seconds' must be an integer, not a string ('600s')",
+        ),
+        ({"sources": {"sacct": {"chunk_seconds": 1.5}}}, "must be an integer, not a decimal number (1.5)"),
+        ({"sources": {"sacct": {"chunk_seconds": True}}}, "must be an integer, not true or false"),
+        # float
+        ({"agent": {"sample_interval_seconds": "1"}}, "must be a number, not a string ('1')"),
+        ({"agent": {"sample_interval_seconds": False}}, "must be a number, not true or false"),
+        # bool
+        ({"sources": {"sacct": {"enabled": "yes"}}}, "'sources.sacct.enabled' must be true or false"),
+        # str
+        ({"site": {"timezone": 5}}, "'site.timezone' must be a string, not an integer (5)"),
+        ({"site": {"timezone": ["UTC"]}}, "'site.timezone' must be a string, not a list"),
+        # list
+        ({"sources": {"sacct": {"clusters": "lab"}}}, "'sources.sacct.clusters' must be a list"),
+    ],
+)
+def test_type_errors_name_the_types_in_words(data: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict(data)
+    assert message in str(caught.value)
+    assert " a int" not in str(caught.value) and " a str," not in str(caught.value)
 
 
 def test_the_example_config_loads_and_equals_the_defaults() -> None:

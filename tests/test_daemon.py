@@ -523,7 +523,7 @@ def test_check_config_prints_the_effective_config_with_the_password_masked(
     ("content", "message"),
     [
         ("[daemon]\nprot = 9768\n", "unknown key 'daemon.prot'"),
-        ('[daemon]\nport = "9768"\n', "'daemon.port' must be a int"),
+        ('[daemon]\nport = "9768"\n', "'daemon.port' must be an integer"),
         ("[daemon]\nport = 70000\n", "daemon.port must be between 0 and 65535"),
         ("[daemon]\nbackoff_max_seconds = 0\n", "daemon.backoff_max_seconds must be positive"),
         ("[daemon\n", "invalid TOML"),

@@ -158,3 +158,19 @@ def test_who_may_ask_for_whom(cli) -> None:
     assert code == 1 and "fiona (finance) may not view jobs" in err
     code, _, err = cli(ALICE, "--month", "2026-13")
     assert code == 2 and "YYYY-MM" in err
+
+
+def test_an_unknown_user_warns_in_the_callers_scope(cli) -> None:
+    code, out, err = cli(ADMIN, "--month", "2030-01", "-u", "nosuch")
+    assert code == 0
+    assert err == "slurmtel: warning: no such user 'nosuch' in the data\n"
+    assert "No jobs in 2030-01" in out and "Top 0" not in out
+    # a coordinator: the same answer for a user outside their accounts whether one exists or not
+    _, _, err_bob = cli(CHEMISTRY_COORDINATOR, "--month", "2026-11", "-u", "bob")
+    _, _, err_none = cli(CHEMISTRY_COORDINATOR, "--month", "2026-11", "-u", "nosuch")
+    assert err_none == "slurmtel: warning: no such user 'nosuch' in the data you may see\n"
+    assert err_bob.replace("bob", "nosuch") == err_none
+    code, _, err = cli(ADMIN, "--month", "2026-11", "-u", "alice")
+    assert (code, err) == (0, "")
+    code, _, err = cli(ALICE, "--top", "0")
+    assert code == 2 and "--top must be 1 or more" in err

@@ -12,6 +12,7 @@ import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -742,3 +743,26 @@ def test_a_sentinel_where_an_id_or_submission_must_be_rejects_the_job(sentinel: 
     doc["jobs"][0]["job_id"] = sentinel
     (bad,) = parse_sacct_json(json.dumps(doc))
     assert isinstance(bad, Rejected) and bad.reason.startswith("no job_id")
+
+
+@pytest.mark.parametrize(
+    ("errors", "empty"),
+    [
+        ([{"error": "Nothing found", "error_number": 9003}], True),
+        ([{"description": "Nothing found"}], True),
+        # no number: a text that begins "Nothing found" only says so too
+        ([{"error": "Nothing found with query"}], True),
+        ([{"description": "nothing found for the given filters", "error": ""}], True),
+        # a number that is not 9003 with more words, or another error, is a failure
+        ([{"error": "Nothing found with query", "error_number": 7000}], False),
+        ([{"error": "Unable to connect to database"}], False),
+        ([{"error": "Nothing found with query"}, {"error": "Unable to connect"}], False),
+    ],
+)
+def test_nothing_found_beside_no_jobs_is_an_empty_window(errors: list[dict[str, Any]], empty: bool) -> None:
+    doc = json.dumps({"meta": {}, "errors": errors, "warnings": [], "jobs": []})
+    if empty:
+        assert [r for r in parse_sacct_json(doc) if not isinstance(r, SchemaNotice)] == []
+    else:
+        with pytest.raises(ParseError):
+            parse_sacct_json(doc)

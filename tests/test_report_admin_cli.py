@@ -106,7 +106,7 @@ def test_failures_figures_in_every_format(run: Run) -> None:
     code, out, _ = run("report", "failures", *WINDOW)
     assert code == 0
     assert "Failed GPU-hours by account, 2026-11-01T00:00:00+00:00 .. 2026-11-02T00:00:00+00:00" in out
-    assert "Top 10 attempts by failed GPU-hours" in out
+    assert "Top 3 attempts by failed GPU-hours" in out  # 3 of --top 10
     assert "gpu[01-02]" in out
 
 

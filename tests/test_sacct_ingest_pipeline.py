@@ -207,7 +207,8 @@ def test_a_long_window_is_read_in_chunks(ctx: RunContext, tmp_path: Path) -> Non
     assert outcome.status == "ok"
     # the fake prints the same 22 jobs for every chunk: upserts, not duplicates
     assert outcome.result.notes == [
-        "66 attempts read in 3 sacct calls: 22 new, 0 changed, 44 unchanged; 0 quarantined"
+        "66 attempt records read in 3 sacct calls (22 distinct attempts: 22 new, 0 changed, 0 unchanged); "
+        "0 quarantined"
     ]
     assert (outcome.result.window_start_at, outcome.result.window_end_at) == (
         at("2026-12-02T10:00:00"),
@@ -319,3 +320,24 @@ def test_a_killed_ingest_leaves_whole_documents_and_a_cursor_that_matches(
         capture_output=True,
     )
     assert part_counts(ctx.engine) == dict.fromkeys(range(PARTS), SIZE)
+
+
+def test_the_summary_counts_records_and_distinct_attempts_apart() -> None:
+    # a cursor window and a trailing rescan read attempt A twice; B changed in the rescan
+    from slurmtel.sources.sacct import _Totals
+    from slurmtel.store.jobs import WriteStats
+
+    a = ("c", 1, at("2026-12-02T10:00:00"))
+    b = ("c", 2, at("2026-12-02T10:00:00"))
+    c = ("c", 3, at("2026-12-02T10:00:00"))
+    totals = _Totals()
+    totals.add(3, 3, WriteStats(3, 1, 0, inserted_keys=frozenset({a})), [], [], [a, b, c])
+    totals.add(2, 2, WriteStats(2, 0, 2, updated_keys=frozenset({a, b})), [], [], [a, b])
+    # 5 records, 3 attempts: A new (changed again later: still new), B changed, C unchanged
+    assert totals.summary() == (
+        "5 attempt records read in 2 sacct calls (3 distinct attempts: 1 new, 1 changed, 1 unchanged); "
+        "0 quarantined"
+    )
+    once = _Totals()
+    once.add(2, 2, WriteStats(2, 2, 0, inserted_keys=frozenset({a, b})), [], [], [a, b])
+    assert once.summary() == "2 attempts read: 2 new, 0 changed, 0 unchanged; 0 quarantined"

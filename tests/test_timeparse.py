@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -70,6 +71,9 @@ def utc(*args: int) -> datetime:
         ("2026-11-01T10:00:00.5+00:00", UTC, utc(2026, 11, 1, 10, 0, 0) + timedelta(microseconds=500000)),
         ("2026-11-01T10:00:00-05:00", BERLIN, utc(2026, 11, 1, 15)),
         ("uts1793880000", UTC, utc(2026, 11, 5, 12)),
+        # Feb 29 without a year: this year's, normalised to Mar 1 in a year without one (Slurm)
+        ("0229", UTC, utc(2026, 3, 1)),
+        ("02/29", UTC, utc(2026, 3, 1)),
     ],
 )
 def test_sacct_time_forms(text: str, zone: ZoneInfo, expected: datetime) -> None:
@@ -93,11 +97,22 @@ def test_sacct_time_forms(text: str, zone: ZoneInfo, expected: datetime) -> None
         "1969-12-31",
         "uts99999999999999999999",
         "midnight!",
+        # a four-digit year after MM/DD: Slurm refuses it; read as 11/01/20 then 26 it was Feb 6
+        "11/01/2026",
+        "11.01.2026",
+        "1101202",
     ],
 )
 def test_bad_times_are_rejected_with_the_text(text: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=re.escape(text) if text else "empty"):
         parse_slurm_time(text, now=NOW, zone=UTC)
+
+
+def test_feb_29_without_a_year_in_a_leap_year_stays_feb_29() -> None:
+    now = datetime(2028, 11, 15, tzinfo=UTC)
+    assert parse_slurm_time("0229", now=now, zone=UTC) == utc(2028, 2, 29)
+    # in January, February is still to come: last year's, Mar 1 2027
+    assert parse_slurm_time("0229", now=datetime(2028, 1, 15, tzinfo=UTC), zone=UTC) == utc(2027, 3, 1)
 
 
 def test_month_bounds_in_the_site_zone() -> None:

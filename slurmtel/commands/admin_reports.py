@@ -404,8 +404,8 @@ def cmd_report_capacity(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.store.reports_taxonomy import capacity_report
 
     _refuse_account_user(args, "capacity")
-    if args.target_gpu_hours is not None and args.target_gpu_hours < 0:
-        raise ConfigError("--target-gpu-hours must be 0 or more")
+    if args.target_gpu_hours is not None and not 0 <= args.target_gpu_hours < float("inf"):
+        raise ConfigError(f"--target-gpu-hours must be a number 0 or more, not {args.target_gpu_hours}")
     scope = scope_for(config, Action.VIEW_OPERATIONS, current_identity(config))
     ctx = open_context(config)
     now = ctx.clock()

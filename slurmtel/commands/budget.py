@@ -37,6 +37,7 @@ from slurmtel.commands.common import (
     open_context,
     scope_for,
     split_list,
+    warn_unknown,
 )
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, ParseError, SourceUnavailable
@@ -49,6 +50,7 @@ from slurmtel.parsers.sacctmgr import (
 )
 from slurmtel.reports.render import render
 from slurmtel.sources.io import run_command
+from slurmtel.store.usage import JobFilter
 from slurmtel.timeparse import parse_slurm_time
 
 log = logging.getLogger(__name__)
@@ -163,11 +165,17 @@ def cmd_report_budget(args: argparse.Namespace, config: Config) -> int:
             budgets, slurm_budgets(read_slurm_budgets(config), chargeback.budget_slurm_period)
         )
     wanted = set(split_list(args.accounts))
-    budgets = [
-        b
-        for b in budgets
-        if (not wanted or b.account in wanted) and (scope.everything or b.account in scope.accounts)
-    ]
+    visible = [b for b in budgets if scope.everything or b.account in scope.accounts]
+    if wanted:
+        # an account with a budget but no job yet is known; the check runs in the caller's scope
+        with ctx.engine.connect() as conn:
+            warn_unknown(
+                conn,
+                scope,
+                JobFilter(accounts=split_list(args.accounts)),
+                also_known={"account": {b.account for b in visible}},
+            )
+    budgets = [b for b in visible if not wanted or b.account in wanted]
     rows: list[BudgetRow] = []
     if budgets:
         parents = read_account_parents(config)

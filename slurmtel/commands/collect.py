@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, open_context
+from slurmtel.commands.argtypes import check_collect_arguments, usage_or_error
+from slurmtel.commands.common import EXIT_OK, EXIT_PARTIAL, open_context
 from slurmtel.config import Config
 from slurmtel.sources import SOURCES, get_source
 from slurmtel.sources.runner import run_recorded
@@ -27,6 +28,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 def cmd_collect(args: argparse.Namespace, config: Config) -> int:
     source = get_source(args.source)
     ctx = open_context(config)
+    check_collect_arguments(args, config, ctx.clock())
     if args.input is not None:
         path = args.input
         outcome = run_recorded(ctx, source.name, "input", lambda: source.ingest(ctx, path, args))
@@ -36,7 +38,8 @@ def cmd_collect(args: argparse.Namespace, config: Config) -> int:
         print(note)
     if outcome.status == "error":
         print(f"slurmtel: {source.name}: {outcome.error_kind}: {outcome.message}", file=sys.stderr)
-        return EXIT_ERROR
+        # a bad argument or setting the source found (--input without --node) is a usage error
+        return usage_or_error(outcome.error_kind)
     if outcome.status == "partial":
         print(f"slurmtel: {source.name}: {outcome.message} (see `slurmtel quarantine list`)", file=sys.stderr)
         return EXIT_PARTIAL

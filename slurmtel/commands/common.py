@@ -6,7 +6,11 @@ import argparse
 import logging
 import os
 import pwd
+import sys
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
+
+from sqlalchemy import Connection
 
 from slurmtel.access import Action, Identity, Role, Scope, allowed
 from slurmtel.config import Config
@@ -70,6 +74,49 @@ def job_filter(args: argparse.Namespace) -> JobFilter:
         partitions=split_list(args.partitions),
         clusters=split_list(args.clusters),
     )
+
+
+def warn(message: str) -> None:
+    print(f"slurmtel: warning: {message}", file=sys.stderr)
+
+
+def warn_unknown(
+    conn: Connection,
+    scope: Scope,
+    wanted: JobFilter | None = None,
+    *,
+    sources: Sequence[str] = (),
+    also_known: Mapping[str, Collection[str]] | None = None,
+) -> list[str]:
+    """Warn once per filter value the data has never seen (`no such account 'x' in the data`);
+    the report still runs and exits 0 with its empty result. Values are checked in SCOPE, so a
+    caller who does not see everything learns nothing about users or accounts outside it: the
+    answer, "in the data you may see", is the same whether they exist or not. ALSO_KNOWN adds
+    values per kind that count as seen (budget accounts). Returns the warning lines."""
+    from slurmtel.store.known import unknown_sources, unknown_values
+
+    f = wanted or JobFilter()
+    where = "in the data" if scope.everything else "in the data you may see"
+    extra = also_known or {}
+    lines: list[str] = []
+    for kind, values in (
+        ("account", f.accounts),
+        ("user", f.users),
+        ("partition", f.partitions),
+        ("cluster", f.clusters),
+    ):
+        candidates = [v for v in dict.fromkeys(values) if v not in extra.get(kind, ())]
+        for value in unknown_values(conn, kind, candidates, scope):
+            lines.append(f"no such {kind} '{value}' {where}")
+    if sources:
+        from slurmtel.sources import SOURCES
+
+        for value in unknown_sources(conn, list(dict.fromkeys(sources)), registered=sorted(SOURCES)):
+            known = ", ".join(sorted(SOURCES))
+            lines.append(f"no such source '{value}' in the data (known sources: {known})")
+    for line in lines:
+        warn(line)
+    return lines
 
 
 def resolve_window(args: argparse.Namespace, config: Config, now: datetime) -> tuple[datetime, datetime]:

@@ -26,6 +26,7 @@ from slurmtel.commands.common import (
     resolve_window,
     scope_for,
     split_list,
+    warn_unknown,
 )
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
@@ -215,6 +216,7 @@ def cmd_report_fabric(args: argparse.Namespace, config: Config) -> int:
     window = f"{start.isoformat()} .. {end.isoformat()}"
     table = args.format == "table"
     with ctx.engine.connect() as conn:
+        warn_unknown(conn, scope, job_filter(args))
         if args.nodes is not None:
             nodes = fabric_nodes_report(
                 conn,
@@ -269,6 +271,7 @@ def cmd_report_drift(args: argparse.Namespace, config: Config) -> int:
     scope = scope_for(config, Action.VIEW_OPERATIONS, current_identity(config))
     ctx = open_context(config)
     with ctx.engine.connect() as conn:
+        warn_unknown(conn, scope, job_filter(args))
         rows = drift_report(conn, scope=scope, job_filter=job_filter(args))
     render_sections(
         {"drift": rows_of(rows)},

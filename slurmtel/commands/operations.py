@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from slurmtel.access import Action
+from slurmtel.commands.argtypes import positive_int
 from slurmtel.commands.common import EXIT_OK, add_format_argument, open_context, scope_for
 from slurmtel.config import Config
 from slurmtel.reports.render import render
@@ -16,7 +17,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
     actions = quarantine.add_subparsers(title="actions", metavar="ACTION", required=True)
     q_list = actions.add_parser("list", help="list quarantined records with their reason")
     q_list.add_argument("--source", default=None, help="only this source")
-    q_list.add_argument("--limit", type=int, default=100)
+    q_list.add_argument("--limit", type=positive_int, default=100, help="at most this many (default 100)")
     q_list.add_argument("--raw", action="store_true", help="include the raw record text")
     add_format_argument(q_list)
     q_list.set_defaults(handler=cmd_quarantine_list)
@@ -29,7 +30,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 
     runs = commands.add_parser("runs", help="recent collect runs with their status")
     runs.add_argument("--source", default=None)
-    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--limit", type=positive_int, default=20, help="at most this many (default 20)")
     add_format_argument(runs)
     runs.set_defaults(handler=cmd_runs)
 

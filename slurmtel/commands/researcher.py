@@ -90,7 +90,10 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
     job.add_argument("-M", "--clusters", default=None, help="comma-separated clusters")
     job.add_argument("--format", choices=JOB_FORMATS, default="table", help="output format (default table)")
     job.add_argument(
-        "--plot", type=Path, metavar="FILE.png", help="also draw GPU utilisation, memory and power over time"
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="also draw GPU utilisation, memory and power over time into FILE.png, FILE.svg or FILE.pdf",
     )
     job.set_defaults(handler=cmd_job)
 
@@ -322,12 +325,15 @@ def _json_default(value: Any) -> Any:
 
 
 def cmd_job(args: argparse.Namespace, config: Config) -> int:
+    from slurmtel.commands.argtypes import check_job_id, plot_format
     from slurmtel.reports.plot import plot_job, utilisation_series
     from slurmtel.store.efficiency import attempts_efficiency
-    from slurmtel.store.jobview import JOB_ID, find_attempts, gpu_figures, util_windows
+    from slurmtel.store.jobview import find_attempts, gpu_figures, util_windows
 
-    if not JOB_ID.fullmatch(args.jobid):
-        raise ConfigError(f"'{args.jobid}' is not a job id (forms: 123, 10_4 for an array task, 123+1)")
+    # a bad job id or --plot file is said before any work is done (exit 2, or 1 for the folder)
+    check_job_id(args.jobid)
+    if args.plot is not None:
+        plot_format(args.plot)
     scope = scope_for(config, Action.VIEW_JOBS)
     ctx = open_context(config)
     now = ctx.clock()

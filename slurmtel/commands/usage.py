@@ -15,6 +15,7 @@ from slurmtel.commands.common import (
     open_context,
     resolve_window,
     scope_for,
+    warn_unknown,
 )
 from slurmtel.config import Config
 from slurmtel.reports.render import render
@@ -51,10 +52,10 @@ def cmd_report_usage(args: argparse.Namespace, config: Config) -> int:
     ctx = open_context(config)
     now = ctx.clock()
     start, end = resolve_window(args, config, now)
+    wanted = job_filter(args)
     with ctx.engine.connect() as conn:
-        rows = usage_report(
-            conn, start=start, end=end, now=now, by=args.by, scope=scope, job_filter=job_filter(args)
-        )
+        warn_unknown(conn, scope, wanted)
+        rows = usage_report(conn, start=start, end=end, now=now, by=args.by, scope=scope, job_filter=wanted)
     # the table leaves out the zero-heavy per-class columns that CSV and JSON keep
     columns = ["cluster", args.by, *TABLE_COLUMNS] if args.format == "table" else None
     title = f"GPU usage by {args.by}, {start.isoformat()} .. {end.isoformat()}"

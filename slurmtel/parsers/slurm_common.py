@@ -127,7 +127,8 @@ INFORMATIONAL_ERRORS = frozenset({9003})
 
 def only_informational(errors: Any) -> bool:
     """Whether every entry of a JSON document's `errors` list only says that nothing was found
-    (`{"error": "Nothing found", "error_number": 9003}`): an empty result, not a failure."""
+    (`{"error": "Nothing found", "error_number": 9003}`, or without a number a text that begins
+    "Nothing found": "Nothing found with query"): an empty result, not a failure."""
     if not isinstance(errors, list) or not errors:
         return False
     for entry in errors:
@@ -135,7 +136,9 @@ def only_informational(errors: Any) -> bool:
             return False
         number = next((entry[k] for k in ("error_number", "errno", "error_code") if k in entry), None)
         words = " ".join(str(entry.get(k) or "") for k in ("error", "description")).strip().lower()
-        if not (type(number) is int and number in INFORMATIONAL_ERRORS) and words != "nothing found":
+        if (type(number) is int and number in INFORMATIONAL_ERRORS) or words == "nothing found":
+            continue
+        if number is not None or not words.startswith("nothing found"):
             return False
     return True
 

@@ -1,7 +1,7 @@
 """`slurmtel job --plot FILE.png`: GPU utilisation, memory and power over time, one line per GPU.
 
 `utilisation_series` (pure) turns telemetry windows into the plotted series; `plot_job` draws
-them with matplotlib's Agg canvas (no pyplot, no global backend state) into a PNG: three small
+them with matplotlib (no pyplot, no global backend state) into a PNG, SVG or PDF: three small
 panels sharing the time axis (in the site zone), each GPU named `node/index`, idle GPUs drawn
 dashed with markers above the busy ones (so a flat line at 0 stays visible), the legend to the
 right of the panels, outside the data.
@@ -109,7 +109,11 @@ IDLE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def plot_job(series: Sequence[GpuSeries], path: Path, *, title: str, zone: tzinfo) -> Figure:
-    """Write a PNG of SERIES to PATH, times shown in ZONE; the figure is returned (for tests)."""
+    """Write SERIES to PATH as its extension names (.png, .svg or .pdf), times shown in ZONE;
+    the figure is returned (for tests)."""
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in ("png", "svg", "pdf"):
+        raise ValueError(f"cannot plot to {path}: the file name must end in .png, .svg or .pdf")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
     from matplotlib.figure import Figure
@@ -159,5 +163,5 @@ def plot_job(series: Sequence[GpuSeries], path: Path, *, title: str, zone: tzinf
         axes[0].legend(
             loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize="small", title="GPU"
         )
-    figure.savefig(path, format="png")
+    figure.savefig(path, format=fmt)
     return figure

@@ -1,6 +1,9 @@
 """Render report rows as a table (rich on a terminal, plain when piped), CSV or JSON.
 
 Rows are dicts with snake_case keys; every format shows the same columns in the same order.
+Durations are seconds in the data (CSV, JSON: a `seconds` word in the column name says so); a
+table shows them as hours: `queue_wait_p50_seconds` is `queue_wait_p50_hours` there, divided by
+3600 (`in_hours`).
 """
 
 from __future__ import annotations
@@ -33,12 +36,48 @@ def render(
         for r in rows:
             writer.writerow([_text(r.get(c)) for c in cols])
     elif fmt == "table":
+        rows, cols = in_hours(rows, cols)
         if out.isatty():
             _rich_table(rows, cols, out, title)
         else:
             _plain_table(rows, cols, out, title)
     else:
         raise ValueError(f"unknown format '{fmt}' (use {', '.join(FORMATS)})")
+
+
+def hours_name(column: str) -> str | None:
+    """The table name of a duration column in seconds (`gpu_seconds_completed` ->
+    `gpu_hours_completed`), None for other columns. A bare `seconds` (a short run's duration)
+    stays in seconds."""
+    words = column.split("_")
+    if "seconds" not in words or len(words) < 2:
+        return None
+    return "_".join("hours" if w == "seconds" else w for w in words)
+
+
+def in_hours(
+    rows: Sequence[Mapping[str, Any]], cols: Sequence[str]
+) -> tuple[list[Mapping[str, Any]], list[str]]:
+    """(rows, columns) with every duration column in seconds shown as hours, the one rule of
+    tables; a seconds column whose hours twin is also shown is left out."""
+    renamed = {c: h for c in cols if (h := hours_name(c)) is not None}
+    if not renamed:
+        return list(rows), list(cols)
+    shown = [renamed.get(c, c) for c in cols if renamed.get(c) not in cols]
+    converted: list[Mapping[str, Any]] = []
+    for r in rows:
+        row = dict(r)
+        for c, h in renamed.items():
+            if h not in cols:
+                row[h] = _hours(r.get(c))
+        converted.append(row)
+    return converted, shown
+
+
+def _hours(seconds: Any) -> Any:
+    if not _is_number(seconds):
+        return seconds
+    return round(float(seconds) / 3600, 4)
 
 
 def _columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:

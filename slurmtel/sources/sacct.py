@@ -287,6 +287,10 @@ class _Totals:
     updated: int = 0
     unchanged: int = 0
     quarantined: int = 0
+    # natural keys: overlapping windows (cursor and trailing rescan) read one attempt twice
+    keys: set[tuple[str, int, datetime]] = field(default_factory=set)
+    new_keys: set[tuple[str, int, datetime]] = field(default_factory=set)
+    changed_keys: set[tuple[str, int, datetime]] = field(default_factory=set)
     # the first few, for the run's notes
     rejected: list[Rejected] = field(default_factory=list)
     notices: list[SchemaNotice] = field(default_factory=list)
@@ -298,8 +302,12 @@ class _Totals:
         stats: WriteStats,
         rejected: list[Rejected],
         notices: list[SchemaNotice],
+        keys: Iterable[tuple[str, int, datetime]] = (),
     ) -> None:
         self.documents += 1
+        self.keys.update(keys)
+        self.new_keys |= stats.inserted_keys
+        self.changed_keys |= stats.updated_keys
         self.notices.extend(notices)
         self.read += read
         self.attempts += attempts
@@ -313,12 +321,25 @@ class _Totals:
         result.rows_read += self.read
         result.rows_written += self.inserted + self.updated
         result.rows_quarantined += self.quarantined
-        calls = f" in {self.documents} sacct calls" if self.documents > 1 else ""
-        result.notes.append(
-            f"{self.attempts} attempts read{calls}: {self.inserted} new, {self.updated} changed, "
-            f"{self.unchanged} unchanged; {self.quarantined} quarantined"
-        )
+        result.notes.append(self.summary())
         result.notes.extend(f"quarantined {r.record_key}: {r.reason}" for r in self.rejected)
+        self._schema_notes(result)
+
+    def summary(self) -> str:
+        """What was read, counted twice: the attempt records of every sacct call (overlapping
+        windows repeat some), and the distinct attempts (natural keys) new, changed or not."""
+        calls = f" in {self.documents} sacct calls" if self.documents > 1 else ""
+        distinct = len(self.keys)
+        new = len(self.new_keys)
+        changed = len(self.changed_keys - self.new_keys)
+        figures = f"{new} new, {changed} changed, {distinct - new - changed} unchanged"
+        if self.attempts == distinct:
+            counted = f"{distinct} attempts read{calls}: {figures}"
+        else:
+            counted = f"{self.attempts} attempt records read{calls} ({distinct} distinct attempts: {figures})"
+        return f"{counted}; {self.quarantined} quarantined"
+
+    def _schema_notes(self, result: RunResult) -> None:
         for notice in self.notices:
             result.unknown_schemas.append(notice.schema)
         for schema in sorted(set(result.unknown_schemas)):
@@ -386,7 +407,11 @@ def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: 
         quarantine(conn, rejected)
         if parsed.cursor_scope is not None and parsed.cursor_at is not None:
             set_cursor(conn, NAME, parsed.cursor_scope, parsed.cursor_at)
-    totals.add(len(records) - len(notices), len(attempts) - len(stats.refused), stats, rejected, notices)
+    refused = {id(a) for a, _ in stats.refused}
+    keys = [(a.cluster, a.job_id_raw, a.submit_at) for a in attempts if id(a) not in refused]
+    totals.add(
+        len(records) - len(notices), len(attempts) - len(stats.refused), stats, rejected, notices, keys
+    )
 
 
 def run_sacct(config: SacctSourceConfig, start: datetime, end: datetime, cluster: str | None) -> bytes:

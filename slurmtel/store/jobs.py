@@ -152,6 +152,10 @@ class WriteStats:
     # attempts that cannot be stored (a value beyond its column, text that is not text), with
     # the reason naming the field: the caller quarantines them (checks.rejection)
     refused: tuple[tuple[JobAttempt, str], ...] = ()
+    # the natural keys (cluster, job_id_raw, submit_at) of the inserted and updated attempts:
+    # a run of several sacct calls counts distinct attempts with them
+    inserted_keys: frozenset[tuple[str, int, datetime]] = frozenset()
+    updated_keys: frozenset[tuple[str, int, datetime]] = frozenset()
 
     @property
     def unchanged(self) -> int:
@@ -254,16 +258,19 @@ def _write_attempts(
                 SET {assignments}, captured_at = EXCLUDED.captured_at, updated_at = now()
                 WHERE ({current}) IS DISTINCT FROM ({incoming})
                   AND {_newer_sql(captured_at, unknown_capture)}
-                RETURNING (xmax = 0) AS inserted
+                RETURNING cluster, job_id_raw, submit_at, (xmax = 0) AS inserted
             )
-            SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM written
+            SELECT cluster, job_id_raw, submit_at, inserted FROM written
             """
         )
-    ).one()
-    inserted, updated = int(result[0]), int(result[1])
-    if inserted or updated:
+    ).all()
+    inserted_keys = frozenset((r[0], int(r[1]), r[2]) for r in result if r[3])
+    updated_keys = frozenset((r[0], int(r[1]), r[2]) for r in result if not r[3])
+    if inserted_keys or updated_keys:
         link_jobs(conn)
-    return WriteStats(len(records), inserted, updated, tuple(refused))
+    return WriteStats(
+        len(records), len(inserted_keys), len(updated_keys), tuple(refused), inserted_keys, updated_keys
+    )
 
 
 def link_jobs(conn: Connection) -> None:
