@@ -35,6 +35,7 @@ from slurmtel.commands.common import (
     open_context,
     resolve_window,
     scope_for,
+    warn_unknown,
 )
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
@@ -216,11 +217,13 @@ RETRIES_COLUMNS = {
 
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
     failures = _report(reports, "failures", "failed GPU-hours by outcome, account, user, partition, node")
-    failures.add_argument("--top", type=_count, default=10, help="attempts in the top list (default 10)")
+    failures.add_argument(
+        "--top", type=_count, default=10, help="attempts in the top list (default 10; 1 or more)"
+    )
     failures.set_defaults(handler=cmd_report_failures)
 
     idle = _report(reports, "idle", "idle, no-process, busy and unmeasured GPU-hours (whole site days)")
-    idle.add_argument("--top", type=_count, default=10, help="jobs in the top list (default 10)")
+    idle.add_argument("--top", type=_count, default=10, help="jobs in the top list (default 10; 1 or more)")
     idle.set_defaults(handler=cmd_report_idle)
 
     queue = _report(reports, "queue", "queue wait by partition and account; pending jobs now by reason")
@@ -261,10 +264,17 @@ def _report(reports: argparse._SubParsersAction, name: str, help_text: str) -> a
 
 
 def _count(value: str) -> int:
+    """--top N is 1 or more: 0 is a usage error (exit 2), not "all" nor "none"."""
     number = int(value)
-    if number < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
     return number
+
+
+def top_title(rows: Sequence[Any], what: str, by: str) -> str:
+    """The rows shown, not the --top asked for: "Top 2 attempts by failed GPU-hours"; "No
+    attempts with failed GPU-hours" when there are none."""
+    return f"Top {len(rows)} {what} by {by}" if rows else f"No {what} with {by}"
 
 
 # ---------------------------------------------------------------- handlers
@@ -278,6 +288,7 @@ def cmd_report_failures(args: argparse.Namespace, config: Config) -> int:
     now = ctx.clock()
     start, end = resolve_window(args, config, now)
     with ctx.engine.connect() as conn:
+        warn_unknown(conn, scope, job_filter(args))
         sections = failures_report(
             conn,
             start=start,
@@ -295,7 +306,7 @@ def cmd_report_failures(args: argparse.Namespace, config: Config) -> int:
         "by_user": "Failed GPU-hours by user",
         "by_partition": "Failed GPU-hours by partition",
         "by_node": "Failed GPU-hours by node (multi-node attempts split evenly)",
-        "top_attempts": f"Top {args.top} attempts by failed GPU-hours",
+        "top_attempts": top_title(sections["top_attempts"], "attempts", "failed GPU-hours"),
     }
     render_sections(sections, sys.stdout, args.format, FAILURES_COLUMNS, titles)
     return EXIT_OK
@@ -311,6 +322,7 @@ def cmd_report_idle(args: argparse.Namespace, config: Config) -> int:
     start, end = resolve_window(args, config, now)
     first_day, last_day = window_days(start, end, config.zone)
     with ctx.engine.connect() as conn:
+        warn_unknown(conn, scope, job_filter(args))
         sections = idle_report(
             conn,
             first_day=first_day,
@@ -325,7 +337,7 @@ def cmd_report_idle(args: argparse.Namespace, config: Config) -> int:
         "by_account": f"Idle GPU-hours by account, {days}",
         "by_user": "Idle GPU-hours by user",
         "by_partition": "Idle GPU-hours by partition",
-        "top_jobs": f"Top {args.top} jobs by idle GPU-hours",
+        "top_jobs": top_title(sections["top_jobs"], "jobs", "idle GPU-hours"),
         "unmapped": "Allocated GPU-hours no GPU could be mapped to, by account",
     }
     render_sections(sections, sys.stdout, args.format, IDLE_COLUMNS, titles)
@@ -340,6 +352,7 @@ def cmd_report_queue(args: argparse.Namespace, config: Config) -> int:
     now = ctx.clock()
     start, end = resolve_window(args, config, now)
     with ctx.engine.connect() as conn:
+        warn_unknown(conn, scope, job_filter(args))
         sections = queue_report(conn, start=start, end=end, now=now, scope=scope, job_filter=job_filter(args))
     titles = {
         "wait_by_partition": f"Queue wait (start - eligible) by partition, {_window_text(start, end)}",
@@ -362,6 +375,7 @@ def cmd_report_taxonomy(args: argparse.Namespace, config: Config) -> int:
     start, end = resolve_window(args, config, now)
     first_day, last_day = window_days(start, end, config.zone)
     with ctx.engine.connect() as conn:
+        warn_unknown(conn, scope, job_filter(args))
         rows = taxonomy_report(
             conn,
             first_day=first_day,
@@ -393,6 +407,7 @@ def cmd_report_nodes(args: argparse.Namespace, config: Config) -> int:
     now = ctx.clock()
     start, end = resolve_window(args, config, now)
     with ctx.engine.connect() as conn:
+        warn_unknown(conn, scope, job_filter(args))
         rows = nodes_report(conn, start=start, end=end, now=now, scope=scope, job_filter=job_filter(args))
     title = f"Nodes, {_window_text(start, end)}"
     _render(rows, sys.stdout, args.format, NODES_COLUMNS, title)
@@ -412,6 +427,7 @@ def cmd_report_capacity(args: argparse.Namespace, config: Config) -> int:
     start, end = resolve_window(args, config, now)
     first_day, last_day = window_days(start, end, config.zone)
     with ctx.engine.connect() as conn:
+        warn_unknown(conn, scope, job_filter(args))
         sections = capacity_report(
             conn,
             first_day=first_day,
@@ -441,6 +457,7 @@ def cmd_report_retries(args: argparse.Namespace, config: Config) -> int:
     now = ctx.clock()
     start, end = resolve_window(args, config, now)
     with ctx.engine.connect() as conn:
+        warn_unknown(conn, scope, job_filter(args))
         sections = retries_report(
             conn,
             start=start,

@@ -7,7 +7,7 @@ import sys
 
 from slurmtel.access import Action
 from slurmtel.commands.argtypes import positive_int
-from slurmtel.commands.common import EXIT_OK, add_format_argument, open_context, scope_for
+from slurmtel.commands.common import EXIT_OK, add_format_argument, open_context, scope_for, warn_unknown
 from slurmtel.config import Config
 from slurmtel.reports.render import render
 
@@ -38,9 +38,11 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 def cmd_quarantine_list(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.store.quarantine import list_quarantine
 
-    scope_for(config, Action.VIEW_OPERATIONS)
+    scope = scope_for(config, Action.VIEW_OPERATIONS)
     ctx = open_context(config)
     with ctx.engine.connect() as conn:
+        if args.source is not None:
+            warn_unknown(conn, scope, sources=[args.source])
         records = list_quarantine(conn, source=args.source, limit=args.limit)
     rows = [
         {
@@ -62,9 +64,11 @@ def cmd_quarantine_list(args: argparse.Namespace, config: Config) -> int:
 def cmd_runs(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.store.runs import recent_runs
 
-    scope_for(config, Action.VIEW_OPERATIONS)
+    scope = scope_for(config, Action.VIEW_OPERATIONS)
     ctx = open_context(config)
     with ctx.engine.connect() as conn:
+        if args.source is not None:
+            warn_unknown(conn, scope, sources=[args.source])
         runs = recent_runs(conn, source=args.source, limit=args.limit)
     rows = [
         {

@@ -31,6 +31,7 @@ from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise
 from slurmtel.reports.render import render
 from slurmtel.store.efficiency import AttemptEfficiency
 from slurmtel.store.jobview import AttemptView
+from slurmtel.store.usage import JobFilter
 
 if TYPE_CHECKING:
     from slurmtel.reports.plot import GpuSeries, SeriesPoint
@@ -102,7 +103,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
     me.add_argument(
         "-u", "--user", default=None, help="another user (admins; coordinators for their accounts)"
     )
-    me.add_argument("--top", type=int, default=10, help="how many top jobs to list (default 10)")
+    me.add_argument("--top", type=int, default=10, help="how many top jobs to list (default 10; 1 or more)")
     me.add_argument(
         "--jobs",
         action="store_true",
@@ -473,8 +474,8 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
     user = args.user or identity.user
     if user != identity.user and not scope.everything and not scope.accounts:
         raise AccessDenied(f"{identity.user} may only see their own usage, not {user}'s")
-    if args.top < 0:
-        raise ConfigError("--top must be 0 or more")
+    if args.top < 1:
+        raise ConfigError("--top must be 1 or more")
     if args.format == "csv" and not args.jobs:
         raise ConfigError("--format csv needs --jobs (the month's summary is a table or json)")
     ctx = open_context(config)
@@ -487,6 +488,9 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
         raise ConfigError(str(exc)) from exc
     first_day = start.astimezone(zone).date()
     end_day = end.astimezone(zone).date()
+    if args.user:
+        with ctx.engine.connect() as conn:
+            common.warn_unknown(conn, scope, JobFilter(users=(user,)))
     if args.jobs:
         with ctx.engine.connect() as conn:
             attempts = user_attempts(
@@ -511,19 +515,17 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
         usage = month_summary(
             conn, user=user, start=start, end=end, first_day=first_day, end_day=end_day, now=now, scope=scope
         )
-        jobs = []
-        if args.top:
-            jobs = top_jobs(
-                conn,
-                user=user,
-                start=start,
-                end=end,
-                first_day=first_day,
-                end_day=end_day,
-                now=now,
-                scope=scope,
-                limit=args.top,
-            )
+        jobs = top_jobs(
+            conn,
+            user=user,
+            start=start,
+            end=end,
+            first_day=first_day,
+            end_day=end_day,
+            now=now,
+            scope=scope,
+            limit=args.top,
+        )
     summary = me_summary(user, month, usage)
     top = [me_top_job(r) for r in jobs]
     if args.format == "json":
@@ -534,7 +536,6 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
     rows = [{"figure": k, "value": v} for k, v in summary.items() if k not in ("user", "month")]
     render(rows, sys.stdout, "table", columns=["figure", "value"], title=title)
     sys.stdout.write("\n")
-    render(
-        top, sys.stdout, "table", columns=TOP_COLUMNS, title=f"Top {len(top)} jobs by GPU-hours in {month}"
-    )
+    title = f"Top {len(top)} jobs by GPU-hours in {month}" if top else f"No jobs in {month}"
+    render(top, sys.stdout, "table", columns=TOP_COLUMNS, title=title)
     return EXIT_OK
