@@ -38,6 +38,10 @@ class SiteConfig:
     # embedded PostgreSQL, agent spool and other local state; "" = /var/lib/slurmtel when
     # writable, else $XDG_STATE_HOME/slurmtel (~/.local/state/slurmtel)
     state_dir: str = ""
+    # for demos and tests only: "" = the wall clock; an ISO 8601 instant with a zone
+    # ("2026-12-04T00:00:00Z") = a fixed "now" for every command and the daemon; an absolute
+    # path = a simulated world's clock file (`slurmtel demo`; see slurmtel/clock.py)
+    clock: str = ""
 
 
 @dataclass(frozen=True)
@@ -708,6 +712,9 @@ def _validated(config: Config) -> Config:
         ZoneInfo(config.site.timezone)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise ConfigError(f"site.timezone: unknown time zone '{config.site.timezone}'") from exc
+    from slurmtel.clock import parse_clock_setting
+
+    parse_clock_setting(config.site.clock)
     if config.sources.sacct.format not in ("json", "parsable"):
         raise ConfigError("sources.sacct.format must be 'json' or 'parsable'")
     if config.sources.sacct.chunk_seconds < 0:

@@ -12,13 +12,22 @@ what that cluster would print through the real parsers and the real daemon jobs:
   window summaries, pulled over HTTP by the agent source's daemon job;
 - the attribution job, then the admin, researcher and finance views, a chargeback CSV and a
   job's utilisation plot.
+
+Its world is consistent at its end: the demo's "now" is the end of the simulated week, kept
+in <state_dir>/demo/clock, which its config names as site.clock, so every command run with
+that config reads that instant (jobs running then are shown as running as of it, and do not
+grow while nobody collects). sacct, the controller and the agents agree on what runs then.
+The stand-ins print the world as of the clock (slurmtel.simulate.World, world.json), with
+nothing from the environment: `collect sacct|slurmctld --once` and `run` move the clock on and
+the simulated cluster goes on from where it stopped. The node agents served only while the
+demo ran (a live HTTP server per node), so the config leaves the agent source off.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
+import shlex
 import shutil
 import stat
 import sys
@@ -34,15 +43,14 @@ from slurmtel.agent.metrics import AgentMetrics
 from slurmtel.agent.server import AgentHttpServer
 from slurmtel.agent.spool import Spool
 from slurmtel.attribution import run_attribution
+from slurmtel.clock import write_clock_file
 from slurmtel.config import Config, load_config
 from slurmtel.simulate import (
     Simulation,
+    World,
     sim_inventory,
-    sim_sacct_json,
-    sim_scontrol_jobs,
-    sim_scontrol_nodes,
     sim_summaries,
-    simulate_cluster,
+    write_captures,
 )
 from slurmtel.sources import default_options, get_source
 from slurmtel.sources.base import RunContext
@@ -84,6 +92,10 @@ def run_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | No
     show_views(run, out)
     run.engine.dispose()
     out.write(f"\nEverything the demo wrote is under {run.directory}\n")
+    out.write(
+        f"Its world stands still at {run.simulation.end_at:%Y-%m-%d %H:%M} UTC (site.clock) until you move it on:\n"
+        f"  slurmtel --config {run.directory / 'slurmtel.toml'} collect sacct --once   (or slurmctld, or run)\n"
+    )
     return 0
 
 
@@ -99,25 +111,22 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
     progress.step(
         2, f"simulating {days} days of a 4-node, 16-GPU cluster ({start:%Y-%m-%d} .. {end:%Y-%m-%d})"
     )
-    sim = simulate_cluster(start=start, days=days)
+    captures, bin_dir, out_dir = home / "captures", home / "bin", home / "out"
+    world = World(start, days, seed=7, cluster="demo", clock_file=str(home / "clock"), captures=str(captures))
+    sim = world.simulate(until=end)
     failed = sum(a.job.state in ("FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL") for a in sim.attempts)
     progress.note(
         f"{len(sim.attempts)} job attempts ({failed} failed), {len(sim.pending_at_end)} still pending"
     )
 
-    captures, bin_dir, out_dir = home / "captures", home / "bin", home / "out"
     for folder in (captures, bin_dir, out_dir):
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-    sacct = _stand_in(bin_dir / "sacct", 'exec cat "$SLURMTEL_DEMO_SACCT"\n')
-    scontrol = _stand_in(
-        bin_dir / "scontrol",
-        'case "$1 $2" in\n'
-        '"show job") exec cat "$SLURMTEL_DEMO_JOBS";;\n'
-        '"show node") exec cat "$SLURMTEL_DEMO_NODES";;\n'
-        f'"show config") echo "ClusterName             = {sim.cluster}";;\n'
-        '*) echo "scontrol: demo stand-in: $*" >&2; exit 1;;\nesac\n',
-    )
+    world_file = home / "world.json"
+    world_file.write_bytes(world.to_json())
+    clock_file = Path(world.clock_file)
+    write_clock_file(clock_file, start)
+    sacct, scontrol = _stand_ins(bin_dir, world, world_file)
     config_file = home / "slurmtel.toml"
     config_file.write_text(
         DEMO_CONFIG.format(
@@ -127,20 +136,21 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
             sacct=sacct,
             scontrol=scontrol,
             lookback=86400 * (days + 1),
+            clock=clock_file,
         )
     )
     demo_config = load_config(config_file)
-    clock = _Clock(start)
+    clock = _Clock(start, clock_file)
     ctx = RunContext(config=demo_config, engine=engine, clock=clock)
 
     progress.step(3, "sacct: the daemon's sacct job polls `sacct --json -a -D -X` once a day")
     source = get_source("sacct")
     for day in range(1, days + 1):
         at = start + timedelta(days=day)
-        path = captures / f"sacct-{at:%Y%m%d}.json"
-        path.write_bytes(sim_sacct_json(sim, until=at))
-        os.environ["SLURMTEL_DEMO_SACCT"] = str(path)
-        clock.now = at
+        clock.set(at)
+        write_captures(sim, world.captures, at, ["sacct"])
+        # what sacct printed that day, kept for the curious
+        shutil.copyfile(captures / "sacct.json", captures / f"sacct-{at:%Y%m%d}.json")
         outcome = run_recorded(
             ctx, "sacct", "scheduled", lambda: source.collect(ctx, default_options(source))
         )
@@ -151,13 +161,10 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
         4, "slurmctld: hourly controller snapshots (GPU indices of running jobs, node states, queue)"
     )
     source = get_source("slurmctld")
-    jobs_file, nodes_file = captures / "scontrol-show-job-d.txt", captures / "scontrol-show-node-d.txt"
-    os.environ["SLURMTEL_DEMO_JOBS"], os.environ["SLURMTEL_DEMO_NODES"] = str(jobs_file), str(nodes_file)
     at = start
     while at <= end:
-        jobs_file.write_text(sim_scontrol_jobs(sim, at=at) if at < end else _pending_only(sim, at))
-        nodes_file.write_text(sim_scontrol_nodes(sim, at=at))
-        clock.now = at
+        clock.set(at)
+        write_captures(sim, world.captures, at, ["scontrol"])
         outcome = run_recorded(
             ctx, "slurmctld", "scheduled", lambda: source.collect(ctx, default_options(source))
         )
@@ -184,11 +191,13 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
             config=dataclasses.replace(
                 demo_config,
                 sources=dataclasses.replace(
-                    demo_config.sources, agent=dataclasses.replace(demo_config.sources.agent, targets=targets)
+                    demo_config.sources,
+                    # the config leaves the agent source off: these agents are gone after the demo
+                    agent=dataclasses.replace(demo_config.sources.agent, enabled=True, targets=targets),
                 ),
             ),
         )
-        clock.now = end
+        clock.set(end)
         source = get_source("agent")
         pulls = 0
         while any(s.stats().items for s, _ in agents) and pulls < 20:
@@ -205,20 +214,25 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
 
     progress.step(6, "attribution: which GPUs each job held, and what they did")
     result = run_attribution(engine, demo_config, now=end)
+    clock.set(end)  # the demo world's "now", for every command run with its config
     progress.note(
         f"{result.attempts} attempts, {result.rows} attempt x GPU x day rows, {result.batches} batches"
     )
     return DemoRun(home, sim, engine, demo_config)
 
 
-# The demo's own config: its embedded database under state_dir, the stand-ins for the Slurm
-# commands, and a price list (sites configure their own, see [[chargeback.rates]]).
+# The demo's own config: its embedded database under state_dir, its clock, the stand-ins for
+# the Slurm commands, and a price list (sites configure their own, see [[chargeback.rates]]).
 DEMO_CONFIG = """\
 # written by `slurmtel demo`; try: slurmtel --config {state_dir}/slurmtel.toml report idle
+# and `collect sacct --once`, `collect slurmctld --once`, `run`: the simulated cluster goes on
 [site]
 cluster = "{cluster}"
 timezone = "{timezone}"
 state_dir = "{state_dir}"
+# the demo world's "now" (the end of its simulated week), not the wall clock: reports print
+# the same every time; `collect --once` and `run` move it on (demos and tests only)
+clock = "{clock}"
 
 [sources.sacct]
 command = "{sacct}"
@@ -228,9 +242,17 @@ initial_lookback_seconds = {lookback}
 scontrol_command = "{scontrol}"
 job_view = "scontrol_text"
 
+# off: the demo's node agents (one HTTP server per node) served only while the demo ran, and
+# their windows are in the database; after the demo no agent is there to pull, so time the
+# world goes on for has no GPU telemetry (unmeasured in report taxonomy)
 [sources.agent]
-enabled = true
+enabled = false
 page_size = 10000
+
+# the daemon (`run`) on any free port of this host, next to a real one on 9768
+[daemon]
+listen_address = "127.0.0.1"
+port = 0
 
 [chargeback]
 currency = "EUR"
@@ -315,8 +337,15 @@ def _stdout(out: TextIO) -> Iterator[None]:
 
 
 class _Clock:
-    def __init__(self, now: datetime) -> None:
+    """The demo's clock while it builds its world: also written to the clock file the config
+    names (site.clock), which the stand-ins print the world as of."""
+
+    def __init__(self, now: datetime, path: Path) -> None:
+        self.now, self.path = now, path
+
+    def set(self, now: datetime) -> None:
         self.now = now
+        write_clock_file(self.path, now)
 
     def __call__(self) -> datetime:
         return self.now
@@ -335,14 +364,39 @@ def _fresh_database(url: str) -> Engine:
     return make_engine(Config(), url)
 
 
+def _stand_ins(bin_dir: Path, world: World, world_file: Path) -> tuple[str, str]:
+    """`sacct` and `scontrol` stand-ins that print the world as of its clock: the capture
+    written for that instant, or a fresh one simulated up to it (after `collect --once` or
+    `run` moved the clock on). Everything they read is named in them: no environment."""
+    captures, clock = shlex.quote(world.captures), shlex.quote(world.clock_file)
+    simulate = f"{shlex.quote(sys.executable)} -m slurmtel.simulate --world {shlex.quote(str(world_file))}"
+
+    def fresh(kind: str) -> str:
+        return (
+            f'[ "$(cat {captures}/{kind}.at 2>/dev/null)" = "$(cat {clock})" ] '
+            f"|| {simulate} {kind} || exit 1\n"
+        )
+
+    sacct = _stand_in(bin_dir / "sacct", fresh("sacct") + f"exec cat {captures}/sacct.json\n")
+    scontrol = _stand_in(
+        bin_dir / "scontrol",
+        'case "$1 $2" in\n'
+        '"show job"|"show node")\n'
+        f"  {fresh('scontrol')}"
+        f'  exec cat {captures}/scontrol-"$2".txt;;\n'
+        f'"show config") echo "ClusterName             = {world.cluster}";;\n'
+        '*) echo "scontrol: demo stand-in: $*" >&2; exit 1;;\nesac\n',
+    )
+    return sacct, scontrol
+
+
 def _stand_in(path: Path, body: str) -> str:
-    path.write_text("#!/bin/sh\n# slurmtel demo: prints a simulated capture in the real format\n" + body)
+    path.write_text(
+        "#!/bin/sh\n# slurmtel demo: prints the simulated cluster as of its clock, in the real format\n"
+        + body
+    )
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return str(path)
-
-
-def _pending_only(sim: Simulation, at: datetime) -> str:
-    return sim_scontrol_jobs(sim, at=at)
 
 
 def _check(status: str, message: str) -> None:

@@ -330,11 +330,17 @@ def simulate_cluster(
     seed: int = 7,
     jobs_per_hour: float = 4.5,
     first_job_id: int = 5000,
+    until: datetime | None = None,
 ) -> Simulation:
-    """Simulate DAYS of a small GPU cluster from START, minute by minute."""
+    """Simulate DAYS of a small GPU cluster from START, minute by minute.
+
+    UNTIL (default: START + DAYS) runs the same cluster on past its DAYS: the simulation up to
+    any instant is the same whatever UNTIL is (the same seed, the same maintenance window), so
+    a world simulated further goes on from where a shorter one stopped (the demo's stand-ins).
+    """
     rng = random.Random(seed)
     nodes = nodes or demo_nodes()
-    end = start + timedelta(days=days)
+    end = until or start + timedelta(days=days)
     minute = timedelta(minutes=1)
     # one maintenance window (drained, then down) on the last node, mid-week
     outage_start = start + timedelta(days=days // 2, hours=9)
@@ -575,12 +581,18 @@ def _ranges(indices: Sequence[int]) -> str:
     return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in parts)
 
 
+def _running_at(job: SimJob, at: datetime) -> bool:
+    """Whether JOB runs at AT. A job still running when the simulation ends (end_at None) runs
+    at its end too: sacct, the controller and the agents all see it there (demo issue 15)."""
+    return job.start_at is not None and job.start_at <= at and (job.end_at is None or at < job.end_at)
+
+
 def sim_scontrol_jobs(sim: Simulation, *, at: datetime) -> str:
     """`scontrol show job -d` (times in UTC) at AT: running jobs with their GRES indices, pending jobs."""
     blocks = []
     for attempt in sim.attempts:
         job = attempt.job
-        if job.start_at is None or not (job.start_at <= at < (job.end_at or sim.end_at)):
+        if not _running_at(job, at):
             continue
         lines = [
             f"JobId={job.job_id_raw} JobName={job.name}",
@@ -633,7 +645,7 @@ def sim_scontrol_nodes(sim: Simulation, *, at: datetime) -> str:
         used: list[int] = []
         for attempt in sim.attempts:
             job = attempt.job
-            if job.start_at is not None and job.start_at <= at < (job.end_at or sim.end_at):
+            if _running_at(job, at):
                 used += attempt.placement.get(node.name, ())
         outage = next((o for o in sim.outages if o.node == node.name and o.start_at <= at < o.end_at), None)
         draining = _draining(sim.outages, node.name, at)
@@ -658,3 +670,101 @@ def sim_scontrol_nodes(sim: Simulation, *, at: datetime) -> str:
             lines.append(f"   Reason={reason} [root@{_slurm_time(at)}]")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
+
+
+# ---------------------------------------------------------------- a simulated world on disk
+#
+# The demo leaves its cluster behind in its state directory: world.json (what to simulate),
+# the clock file site.clock names (the world's "now"), and stand-in `sacct` / `scontrol`
+# commands that print the world as of that instant. Each stand-in prints the capture
+# captures/<kind>.* when captures/<kind>.at names the clock's instant, and otherwise has
+# `python -m slurmtel.simulate --world world.json KIND` simulate the world up to the clock
+# first: so `collect --once` and `run` (which move the clock on) see the cluster go on from
+# where it stopped.
+
+CAPTURE_KINDS = ("sacct", "scontrol")
+
+
+@dataclass(frozen=True)
+class World:
+    """What world.json holds: the simulation's inputs, and where its clock and captures are."""
+
+    start_at: datetime
+    days: int
+    seed: int
+    cluster: str
+    clock_file: str
+    captures: str
+
+    def to_json(self) -> bytes:
+        data = dataclasses.asdict(self)
+        data["start_at"] = self.start_at.isoformat()
+        return orjson.dumps(data, option=orjson.OPT_INDENT_2)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> World:
+        data = orjson.loads(raw)
+        data["start_at"] = datetime.fromisoformat(data["start_at"])
+        return cls(**data)
+
+    def simulate(self, until: datetime) -> Simulation:
+        return simulate_cluster(
+            start=self.start_at, days=self.days, seed=self.seed, cluster=self.cluster, until=until
+        )
+
+
+def write_captures(
+    sim: Simulation, captures: str, at: datetime, kinds: Sequence[str] = CAPTURE_KINDS
+) -> None:
+    """What the stand-ins print as of AT: captures/sacct.json, captures/scontrol-job.txt and
+    captures/scontrol-node.txt, each kind's AT in captures/<kind>.at (written last)."""
+    from pathlib import Path
+
+    folder = Path(captures)
+    stamp = at.isoformat()
+    files: dict[str, list[tuple[str, bytes]]] = {
+        "sacct": [("sacct.json", sim_sacct_json(sim, until=at))],
+        "scontrol": [
+            ("scontrol-job.txt", sim_scontrol_jobs(sim, at=at).encode()),
+            ("scontrol-node.txt", sim_scontrol_nodes(sim, at=at).encode()),
+        ],
+    }
+    for kind in kinds:
+        for name, content in [*files[kind], (f"{kind}.at", stamp.encode() + b"\n")]:
+            _replace(folder / name, content)
+
+
+def _replace(path: Any, content: bytes) -> None:
+    """Write PATH atomically: a stand-in reading it sees the old or the new file, never half."""
+    import os
+    import threading
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_bytes(content)
+    os.replace(tmp, path)
+
+
+def read_clock_file(path: str) -> datetime:
+    from pathlib import Path
+
+    return datetime.fromisoformat(Path(path).read_text().strip())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m slurmtel.simulate --world WORLD KIND`: simulate WORLD up to its clock and
+    write KIND's captures (the stand-ins call this when the clock has moved on)."""
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m slurmtel.simulate")
+    parser.add_argument("--world", required=True, help="the world.json `slurmtel demo` wrote")
+    parser.add_argument("kind", choices=CAPTURE_KINDS)
+    args = parser.parse_args(argv)
+    world = World.from_json(Path(args.world).read_bytes())
+    at = read_clock_file(world.clock_file)
+    write_captures(world.simulate(until=at), world.captures, at, [args.kind])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,16 +9,25 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import orjson
 import pytest
 from sqlalchemy import text
 
 from slurmtel.cli import main
 from slurmtel.config import Config
 from slurmtel.demo import DemoRun, build_demo, show_views
+from slurmtel.parsers.slurmctld import parse_scontrol_jobs
+from slurmtel.records import GpuAllocation
+from slurmtel.simulate import World, gpu_uuid, sim_scontrol_jobs
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +119,176 @@ def test_the_demo_config_is_a_real_config(demo: tuple[DemoRun, str]) -> None:
     path = run.directory / "slurmtel.toml"
     assert main(["check-config", str(path)]) == 0
     assert Path(run.config.state_dir()) == run.directory
+
+
+# ---------------------------------------------------------------- the world at the demo's end
+# (issue 15 item 6) The tests below that collect or run the daemon move the demo's world on:
+# they come last, and the ones before them read the world as the demo left it.
+
+
+def demo_clock(run: DemoRun) -> datetime:
+    return datetime.fromisoformat((run.directory / "clock").read_text().strip())
+
+
+def sacct_running(document: bytes) -> dict[int, str]:
+    """job id -> nodes of the RUNNING jobs in a `sacct --json` capture."""
+    jobs = orjson.loads(document)["jobs"]
+    return {j["job_id"]: j["nodes"] for j in jobs if j["state"]["current"] == ["RUNNING"]}
+
+
+def controller_running(run: DemoRun, at: datetime) -> dict[int, dict[str, set[int]]]:
+    """job id -> node -> GPU indices the controller capture shows running, read by the real parser."""
+    raw = (run.directory / "captures" / "scontrol-job.txt").read_text()
+    held: dict[int, dict[str, set[int]]] = {}
+    for record in parse_scontrol_jobs(raw, cluster="demo", at=at, timezone=UTC):
+        if isinstance(record, GpuAllocation):
+            held.setdefault(record.job_id_raw, {}).setdefault(record.node, set()).add(record.gpu_index)
+    return held
+
+
+def test_sacct_the_controller_and_the_agents_agree_at_the_end(demo: tuple[DemoRun, str]) -> None:
+    run, output = demo
+    sim = run.simulation
+    end = sim.end_at
+    assert demo_clock(run) == end
+    captures = run.directory / "captures"
+    last_sacct = (captures / f"sacct-{end:%Y%m%d}.json").read_bytes()
+    assert (captures / "scontrol.at").read_text().strip() == end.isoformat()
+    running = sacct_running(last_sacct)
+    held = controller_running(run, end)
+    assert running, "the demo's week ends with jobs running"
+    assert set(running) == set(held)
+    for job, nodes in running.items():
+        assert set(nodes.split(",")) == set(held[job])
+    # the simulation's own placement, and the last snapshot the slurmctld job stored
+    placement = {a.job.job_id_raw: a.placement for a in sim.attempts if a.job.end_at is None}
+    assert {j: {n: set(i) for n, i in p.items()} for j, p in placement.items()} == held
+    gpus = sum(len(i) for p in held.values() for i in p.values())
+    assert f"last: demo: {gpus} GPUs held by {len(held)} running jobs" in output
+    # the agents' last windows: every job a GPU ran is a running job, on a GPU it holds
+    with run.engine.connect() as conn:
+        seen = conn.execute(
+            text("SELECT node, gpu_uuid, unnest(job_ids) FROM gpu_summary WHERE window_start_at = :t"),
+            {"t": end - timedelta(seconds=30)},
+        ).all()
+    assert seen
+    for node, uuid_, job in seen:
+        assert int(job) in held and any(
+            gpu_uuid("demo", node, i) == uuid_ for i in held[int(job)].get(node, ())
+        )
+
+
+def test_reports_do_not_grow_after_the_demo(
+    demo: tuple[DemoRun, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo world's now is its end (site.clock), whatever the wall clock says."""
+    run, _ = demo
+    first = cli_json(run, capsys, "report", "usage", "--format", "json")
+    wall = datetime.now(UTC) + timedelta(hours=5)
+    monkeypatch.setattr("slurmtel.commands.common.utc_now", lambda: wall)
+    second = cli_json(run, capsys, "report", "usage", "--format", "json")
+    assert first == second
+    assert isinstance(first, list) and any(float(r["gpu_seconds_running"]) > 0 for r in first)
+    assert demo_clock(run) == run.simulation.end_at
+
+
+def test_collect_once_moves_the_world_on(
+    demo: tuple[DemoRun, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`collect sacct|slurmctld --once` with the demo's config: the clock moves on by the
+    source's interval and the stand-ins print the cluster as it went on from there."""
+    run, _ = demo
+    config = str(run.directory / "slurmtel.toml")
+    world = World.from_json((run.directory / "world.json").read_bytes())
+    before = demo_clock(run)
+    for _ in range(6):
+        assert main(["--config", config, "--log-level", "WARNING", "collect", "sacct", "--once"]) == 0
+    assert demo_clock(run) == before + timedelta(minutes=30)
+    assert main(["--config", config, "--log-level", "WARNING", "collect", "slurmctld", "--once"]) == 0
+    now = demo_clock(run)
+    assert now == before + timedelta(minutes=31)
+    capsys.readouterr()
+    # the controller capture is the world as of the clock, simulated on from the demo's week
+    later = world.simulate(until=now)
+    controller = (run.directory / "captures" / "scontrol-job.txt").read_text()
+    assert controller == sim_scontrol_jobs(later, at=now)
+    # sacct delivered the world as of its last poll (the first 30 minutes after the week)
+    polled = before + timedelta(minutes=30)
+    in_sacct = len(orjson.loads((run.directory / "captures" / "sacct.json").read_bytes())["jobs"])
+    with run.engine.connect() as conn:
+        stored = conn.execute(text("SELECT count(*) FROM job_attempt")).scalar_one()
+        ok = conn.execute(
+            text("SELECT count(*) FROM collect_run WHERE mode = 'once' AND status = 'ok'")
+        ).scalar_one()
+    expected = sum(a.job.submit_at < polled for a in later.attempts)
+    expected += sum(p.job.submit_at < polled for p in later.pending_at_end)
+    assert stored == in_sacct == expected
+    assert ok == 7
+    assert stored > len(run.simulation.attempts), "jobs arrived in the half hour after the week"
+
+
+def test_run_goes_on_from_where_the_world_stopped(demo: tuple[DemoRun, str], tmp_path: Path) -> None:
+    """`slurmtel run` with the demo's config (polling every second here): ok sacct and
+    slurmctld runs, and the world's clock moves on with the wall clock."""
+    run, _ = demo
+    config = (run.directory / "slurmtel.toml").read_text()
+    for table in ("[sources.sacct]\n", "[sources.slurmctld]\n"):
+        assert table in config
+        config = config.replace(table, table + "interval_seconds = 1\n")
+    path = tmp_path / "demo-fast.toml"
+    path.write_text(config)
+    before = demo_clock(run)
+    with run.engine.connect() as conn:
+        started = conn.execute(text("SELECT max(id) FROM collect_run")).scalar_one()
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURMTEL_CONFIG", "SLURMTEL_DATABASE_URL")}
+    log = tmp_path / "daemon.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "slurmtel", "--config", str(path), "run"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            with run.engine.connect() as conn:
+                runs = conn.execute(
+                    text("SELECT source, status FROM collect_run WHERE id > :id AND finished_at IS NOT NULL"),
+                    {"id": started},
+                ).all()
+            if all(sum(r.source == s for r in runs) >= 2 for s in ("sacct", "slurmctld")):
+                break
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert {r.status for r in runs} == {"ok"}, log.read_text()
+    assert all(sum(r.source == s for r in runs) >= 2 for s in ("sacct", "slurmctld")), log.read_text()
+    now = demo_clock(run)
+    assert before < now < before + timedelta(minutes=5)
+    assert (run.directory / "captures" / "scontrol.at").read_text().strip() != before.isoformat()
+
+
+def test_site_clock_is_the_wall_clock_a_fixed_instant_or_a_clock_file(tmp_path: Path) -> None:
+    from slurmtel.clock import advance_clock, site_clock
+    from slurmtel.config import config_from_dict
+    from slurmtel.errors import ConfigError
+
+    def wall() -> datetime:
+        return datetime(2030, 1, 1, tzinfo=UTC)
+
+    assert site_clock(Config(), wall) is wall
+    fixed = config_from_dict({"site": {"clock": "2026-12-04T00:00:00Z"}})
+    assert site_clock(fixed, wall)() == datetime(2026, 12, 4, tzinfo=UTC)
+    advance_clock(fixed, 300)  # a fixed instant does not move
+    assert site_clock(fixed, wall)() == datetime(2026, 12, 4, tzinfo=UTC)
+    clock_file = tmp_path / "clock"
+    clock_file.write_text("2026-12-04T00:00:00+00:00\n")
+    world = config_from_dict({"site": {"clock": str(clock_file)}})
+    advance_clock(world, 300)
+    assert site_clock(world, wall)() == datetime(2026, 12, 4, 0, 5, tzinfo=UTC)
+    for bad in ("yesterday", "2026-12-04T00:00:00", "clock"):
+        with pytest.raises(ConfigError, match=r"site\.clock"):
+            config_from_dict({"site": {"clock": bad}})

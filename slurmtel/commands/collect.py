@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from slurmtel.clock import advance_clock
 from slurmtel.commands.argtypes import check_collect_arguments, usage_or_error
 from slurmtel.commands.common import EXIT_OK, EXIT_PARTIAL, open_context
 from slurmtel.config import Config
@@ -27,6 +28,9 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 
 def cmd_collect(args: argparse.Namespace, config: Config) -> int:
     source = get_source(args.source)
+    if args.input is None and source.enabled(config):
+        # a simulated world's clock (the demo's site.clock file) moves on by the daemon's interval
+        advance_clock(config, source.interval_seconds(config))
     ctx = open_context(config)
     check_collect_arguments(args, config, ctx.clock())
     if args.input is not None:

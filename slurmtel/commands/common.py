@@ -182,8 +182,10 @@ def scope_for(config: Config, action: Action, identity: Identity | None = None) 
 
 
 def open_context(config: Config) -> RunContext:
+    from slurmtel.clock import site_clock
     from slurmtel.store.engine import make_engine, require_schema
 
     engine = make_engine(config)
     require_schema(engine)
-    return RunContext(config=config, engine=engine, clock=utc_now)
+    # site.clock (demos, tests) or the wall clock; utc_now is read here, so tests can patch it
+    return RunContext(config=config, engine=engine, clock=site_clock(config, utc_now))

@@ -72,6 +72,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 
 
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
+    from slurmtel.clock import site_clock
     from slurmtel.metrics import DaemonHttpServer, DaemonMetrics, DatabaseReadings
     from slurmtel.scheduler import Schedule, enabled_sources
     from slurmtel.sources.base import RunContext, utc_now
@@ -81,7 +82,8 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     _register_secrets(config)
     engine = make_engine(config)
     require_schema(engine)  # DatabaseUnavailable / SchemaMissing: the CLI says why, exit 1
-    ctx = RunContext(config=config, engine=engine, clock=utc_now)
+    # site.clock (demos, tests) or the wall clock; a demo's clock file moves on as the daemon runs
+    ctx = RunContext(config=config, engine=engine, clock=site_clock(config, utc_now, moving=True))
     metrics = DaemonMetrics([s.name for s in enabled_sources(ctx)])
     metrics.database = DatabaseReadings(engine)
     with engine.connect() as conn:
