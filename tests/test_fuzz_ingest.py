@@ -828,3 +828,123 @@ def test_damaged_agent_page(cli: Cli, engine: Engine, path: Path, kind: str) -> 
     check_victim(engine, stored == summaries, expect)
     # the rest of the page was stored; a skewed window got no partition (today's at most is new)
     assert partitions(engine) <= before + 1
+
+
+# ------------------------------------------------------------------ nccl-tests / rccl-tests logs
+
+
+NCCL_KINDS = [
+    "not_utf8",
+    "nul_in_name",
+    "huge_size",
+    "huge_wrong",
+    "huge_out_of_bounds",
+    "type_swap",
+    "infinite_busbw",
+    "duplicate",
+    "truncate",
+    "cut_before_output",
+]
+NO_OUTPUT = "no nccl-tests or rccl-tests output"
+
+
+def _result_rows(lines: list[str]) -> list[int]:
+    """The lines of a results table (size, count, type, ...), after an srun/mpirun prefix."""
+    found = []
+    for i, line in enumerate(lines):
+        tokens = line.split()
+        if tokens and not tokens[0][:1].isdigit():
+            tokens = tokens[1:]  # "0:" (srun --label), "[1,0]<stdout>:" (mpirun --tag-output)
+        if len(tokens) >= 8 and tokens[0].isdigit() and tokens[1].isdigit() and tokens[2][:1].isalpha():
+            found.append(i)
+    return found
+
+
+# six of the real logs with a results table, spread over the sorted list (nccl-tests 2.x,
+# rccl-tests, superbench)
+NCCL_LOGS = [
+    p
+    for p in sorted(FIXTURES.glob("nccl_tests/cases/*/input.txt"))
+    if _result_rows(p.read_text().split("\n"))
+][::2][:6]
+# round robin: each log meets three kinds, every kind meets one or two logs
+NCCL_CASES = [
+    (path, NCCL_KINDS[(i * 3 + j) % len(NCCL_KINDS)]) for i, path in enumerate(NCCL_LOGS) for j in range(3)
+]
+
+
+def _replace_token(line: str, index: int, value: str) -> str:
+    tokens = line.split()
+    tokens[index] = value
+    return " ".join(tokens)
+
+
+@pytest.mark.parametrize(("path", "kind"), NCCL_CASES, ids=[f"{p.parent.name}:{k}" for p, k in NCCL_CASES])
+def test_damaged_nccl_log(cli: Cli, engine: Engine, path: Path, kind: str) -> None:
+    rng = random.Random(f"{path.parent.name}:{kind}")
+    raw = path.read_text()
+    lines = raw.split("\n")
+    table = _result_rows(lines)
+    assert table, path
+    at = rng.choice(table)
+    first = lines[at].split()[0]
+    size = 0 if first[:1].isdigit() else 1  # the size token, after a prefix
+    readable = True
+    # a value no column holds: the log is stored, or quarantined naming why it cannot be
+    beyond_columns = kind in ("nul_in_name", "huge_size", "huge_wrong", "huge_out_of_bounds")
+    if kind == "truncate":
+        damaged = raw[: rng.randrange(1, len(raw))]
+        readable = False  # stored as far as it goes, or quarantined when nothing of it is left
+    elif kind == "cut_before_output":
+        damaged = raw[:8]
+        readable = False
+    else:
+        if kind == "not_utf8":
+            lines[at] = lines[at].replace(" ", " \udcff", 1)
+        elif kind == "nul_in_name":
+            ranks = [i for i, line in enumerate(lines) if " device " in line and "Rank" in line]
+            i = rng.choice(ranks) if ranks else at
+            lines[i] = lines[i].replace(" on ", " on gpu\x00", 1)
+        elif kind == "huge_size":
+            lines[at] = _replace_token(lines[at], size, str(2**63))
+        elif kind == "huge_wrong":
+            lines[at] = _replace_token(lines[at], -1, str(2**63))
+        elif kind == "huge_out_of_bounds":
+            footer = [i for i, line in enumerate(lines) if "Out of bounds values" in line]
+            oob = "# Out of bounds values : 2147483648 FAILED"
+            if footer:
+                lines[footer[0]] = oob
+            else:
+                lines.insert(at + 1, oob)
+        elif kind == "type_swap":
+            lines[at] = _replace_token(lines[at], -2, "abc")
+        elif kind == "infinite_busbw":
+            lines[at] = _replace_token(lines[at], -2, "inf")
+            busbw = [i for i, line in enumerate(lines) if "Avg bus bandwidth" in line]
+            for i in busbw:
+                lines[i] = "# Avg bus bandwidth    : inf"
+        elif kind == "duplicate":
+            lines.insert(at, lines[at])
+        damaged = "\n".join(lines)
+    result = cli.run("collect", "nccl", "--input", str(cli.file("nccl.log", damaged)))
+    check_run(engine, result, Expect(document=not readable))
+    assert result.code in (0, 1, 2, 3), result.err[-2000:]
+    runs = rows(engine, "SELECT count(*) FROM nccl_run")[0][0]
+    logs = rows(engine, "SELECT count(*) FROM nccl_log")[0][0]
+    listed = cli.run("quarantine", "list")
+    assert "Traceback" not in listed.out + listed.err and listed.code == 0, listed.err[-2000:]
+    if runs:
+        # stored: the log once, with its runs
+        assert logs == 1
+    elif beyond_columns:
+        assert logs == 0
+        assert any(r.startswith("cannot be stored: ") for _, r in quarantined(engine)), quarantined(engine)
+        assert "cannot be stored: " in listed.out, listed.out
+    else:
+        # a log it cannot read: quarantined with the reason, and `quarantine list` shows it
+        assert not readable, f"a readable log was not stored: {result.err[-2000:]}"
+        assert logs == 0
+        assert any(NO_OUTPUT in reason for _, reason in quarantined(engine)), quarantined(engine)
+        assert NO_OUTPUT in listed.out, listed.out
+    if kind == "cut_before_output":
+        assert not runs

@@ -405,3 +405,73 @@ def test_squeue_without_the_serializer_plugin_is_named(
     assert "JSON plugin load failure" in output or "could not find plugin for application/json" in output
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM gpu_allocation")).scalar_one() == 0
+
+
+def test_one_run_creates_at_most_max_new_partitions_per_run_and_the_next_run_goes_on(
+    config_path: Path, engine: Engine, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from slurmtel.store.telemetry import ensure_day_partitions, partition_name
+
+    # an agent's backlog: two windows on each of three old days (within retention) that have no
+    # partition, and two on a day that has one; one run may create one partition
+    config_path.write_text(config_path.read_text() + "[telemetry]\nmax_new_partitions_per_run = 1\n")
+    today = datetime.now(UTC).date()
+    new_days = [today - timedelta(days=n) for n in (40, 41, 42)]  # newest first
+    old_day = today - timedelta(days=45)
+    with engine.begin() as conn:
+        for day in [*new_days, old_day]:
+            conn.execute(text(f"DROP TABLE IF EXISTS {partition_name(day)}"))
+        ensure_day_partitions(conn, [old_day])
+        before = set(existing_partitions(conn))
+
+    def noon(day: Any) -> datetime:
+        return datetime(day.year, day.month, day.day, 12, tzinfo=UTC)
+
+    records = [w for day in [*new_days, old_day] for w in windows("GPU-0", noon(day), 2)]
+    capture = tmp_path / "page.json"
+    capture.write_bytes(page(records, tweak={}))
+
+    def stored_days() -> dict[Any, int]:
+        got = query(
+            engine,
+            "SELECT (window_start_at AT TIME ZONE 'UTC')::date, count(*) FROM gpu_summary GROUP BY 1",
+        )
+        return {day: n for day, n in got}
+
+    def refused() -> dict[str, int]:
+        got = query(engine, "SELECT record_key, reason, seen_count FROM quarantine")
+        for _, reason, _ in got:
+            assert reason == (
+                "cannot be stored: its day has no partition yet, and this run has created as many "
+                "as telemetry.max_new_partitions_per_run allows (1)"
+            ), reason
+        return {key: n for key, _, n in got}
+
+    code, output = run(config_path, capsys, "collect", "agent", "--input", str(capture))
+    assert code == 3, output
+    with engine.connect() as conn:
+        created = set(existing_partitions(conn)) - before
+    # the newest day without one gets the partition; a day with one is stored, not counted
+    assert created == {partition_name(new_days[0])}
+    assert stored_days() == {new_days[0]: 2, old_day: 2}
+    first = refused()
+    assert sorted(first) == sorted(
+        f"gpu GPU-0 window {w.window_start_at.isoformat()}" for w in records[2:6]
+    )  # the windows of the other two new days
+    assert all(n == 1 for n in first.values())
+
+    # the next run: the next day's partition, its windows stored, the rest refused again
+    code, output = run(config_path, capsys, "collect", "agent", "--input", str(capture))
+    assert code == 3, output
+    with engine.connect() as conn:
+        created = set(existing_partitions(conn)) - before
+    assert created == {partition_name(new_days[0]), partition_name(new_days[1])}
+    assert stored_days() == {new_days[0]: 2, new_days[1]: 2, old_day: 2}
+    # the last day's two windows refused again (seen twice); the quarantine keeps the rows of
+    # the day stored now as they were
+    again = refused()
+    assert again == {
+        f"gpu GPU-0 window {w.window_start_at.isoformat()}": 1 if i < 4 else 2
+        for i, w in enumerate(records)
+        if 2 <= i < 6
+    }

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import orjson
 from sqlalchemy import Connection
 from sqlalchemy.exc import DataError, ProgrammingError
 
@@ -217,18 +218,32 @@ def _store_log(
     if not runs:
         return False
     run_at = (job.end_at or job.start_at or now) if job else now
-    stats = write_nccl_log(
-        conn,
-        NcclLogWrite(
-            log_sha256=hashlib.sha256(log.raw).hexdigest(),
-            origin=origin,
-            bytes=len(log.raw),
-            runs=runs,
-            job=job,
-            label=label,
-            run_at=run_at,
-        ),
-    )
+    # a value no column holds (a size beyond bigint, a NUL in a host name): the log is
+    # quarantined with the database's reason, the run goes on
+    savepoint = conn.begin_nested()
+    try:
+        stats = write_nccl_log(
+            conn,
+            NcclLogWrite(
+                log_sha256=hashlib.sha256(log.raw).hexdigest(),
+                origin=origin,
+                bytes=len(log.raw),
+                runs=runs,
+                job=job,
+                label=label,
+                run_at=run_at,
+            ),
+        )
+        savepoint.commit()
+    except (DataError, orjson.JSONEncodeError) as exc:
+        savepoint.rollback()
+        error = str(getattr(exc, "orig", None) or exc).strip().split("\n", 1)[0]
+        reason = f"cannot be stored: {error}"
+        key = f"job {job.job_id}" if job else "log"
+        quarantine(conn, [Rejected(NAME, origin, key, reason, log.raw.decode("utf-8", "replace"))])
+        result.rows_quarantined += 1
+        result.notes.append(f"{who}: quarantined: {reason}")
+        return False
     result.rows_written += stats.runs
     if not stats.new:
         result.notes.append(f"{who}: already stored")
