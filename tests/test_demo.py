@@ -83,7 +83,9 @@ def test_the_plot_and_the_statement_were_written(demo: tuple[DemoRun, str]) -> N
     assert any(r[1] == "total" for r in rows[1:])
 
 
-def test_allocated_gpu_hours_equal_the_simulation(demo: tuple[DemoRun, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_allocated_gpu_hours_equal_the_simulation(
+    demo: tuple[DemoRun, str], capsys: pytest.CaptureFixture[str]
+) -> None:
     run, _ = demo
     rows = cli_json(run, capsys, "report", "usage", *window(run), "--format", "json")
     assert isinstance(rows, list)
@@ -93,7 +95,9 @@ def test_allocated_gpu_hours_equal_the_simulation(demo: tuple[DemoRun, str], cap
 def test_the_agents_delivered_every_window_once(demo: tuple[DemoRun, str]) -> None:
     run, _ = demo
     sim = run.simulation
-    down = sum((o.end_at - o.start_at) // timedelta(seconds=30) for o in sim.outages if o.end_at <= sim.end_at)
+    down = sum(
+        (o.end_at - o.start_at) // timedelta(seconds=30) for o in sim.outages if o.end_at <= sim.end_at
+    )
     windows_per_gpu = (sim.end_at - sim.start_at) // timedelta(seconds=30)
     expected = sum(n.gpus for n in sim.nodes) * windows_per_gpu - 4 * down
     with run.engine.connect() as conn:
@@ -103,7 +107,9 @@ def test_the_agents_delivered_every_window_once(demo: tuple[DemoRun, str]) -> No
     assert spooled == 0
 
 
-def test_taxonomy_parts_add_up_to_installed(demo: tuple[DemoRun, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_taxonomy_parts_add_up_to_installed(
+    demo: tuple[DemoRun, str], capsys: pytest.CaptureFixture[str]
+) -> None:
     run, _ = demo
     result = cli_json(run, capsys, "report", "taxonomy", *window(run), "--format", "json")
     rows = result["taxonomy"] if isinstance(result, dict) else result
@@ -201,6 +207,12 @@ def test_collect_once_moves_the_world_on(
     config = str(run.directory / "slurmtel.toml")
     world = World.from_json((run.directory / "world.json").read_bytes())
     before = demo_clock(run)
+    # a refused command changes nothing, not even the world's clock
+    assert (
+        main(["--config", config, "--log-level", "WARNING", "collect", "sacct", "--once", "-S", "garbage"])
+        == 2
+    )
+    assert demo_clock(run) == before
     for _ in range(6):
         assert main(["--config", config, "--log-level", "WARNING", "collect", "sacct", "--once"]) == 0
     assert demo_clock(run) == before + timedelta(minutes=30)

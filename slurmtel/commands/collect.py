@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
-from slurmtel.clock import advance_clock
+from slurmtel.clock import advance_clock, site_clock
+from slurmtel.commands import common
 from slurmtel.commands.argtypes import check_collect_arguments, usage_or_error
 from slurmtel.commands.common import EXIT_OK, EXIT_PARTIAL, open_context
 from slurmtel.config import Config
@@ -28,11 +30,13 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 
 def cmd_collect(args: argparse.Namespace, config: Config) -> int:
     source = get_source(args.source)
+    ctx = open_context(config)
+    # arguments first: a refused command changes nothing, not even a simulated clock
+    check_collect_arguments(args, config, ctx.clock())
     if args.input is None and source.enabled(config):
         # a simulated world's clock (the demo's site.clock file) moves on by the daemon's interval
         advance_clock(config, source.interval_seconds(config))
-    ctx = open_context(config)
-    check_collect_arguments(args, config, ctx.clock())
+        ctx = dataclasses.replace(ctx, clock=site_clock(config, common.utc_now))
     if args.input is not None:
         path = args.input
         outcome = run_recorded(ctx, source.name, "input", lambda: source.ingest(ctx, path, args))
