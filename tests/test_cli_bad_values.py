@@ -77,6 +77,8 @@ for report in ("failures", "idle"):
     CASES += [
         Case(f"report {report} --top -1", USAGE, argparse=True),
         Case(f"report {report} --top ten", USAGE, argparse=True),
+        Case(f"report {report} --top 0", USAGE, argparse=True),
+        Case(f"report {report} --top 99999999999999999999", USAGE, argparse=True),
     ]
 CASES += [Case(f"report budget --at {value}", USAGE) for value in BAD_TIMES]
 CASES += [
@@ -106,6 +108,8 @@ CASES += [
     Case("me --month garbage", USAGE),
     Case("me --month 0001-01", USAGE),
     Case("me --top ten", USAGE, argparse=True),
+    Case("me --top 0", USAGE, argparse=True),
+    Case("me --top 99999999999999999999", USAGE, argparse=True),
     Case("runs --limit -1", USAGE, argparse=True),
     Case("runs --limit 0", USAGE, argparse=True),
     Case("runs --limit many", USAGE, argparse=True),

@@ -134,7 +134,7 @@ def test_top_titles_say_what_is_shown(run: Run, capsys: pytest.CaptureFixture[st
     for report in ("failures", "idle"):
         with pytest.raises(SystemExit) as exited:
             run("report", report, *WINDOW, "--top", "0")
-        assert exited.value.code == 2 and "--top: must be 1 or more" in capsys.readouterr().err
+        assert exited.value.code == 2 and "--top: must be between 1 and" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------ hours in tables

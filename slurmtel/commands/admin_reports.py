@@ -25,6 +25,7 @@ from decimal import Decimal
 from typing import Any, TextIO
 
 from slurmtel.access import Action, Identity, Scope, allowed
+from slurmtel.commands.argtypes import positive_int
 from slurmtel.commands.common import (
     EXIT_OK,
     add_filter_arguments,
@@ -218,12 +219,14 @@ RETRIES_COLUMNS = {
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
     failures = _report(reports, "failures", "failed GPU-hours by outcome, account, user, partition, node")
     failures.add_argument(
-        "--top", type=_count, default=10, help="attempts in the top list (default 10; 1 or more)"
+        "--top", type=positive_int, default=10, help="attempts in the top list (default 10; 1 or more)"
     )
     failures.set_defaults(handler=cmd_report_failures)
 
     idle = _report(reports, "idle", "idle, no-process, busy and unmeasured GPU-hours (whole site days)")
-    idle.add_argument("--top", type=_count, default=10, help="jobs in the top list (default 10; 1 or more)")
+    idle.add_argument(
+        "--top", type=positive_int, default=10, help="jobs in the top list (default 10; 1 or more)"
+    )
     idle.set_defaults(handler=cmd_report_idle)
 
     queue = _report(reports, "queue", "queue wait by partition and account; pending jobs now by reason")
@@ -261,14 +264,6 @@ def _report(reports: argparse._SubParsersAction, name: str, help_text: str) -> a
     add_filter_arguments(parser)
     add_format_argument(parser)
     return parser
-
-
-def _count(value: str) -> int:
-    """--top N is 1 or more: 0 is a usage error (exit 2), not "all" nor "none"."""
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return number
 
 
 def top_title(rows: Sequence[Any], what: str, by: str) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from slurmtel.access import Action
 from slurmtel.commands import common
+from slurmtel.commands.argtypes import positive_int
 from slurmtel.commands.common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -103,7 +104,9 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
     me.add_argument(
         "-u", "--user", default=None, help="another user (admins; coordinators for their accounts)"
     )
-    me.add_argument("--top", type=int, default=10, help="how many top jobs to list (default 10; 1 or more)")
+    me.add_argument(
+        "--top", type=positive_int, default=10, help="how many top jobs to list (default 10; 1 or more)"
+    )
     me.add_argument(
         "--jobs",
         action="store_true",
@@ -474,8 +477,6 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
     user = args.user or identity.user
     if user != identity.user and not scope.everything and not scope.accounts:
         raise AccessDenied(f"{identity.user} may only see their own usage, not {user}'s")
-    if args.top < 1:
-        raise ConfigError("--top must be 1 or more")
     if args.format == "csv" and not args.jobs:
         raise ConfigError("--format csv needs --jobs (the month's summary is a table or json)")
     ctx = open_context(config)
