@@ -1075,10 +1075,16 @@ def closed_statement(engine: Engine, month: str) -> ClosedStatement | None:
 
 
 def close_due_month(engine: Engine, config: Config, now: datetime) -> ClosedStatement | None:
-    """For the daemon: close the previous month once close_day_of_month has come."""
+    """For the daemon: close the previous month once close_day_of_month has come. A month
+    finance voided is closed again only by hand (after whatever was wrong is fixed)."""
+    from slurmtel.store.chargeback import voided_months
+
     month = month_due_for_closing(config, now)
     if month is None or closed_statement(engine, month) is not None:
         return None
+    with engine.connect() as conn:
+        if month in voided_months(conn):
+            return None
     try:
         return close_month(engine, config, month, now, closed_by="slurmtel daemon")
     except MonthAlreadyClosed:

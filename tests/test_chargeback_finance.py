@@ -23,6 +23,7 @@ from slurmtel.chargeback import (
     LINE_COLUMNS,
     ChargebackError,
     build_statement,
+    close_due_month,
     close_month,
     diff_closed_month,
     rate_notices,
@@ -226,6 +227,12 @@ def test_void_keeps_the_statement_audits_it_and_lets_the_month_close_again(
         ("void", "2026-11", "fiona", first.csv_sha256, "rate for debug/a100 was wrong"),
         ("close", "2026-11", "root", second.csv_sha256, ""),
     ]
+    # the daemon never closes a voided month again by itself
+    void_month(engine, "2026-11", at("2026-12-22T00:00:00"), "fiona", "once more")
+    assert close_due_month(engine, config, at("2026-12-23T00:00:00")) is None
+    with engine.connect() as conn:
+        assert [r.status for r in list_statements(conn)] == ["voided", "voided"]
+    close_month(engine, config, "2026-11", at("2026-12-24T00:00:00"), closed_by="fiona")
     # a later closed month was computed against November: November cannot be voided under it
     close_month(engine, config, "2026-12", at("2027-01-05T00:00:00"))
     with pytest.raises(ChargebackError, match="later months are closed \\(2026-12\\)"):

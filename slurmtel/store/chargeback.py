@@ -102,6 +102,10 @@ def closed_months(conn: Connection) -> list[str]:
     return list(conn.execute(text("SELECT month FROM chargeback_statement ORDER BY month")).scalars())
 
 
+def voided_months(conn: Connection) -> set[str]:
+    return set(conn.execute(text("SELECT DISTINCT month FROM chargeback_statement_voided")).scalars())
+
+
 def get_statements(conn: Connection, months: Sequence[str]) -> dict[str, ClosedStatement]:
     rows = conn.execute(
         text(
