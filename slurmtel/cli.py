@@ -20,6 +20,7 @@ from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from slurmtel.config import load_config
 from slurmtel.errors import ConfigError, SlurmtelError
 from slurmtel.logs import configure_logging, redact
+from slurmtel.reports.render import WIDE
 
 log = logging.getLogger("slurmtel.cli")
 
@@ -45,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if level.upper() != "DEBUG":
         # Alembic narrates every schema check at INFO; a command's output is not the place
         logging.getLogger("alembic").setLevel(logging.WARNING)
+    # --wide (tables: every column, full GPU UUIDs) for every table the command prints
+    wide = WIDE.set(bool(getattr(args, "wide", False)))
     try:
         return int(args.handler(args, config))
     except ConfigError as exc:
@@ -74,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.debug("unexpected error", exc_info=True)
         _error(f"internal error: {type(exc).__name__}: {exc} (run with --log-level DEBUG for the traceback)")
         return EXIT_ERROR
+    finally:
+        WIDE.reset(wide)
 
 
 def _error(message: object) -> None:

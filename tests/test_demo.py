@@ -304,3 +304,14 @@ def test_site_clock_is_the_wall_clock_a_fixed_instant_or_a_clock_file(tmp_path: 
     for bad in ("yesterday", "2026-12-04T00:00:00", "clock"):
         with pytest.raises(ConfigError, match=r"site\.clock"):
             config_from_dict({"site": {"clock": bad}})
+
+
+def test_demo_help_says_what_it_does(capsys: pytest.CaptureFixture) -> None:
+    """Issue 10 item 7: the demo simulates a cluster; it ingests no bundled capture."""
+    from slurmtel.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "simulate a week of a small GPU cluster" in text and "embedded PostgreSQL" in text
+    assert "bundled" not in text

@@ -161,8 +161,13 @@ def test_job_shows_host_figures_gpu_power_and_advice(cli, engine: Engine, config
     # times in the site zone
     assert "  start       2026-11-01 11:00:00 CET\n" in text
     header = text.splitlines()[text.splitlines().index("") + 1]
-    assert header.split()[:3] == ["gpu", "gpu_uuid", "mapping"]
+    # a GPU is node/index in the table; its UUID with --wide (and in json)
+    assert header.split()[:3] == ["gpu", "mapping", "mean_util_percent"]
     assert "power_mean_watts" in header and "power_max_watts" in header
+    code, wide, _ = cli(ALICE, "job", "50", "--wide")
+    assert code == 0
+    header = wide.splitlines()[wide.splitlines().index("") + 1]
+    assert header.split()[:3] == ["gpu", "gpu_uuid", "mapping"]
     assert text.endswith("Advice:\n" + "".join(f"  * {line}\n" for line in EXPECTED_ADVICE))
 
 

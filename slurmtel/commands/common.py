@@ -61,6 +61,17 @@ def add_format_argument(parser: argparse.ArgumentParser, choices: tuple[str, ...
     parser.add_argument(
         "--format", choices=choices, default=choices[0], help=f"output format (default {choices[0]})"
     )
+    add_wide_argument(parser)
+
+
+def add_wide_argument(parser: argparse.ArgumentParser) -> None:
+    """--wide: a table shows every column (none left out to fit the terminal) and full GPU
+    UUIDs; slurmtel.cli.main hands it to the renderer (slurmtel.reports.render.WIDE)."""
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="tables: every column, however wide, and full GPU UUIDs (csv and json always have them)",
+    )
 
 
 def split_list(value: str | None) -> tuple[str, ...]:

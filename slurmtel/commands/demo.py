@@ -11,7 +11,13 @@ from slurmtel.config import Config
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
     demo = commands.add_parser(
         "demo",
-        help="ingest the bundled real Slurm capture into an embedded database of its own and show a report",
+        help="simulate a week of a small GPU cluster into an embedded database of its own and show the reports",
+        description="Start an embedded PostgreSQL of its own (<state_dir>/demo, emptied on every run, never "
+        "a configured database), simulate a week of a small GPU cluster (generated data, no real capture) "
+        "and feed what its sacct, scontrol and node agents would print through the real parsers and daemon "
+        "jobs; then print the admin, researcher and finance views, write a chargeback CSV and a job's "
+        "utilisation plot, and leave a config (<state_dir>/demo/slurmtel.toml) whose clock stands at the "
+        "end of the week, so the commands can be tried afterwards. No Slurm, GPU or PostgreSQL needed.",
     )
     demo.set_defaults(handler=cmd_demo)
 

@@ -30,6 +30,7 @@ from slurmtel.commands.common import (
 )
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
+from slurmtel.reports.render import gpu_name
 
 RUNS_COLUMNS = (
     "run_at",
@@ -154,6 +155,8 @@ NVLINK_COLUMNS = (
 )
 NVLINK_TABLE_COLUMNS = (
     "node",
+    # node/index; the UUID with --wide (render.py)
+    "gpu",
     "gpu_uuid",
     "links_active_min",
     "links_total",
@@ -200,6 +203,11 @@ def rows_of(items: Sequence[Any]) -> list[dict[str, Any]]:
     return [dataclasses.asdict(item) for item in items]
 
 
+def nvlink_rows(items: Sequence[Any]) -> list[dict[str, Any]]:
+    """The NVLink rows with the GPU named as a table shows it (`gpu`: node/index)."""
+    return [{**r, "gpu": gpu_name(r["node"], r["gpu_index"], r["gpu_uuid"])} for r in rows_of(items)]
+
+
 def _cluster_wide(args: argparse.Namespace, report: str) -> None:
     if args.accounts or args.users:
         raise ConfigError(f"report {report} is per node: -A/-u do not apply")
@@ -228,7 +236,7 @@ def cmd_report_fabric(args: argparse.Namespace, config: Config) -> int:
                 nodes=split_list(args.nodes),
             )
             render_sections(
-                {"ports": rows_of(nodes.ports), "nvlinks": rows_of(nodes.nvlinks)},
+                {"ports": rows_of(nodes.ports), "nvlinks": nvlink_rows(nodes.nvlinks)},
                 sys.stdout,
                 args.format,
                 {

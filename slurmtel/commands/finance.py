@@ -41,7 +41,7 @@ from slurmtel.chargeback import (
     void_month,
 )
 from slurmtel.commands import common
-from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, open_context, scope_for
+from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, add_wide_argument, open_context, scope_for
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
 from slurmtel.parsers.sacctmgr import ACCOUNT_TREE_ARGS, parse_account_parents
@@ -66,6 +66,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         default="csv",
         help="output format (default csv; parquet needs pyarrow and --output)",
     )
+    add_wide_argument(chargeback)
     action = chargeback.add_mutually_exclusive_group()
     action.add_argument(
         "--close",

@@ -22,6 +22,7 @@ from slurmtel.commands.common import (
     EXIT_ERROR,
     EXIT_OK,
     AccessDenied,
+    add_wide_argument,
     open_context,
     scope_for,
     split_list,
@@ -29,7 +30,7 @@ from slurmtel.commands.common import (
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
 from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise
-from slurmtel.reports.render import render
+from slurmtel.reports.render import escape_controls, render
 from slurmtel.store.efficiency import AttemptEfficiency
 from slurmtel.store.jobview import AttemptView
 from slurmtel.store.usage import JobFilter
@@ -91,6 +92,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
     job.add_argument("jobid", metavar="JOBID", help="job id: 123, array task 10_4, het component 123+1")
     job.add_argument("-M", "--clusters", default=None, help="comma-separated clusters")
     job.add_argument("--format", choices=JOB_FORMATS, default="table", help="output format (default table)")
+    add_wide_argument(job)
     job.add_argument(
         "--plot",
         type=Path,
@@ -115,6 +117,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
     me.add_argument(
         "--format", choices=ME_FORMATS, default="table", help="output format (default table; csv with --jobs)"
     )
+    add_wide_argument(me)
     me.set_defaults(handler=cmd_me)
 
 
@@ -284,7 +287,8 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
         if i:
             out.write("\n")
         of = f", attempt {r['attempt']} of {r['attempts']}" if r["attempts"] > 1 else ""
-        out.write(f"Job {r['job_id']} ({r['name']}) on cluster {r['cluster']}{of}\n")
+        # names come from the job's submitter: shown literally, control characters escaped
+        out.write(escape_controls(f"Job {r['job_id']} ({r['name']}) on cluster {r['cluster']}{of}") + "\n")
         header = [
             ("user", r["user"]),
             ("account", r["account"]),
@@ -299,7 +303,7 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
             *(host_lines(r) if r["start_at"] else []),
         ]
         for label, value in header:
-            out.write(f"  {label:<11} {value}".rstrip() + "\n")
+            out.write(escape_controls(f"  {label:<11} {value}".rstrip()) + "\n")
         if r["gpu_figures"]:
             out.write("\n")
             columns = [
@@ -319,7 +323,7 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
         if r["advice"]:
             out.write("\nAdvice:\n")
             for line in r["advice"]:
-                out.write(f"  * {line}\n")
+                out.write(f"  * {escape_controls(line)}\n")
 
 
 def _json_default(value: Any) -> Any:

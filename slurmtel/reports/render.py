@@ -4,18 +4,60 @@ Rows are dicts with snake_case keys; every format shows the same columns in the 
 Durations are seconds in the data (CSV, JSON: a `seconds` word in the column name says so); a
 table shows them as hours: `queue_wait_p50_seconds` is `queue_wait_p50_hours` there, divided by
 3600 (`in_hours`).
+
+Tables are for people (README "Tables on a terminal"):
+
+* every cell and title is shown literally: nothing in it is read as rich markup, and a control
+  character (C0, DEL, C1: what can move the cursor, retitle or clear a terminal) is shown as
+  `\\xNN` (`\\x1b` for ESC). CSV and JSON keep the data as it is (JSON escapes control
+  characters itself; a CSV cell may hold them: it is data for a program, not for a terminal);
+* a figure (a number, or a text that is one such as money from a closed statement) is never
+  wrapped, cut or elided;
+* on a terminal too narrow for every column, whole columns are left out, lowest priority first,
+  and a line under the table names them (`--wide` or `--format csv` shows them all). Priority:
+  the identity columns (the text columns before the first figure, and cluster, account, user,
+  partition, job_id, name, node, gpu, day, month, figure wherever they stand), then the figures
+  in their order, then the other text columns (states, reasons, lists, times). Text columns may
+  wrap;
+* a GPU is named `node/index` (the `gpu` column); its `gpu_uuid` column is shown in tables only
+  with `--wide` (CSV and JSON always have it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import os
+import re
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, TextIO
 
 FORMATS = ("table", "csv", "json")
+
+# --wide for this command (set once by slurmtel.cli.main): every column, full GPU UUIDs
+WIDE: ContextVar[bool] = ContextVar("slurmtel_table_wide", default=False)
+
+# a terminal whose width nothing tells
+DEFAULT_WIDTH = 80
+# rich's default box: one space of padding each side of a cell and a rule between columns, plus
+# the rules at both edges
+_CELL_OVERHEAD = 3
+_EDGE_OVERHEAD = 1
+# a text column is not squeezed below this (its text wraps in it)
+_TEXT_MIN_WIDTH = 10
+
+# what a row is about: kept first when a table must leave columns out (with the text columns
+# before its first figure)
+IDENTITY_COLUMNS = frozenset(
+    {"cluster", "account", "user", "partition", "job_id", "name", "node", "gpu", "day", "month", "figure"}
+)
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_FIGURE = re.compile(r"[-+]?\d[\d,_]*(\.\d+)?([eE][-+]?\d+)?%?")
 
 
 def render(
@@ -25,6 +67,7 @@ def render(
     *,
     columns: Sequence[str] | None = None,
     title: str | None = None,
+    wide: bool | None = None,
 ) -> None:
     cols = list(columns) if columns is not None else _columns(rows)
     if fmt == "json":
@@ -36,13 +79,27 @@ def render(
         for r in rows:
             writer.writerow([_text(r.get(c)) for c in cols])
     elif fmt == "table":
+        wide = WIDE.get() if wide is None else wide
         rows, cols = in_hours(rows, cols)
+        if not wide and "gpu" in cols:
+            cols = [c for c in cols if c != "gpu_uuid"]
         if out.isatty():
-            _rich_table(rows, cols, out, title)
+            _rich_table(rows, cols, out, title, wide=wide)
         else:
             _plain_table(rows, cols, out, title)
     else:
         raise ValueError(f"unknown format '{fmt}' (use {', '.join(FORMATS)})")
+
+
+def escape_controls(text: str) -> str:
+    """TEXT with every control character (C0, DEL, C1) as `\\xNN`: safe to print on a terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def gpu_name(node: str, index: int | None, uuid: str) -> str:
+    """A GPU as a table shows it: `node/index` as nvidia-smi numbers it, the UUID where the
+    index is not known."""
+    return f"{node}/{index}" if index is not None and node else uuid
 
 
 def hours_name(column: str) -> str | None:
@@ -114,10 +171,15 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
 
 
+def _cell(value: Any) -> str:
+    """A table cell: the value's text with control characters escaped."""
+    return escape_controls(_text(value))
+
+
 def _plain_table(rows: Sequence[Mapping[str, Any]], cols: list[str], out: TextIO, title: str | None) -> None:
     if title:
-        out.write(f"{title}\n")
-    cells = [[_text(r.get(c)) for c in cols] for r in rows]
+        out.write(f"{escape_controls(title)}\n")
+    cells = [[_cell(r.get(c)) for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     numeric = [any(_is_number(r.get(c)) for r in rows) for c in cols]
     out.write("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip() + "\n")
@@ -128,13 +190,125 @@ def _plain_table(rows: Sequence[Mapping[str, Any]], cols: list[str], out: TextIO
         out.write("(no rows)\n")
 
 
-def _rich_table(rows: Sequence[Mapping[str, Any]], cols: list[str], out: TextIO, title: str | None) -> None:
+def terminal_width(out: TextIO) -> int:
+    """Columns of the terminal OUT writes to: $COLUMNS, else the terminal's own size, else 80."""
+    with contextlib.suppress(ValueError):
+        columns = int(os.environ.get("COLUMNS", ""))
+        if columns > 0:
+            return columns
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        columns = os.get_terminal_size(out.fileno()).columns
+        if columns > 0:
+            return columns
+    return DEFAULT_WIDTH
+
+
+def _is_figure_column(values: Sequence[Any]) -> bool:
+    present = [v for v in values if v is not None and v != ""]
+    return bool(present) and all(
+        _is_number(v) or (isinstance(v, str) and _FIGURE.fullmatch(v) is not None) for v in present
+    )
+
+
+def _header_parts(name: str) -> list[str]:
+    """A header's pieces where it may wrap: after each underscore."""
+    parts = [p + "_" for p in name.split("_")]
+    parts[-1] = parts[-1][:-1]
+    return [p for p in parts if p]
+
+
+def _wrap_header(name: str, width: int) -> str:
+    lines: list[str] = []
+    for part in _header_parts(name):
+        if lines and len(lines[-1]) + len(part) <= width:
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
+def fit_columns(
+    cols: Sequence[str], cells: Sequence[Sequence[str]], figures: Sequence[bool], width: int
+) -> tuple[list[int], list[int]]:
+    """(indexes of the columns shown, their widths) for a table WIDTH columns wide: a figure
+    column is as wide as its widest value, a text column at least _TEXT_MIN_WIDTH (or its widest
+    value); columns are left out whole, lowest priority first (module docstring)."""
+    from rich.cells import cell_len
+
+    n = len(cols)
+    natural: list[int] = []
+    least: list[int] = []
+    for i, c in enumerate(cols):
+        longest = max([cell_len(row[i]) for row in cells] or [0])
+        header_min = max(cell_len(p) for p in _header_parts(c)) if c else 0
+        natural.append(max(longest, cell_len(c)))
+        if figures[i]:
+            least.append(max(longest, header_min))
+        else:
+            least.append(min(natural[-1], max(header_min, _TEXT_MIN_WIDTH)))
+    first_figure = next((i for i in range(n) if figures[i]), n)
+    identity = [i for i in range(n) if i < first_figure or cols[i] in IDENTITY_COLUMNS]
+    ranked = identity + [i for i in range(n) if figures[i] and i not in identity]
+    ranked += [i for i in range(n) if i not in ranked]
+    budget = width - _EDGE_OVERHEAD
+    chosen: list[int] = []
+    used = 0
+    for i in ranked:
+        need = least[i] + _CELL_OVERHEAD
+        if used + need <= budget or not chosen:
+            chosen.append(i)
+            used += need
+    chosen.sort()
+    widths = {i: least[i] for i in chosen}
+    spare = budget - used
+    # the room left goes to the columns that would wrap, one cell at a time, left to right
+    while spare > 0:
+        grew = False
+        for i in chosen:
+            if spare > 0 and widths[i] < natural[i]:
+                widths[i] += 1
+                spare -= 1
+                grew = True
+        if not grew:
+            break
+    return chosen, [widths[i] for i in chosen]
+
+
+def _rich_table(
+    rows: Sequence[Mapping[str, Any]], cols: list[str], out: TextIO, title: str | None, *, wide: bool = False
+) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title)
-    for c in cols:
-        table.add_column(c, justify="right" if any(_is_number(r.get(c)) for r in rows) else "left")
-    for r in rows:
-        table.add_row(*[_text(r.get(c)) for c in cols])
-    Console(file=out).print(table)
+    cells = [[_cell(r.get(c)) for c in cols] for r in rows]
+    figures = [_is_figure_column([r.get(c) for r in rows]) for c in cols]
+    numeric = [any(_is_number(r.get(c)) for r in rows) for c in cols]
+    width = terminal_width(out)
+    if wide:
+        # every column at its full width; the terminal folds lines wider than itself
+        chosen, widths = fit_columns(cols, cells, figures, 10**6)
+        widths = [max(w, len(cols[i])) for i, w in zip(chosen, widths, strict=True)]
+        width = sum(widths) + _CELL_OVERHEAD * len(widths) + _EDGE_OVERHEAD
+    else:
+        chosen, widths = fit_columns(cols, cells, figures, width)
+    table = Table(title=Text(escape_controls(title)) if title else None)
+    for i, w in zip(chosen, widths, strict=True):
+        table.add_column(
+            Text(_wrap_header(cols[i], w)),
+            justify="right" if numeric[i] else "left",
+            width=w,
+            no_wrap=figures[i],
+            overflow="fold",
+        )
+    for row in cells:
+        table.add_row(*[Text(row[i]) for i in chosen])
+    console = Console(file=out, width=width, force_terminal=True, highlight=False, emoji=False, markup=False)
+    console.print(table)
+    left_out = [c for i, c in enumerate(cols) if i not in chosen]
+    if left_out:
+        console.print(
+            Text(
+                f"not shown ({width} columns): {', '.join(left_out)}; --wide or --format csv shows every column"
+            )
+        )

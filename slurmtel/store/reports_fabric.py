@@ -318,6 +318,8 @@ class FabricNvlinkRow:
     error_links: tuple[str, ...]
     failed_attempts: int
     node_fail_attempts: int
+    # as nvidia-smi numbers it on the node (the inventory), None where unknown
+    gpu_index: int | None = None
 
 
 @dataclass(frozen=True)
@@ -403,7 +405,9 @@ _NVLINKS_SQL = f"""
         WHERE w.window_start_at >= :start AND w.window_start_at < :end
         GROUP BY w.node, w.gpu_uuid
     )
-    SELECT g.*, coalesce(a.failed, 0) AS failed, coalesce(a.node_fail, 0) AS node_fail
+    SELECT g.*, coalesce(a.failed, 0) AS failed, coalesce(a.node_fail, 0) AS node_fail,
+           (SELECT i.gpu_index FROM gpu_inventory i WHERE i.node = g.node AND i.gpu_uuid = g.gpu_uuid
+            ORDER BY i.last_seen_at DESC LIMIT 1) AS gpu_index
     FROM gpus g LEFT JOIN attempts a ON a.node = g.node
     WHERE cardinality(CAST(:f_nodes AS text[])) = 0 OR g.node = ANY(CAST(:f_nodes AS text[]))
     ORDER BY (g.replay + g.recovery + g.crc + g.ecc) DESC, g.active_max - g.active_min DESC, g.node, g.gpu_uuid
@@ -491,6 +495,7 @@ def fabric_nodes_report(
             error_links=tuple(r["error_links"] or ()),
             failed_attempts=int(r["failed"]),
             node_fail_attempts=int(r["node_fail"]),
+            gpu_index=None if r["gpu_index"] is None else int(r["gpu_index"]),
         )
         for r in conn.execute(text(_NVLINKS_SQL), bind).mappings()
     ]
