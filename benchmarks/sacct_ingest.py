@@ -37,8 +37,8 @@ from scratch import scratch_database
 from sqlalchemy import Engine, text
 
 from slurmtel.config import Config
+from slurmtel.gcpause import gc_paused
 from slurmtel.parsers.sacct_json import parse_sacct_json
-from slurmtel.parsers.slurm_common import gc_paused
 from slurmtel.records import JobAttempt
 from slurmtel.simulate import render_sacct_json, synthetic_jobs
 from slurmtel.sources.base import RunContext, RunResult

@@ -51,19 +51,13 @@ class Scope:
         return not self.everything and not self.users and not self.accounts
 
     def sql_params(self) -> dict[str, object]:
-        """Bind parameters for `SCOPE_SQL` (the same clause in every query)."""
+        """Bind parameters for slurmtel.store.scope.SCOPE_SQL (the same clause in every query)."""
         return {
             "scope_all": self.everything,
             "scope_users": sorted(self.users),
             "scope_accounts": sorted(self.accounts),
         }
 
-
-# The one WHERE clause every scoped query uses, over a row with user_name and account.
-SCOPE_SQL = (
-    "(CAST(:scope_all AS boolean) OR user_name = ANY(CAST(:scope_users AS text[])) "
-    "OR account = ANY(CAST(:scope_accounts AS text[])))"
-)
 
 NOTHING = Scope()
 EVERYTHING = Scope(everything=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from slurmtel.config import Config
 from slurmtel.store.attribution import (
@@ -26,8 +26,9 @@ from slurmtel.store.attribution import (
     select_dirty_attempts,
     set_watermark,
 )
+from slurmtel.store.locks import ATTRIBUTION_LOCK_KEY, advisory_xact_lock
 
-LOCK_KEY = 7_355_608_001  # pg_advisory_xact_lock key of attribution runs
+LOCK_KEY = ATTRIBUTION_LOCK_KEY  # the advisory lock of attribution runs (store/locks.py)
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def run_attribution(
     """Recompute the rollups of every attempt that may have changed and the retry links of
     every job that may have changed (all of them with FULL)."""
     with engine.begin() as conn:
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})
+        advisory_xact_lock(conn, LOCK_KEY)
         job_mark = None if full else get_watermark(conn, "jobs")
         selection = select_dirty_attempts(
             conn,

@@ -36,6 +36,7 @@ from slurmtel.chargeback import (
     price_usage,
 )
 from slurmtel.config import ChargebackConfig
+from slurmtel.rows import MonthSlice, RunningAttempt
 
 ZERO = Decimal(0)
 SECONDS_PER_DAY = Decimal(86400)
@@ -82,28 +83,6 @@ class Period:
     label: str  # 2026-11, 2026-Q4, 2026
     start_at: datetime
     end_at: datetime
-
-
-@dataclass(frozen=True)
-class MonthSlice:
-    """The part of a period in one calendar month, up to AT: [start_at, end_at)."""
-
-    month: str  # YYYY-MM
-    start_at: datetime
-    end_at: datetime
-
-
-@dataclass(frozen=True)
-class RunningAttempt:
-    """An attempt running at AT, with what it may still use."""
-
-    account: str
-    partition: str
-    gpu_model: str  # as chargeback keys it: 'unknown' when untyped
-    alloc_gpus: int
-    billing: Decimal  # Slurm's billing TRES of the allocation (0 when none)
-    start_at: datetime
-    time_limit_seconds: int | None
 
 
 @dataclass(frozen=True)

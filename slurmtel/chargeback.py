@@ -29,7 +29,6 @@ Money rules:
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,11 +37,25 @@ from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from slurmtel.access import EVERYTHING, Scope
 from slurmtel.config import ChargebackConfig, ChargebackRate, Config
-from slurmtel.errors import SlurmtelError
+from slurmtel.errors import ChargebackError
+from slurmtel.rows import (
+    ClosedStatement,
+    Key,
+    StatementLine,
+    UsageFigure,
+    sha256,
+)
+from slurmtel.rows import (
+    line_from_data as line_from_data,
+)
+from slurmtel.rows import (
+    line_to_data as line_to_data,
+)
+from slurmtel.store.locks import CLOSE_LOCK_KEY, advisory_xact_lock
 from slurmtel.timeparse import month_bounds
 
 ROUNDING = ROUND_HALF_EVEN
@@ -78,7 +91,6 @@ MINOR_UNITS = {
 }
 RATE_UNIT_GPU = "gpu_hour"
 RATE_UNIT_BILLING = "billing_hour"
-CLOSE_LOCK_KEY = 7_355_608_004  # pg_advisory_xact_lock key of closing a month
 
 # The statement's columns, in order (README "## Chargeback" documents each).
 LINE_COLUMNS = (
@@ -120,65 +132,12 @@ COMPLETED_COLUMNS = (
 )
 
 
-class ChargebackError(SlurmtelError):
-    kind = "chargeback_error"
-
-
 class MonthAlreadyClosed(ChargebackError):
     pass
 
 
 # ---------------------------------------------------------------------------------------------
 # pure part
-
-
-@dataclass(frozen=True)
-class UsageFigure:
-    """Exact usage of one statement key in one month, before pricing (seconds as Decimal)."""
-
-    cluster: str
-    account: str
-    user: str
-    partition: str
-    gpu_model: str
-    gpu_seconds: Decimal
-    # of gpu_seconds: attempts classed system_failure
-    system_failure_gpu_seconds: Decimal = ZERO
-    # Slurm's billing TRES x seconds (AllocTRES billing)
-    billing_seconds: Decimal = ZERO
-    system_failure_billing_seconds: Decimal = ZERO
-
-
-Key = tuple[str, str, str, str, str]
-
-
-@dataclass(frozen=True)
-class StatementLine:
-    """One line of a statement; every figure already rounded."""
-
-    kind: str  # "usage" (this month) or "adjustment" (a closed month's late data)
-    for_month: str
-    cluster: str
-    account: str
-    user: str
-    partition: str
-    gpu_model: str
-    gpu_hours: Decimal
-    billing_hours: Decimal
-    priced: bool
-    rate: Decimal | None
-    rate_unit: str
-    amount: Decimal | None
-    waived_gpu_hours: Decimal
-    waived_amount: Decimal | None
-    billable_amount: Decimal | None
-    unpriced_gpu_hours: Decimal
-    # why an adjustment exists (empty on usage lines)
-    cause: str = ""
-
-    @property
-    def key(self) -> Key:
-        return (self.cluster, self.account, self.user, self.partition, self.gpu_model)
 
 
 @dataclass(frozen=True)
@@ -718,46 +677,6 @@ def render_json(statement: Statement) -> bytes:
     return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def line_to_data(line: StatementLine) -> dict[str, Any]:
-    """A line as JSON data (decimals as strings) for the statement table."""
-    return {k: _json(v) for k, v in asdict(line).items()}
-
-
-def line_from_data(data: Mapping[str, Any]) -> StatementLine:
-    def dec(name: str) -> Decimal | None:
-        value = data.get(name)
-        return None if value is None else Decimal(str(value))
-
-    def req(name: str) -> Decimal:
-        return dec(name) or ZERO
-
-    return StatementLine(
-        kind=str(data["kind"]),
-        for_month=str(data["for_month"]),
-        cluster=str(data["cluster"]),
-        account=str(data["account"]),
-        user=str(data["user"]),
-        partition=str(data["partition"]),
-        gpu_model=str(data["gpu_model"]),
-        gpu_hours=req("gpu_hours"),
-        billing_hours=req("billing_hours"),
-        priced=bool(data["priced"]),
-        rate=dec("rate"),
-        rate_unit=str(data["rate_unit"]),
-        amount=dec("amount"),
-        waived_gpu_hours=req("waived_gpu_hours"),
-        waived_amount=dec("waived_amount"),
-        billable_amount=dec("billable_amount"),
-        unpriced_gpu_hours=req("unpriced_gpu_hours"),
-        # statements closed before adjustments named their cause have none
-        cause=str(data.get("cause", "")),
-    )
-
-
 def statement_of_closed(stored: ClosedStatement) -> Statement:
     """A closed statement's figures as a Statement (for views derived from it: roll-ups,
     parquet); its stored bytes stay the statement of record."""
@@ -826,33 +745,6 @@ def check_month(month: str) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # against the database
-
-
-@dataclass(frozen=True)
-class ClosedStatement:
-    month: str
-    closed_at: datetime
-    closed_by: str
-    csv: bytes
-    json: bytes
-    csv_sha256: str
-    json_sha256: str
-    lines: tuple[StatementLine, ...]
-    totals: Mapping[str, Any]
-    completed_jobs: tuple[Mapping[str, Any], ...]
-    settings: Mapping[str, Any]
-    # the month's edges as it was cut when it was closed (site.timezone then)
-    month_start_at: datetime | None = None
-    month_end_at: datetime | None = None
-
-    def verified(self) -> ClosedStatement:
-        """Self, after checking the stored bytes still match their checksums."""
-        for name, data, digest in (("CSV", self.csv, self.csv_sha256), ("JSON", self.json, self.json_sha256)):
-            if sha256(data) != digest:
-                raise ChargebackError(
-                    f"the stored {name} statement of {self.month} does not match its sha256 {digest}"
-                )
-        return self
 
 
 def usage_lines(
@@ -998,7 +890,7 @@ def close_month(
     if now < end:
         raise ChargebackError(f"{month} has not ended yet (it ends {end.isoformat()}): it cannot be closed")
     with engine.begin() as conn:
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CLOSE_LOCK_KEY})
+        advisory_xact_lock(conn, CLOSE_LOCK_KEY)
         existing = get_statements(conn, [month]).get(month)
         if existing is not None:
             raise MonthAlreadyClosed(
@@ -1041,7 +933,7 @@ def void_month(engine: Engine, month: str, now: datetime, voided_by: str, reason
     if not reason.strip():
         raise ChargebackError("--void needs --reason: why the statement is voided is kept with it")
     with engine.begin() as conn:
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CLOSE_LOCK_KEY})
+        advisory_xact_lock(conn, CLOSE_LOCK_KEY)
         stored = get_statements(conn, [month]).get(month)
         if stored is None:
             raise ChargebackError(f"{month} is not closed: there is no statement to void")

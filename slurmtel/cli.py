@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="slurmtel", description="Slurm accounting and GPU telemetry in PostgreSQL."
     )
     parser.add_argument("--version", action="version", version=f"slurmtel {__version__}")
+    # the CLI's own entry point, for a command that runs others (the demo's views): a command
+    # module importing slurmtel.cli would be an import cycle (tests/test_layers.py)
+    parser.set_defaults(run_cli=main)
     parser.add_argument(
         "--config",
         default=None,

@@ -32,7 +32,7 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TextIO
@@ -87,9 +87,16 @@ class Progress:
         self.out.flush()
 
 
-def run_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | None = None) -> int:
+def run_demo(
+    config: Config,
+    out: TextIO,
+    run_cli: Callable[[list[str]], int],
+    *,
+    days: int = 7,
+    directory: Path | None = None,
+) -> int:
     run = build_demo(config, out, days=days, directory=directory)
-    show_views(run, out)
+    show_views(run, out, run_cli)
     run.engine.dispose()
     out.write(f"\nEverything the demo wrote is under {run.directory}\n")
     out.write(
@@ -271,9 +278,9 @@ valid_from = "2020-01-01"
 """
 
 
-def show_views(run: DemoRun, out: TextIO) -> None:
-    """Step 7: what an admin, a researcher and finance see - the real commands, run here."""
-    from slurmtel.cli import main
+def show_views(run: DemoRun, out: TextIO, run_cli: Callable[[list[str]], int]) -> None:
+    """Step 7: what an admin, a researcher and finance see - the real commands, run here through
+    RUN_CLI (slurmtel.cli.main, handed in: importing the CLI from here would be an import cycle)."""
 
     out.write(f"[7/{STEPS}] the views (the same commands work on a real cluster)\n")
     sim, config_file = run.simulation, str(run.directory / "slurmtel.toml")
@@ -300,7 +307,7 @@ def show_views(run: DemoRun, out: TextIO) -> None:
         out.write(f"\n### {title}\n$ slurmtel --config {config_file} {' '.join(argv)}\n")
         out.flush()
         with _stdout(out):
-            status = main(["--config", config_file, "--log-level", "WARNING", *argv])
+            status = run_cli(["--config", config_file, "--log-level", "WARNING", *argv])
         if status != 0:
             out.write(f"(exit status {status})\n")
 

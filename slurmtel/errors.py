@@ -43,3 +43,7 @@ class SchemaMissing(SlurmtelError):
     """The database has no slurmtel schema, or an older one: run `slurmtel db upgrade`."""
 
     kind = "schema_missing"
+
+
+class ChargebackError(SlurmtelError):
+    kind = "chargeback_error"

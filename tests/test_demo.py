@@ -34,7 +34,7 @@ from slurmtel.simulate import World, gpu_uuid, sim_scontrol_jobs
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DemoRun, str]]:
     out = io.StringIO()
     run = build_demo(Config(), out, days=2, directory=tmp_path_factory.mktemp("demo"))
-    show_views(run, out)
+    show_views(run, out, main)
     yield run, out.getvalue()
     run.engine.dispose()
 

@@ -18,9 +18,9 @@ import orjson
 import pytest
 
 from slurmtel.errors import ParseError
+from slurmtel.gcpause import gc_paused
 from slurmtel.parsers import sacct_json
 from slurmtel.parsers.sacct_json import parse_sacct_json
-from slurmtel.parsers.slurm_common import gc_paused
 from slurmtel.records import JobAttempt, Rejected
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sacct"

@@ -47,8 +47,8 @@ import msgspec
 import orjson
 
 from slurmtel.errors import ParseError
+from slurmtel.gcpause import gc_paused
 from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, read_document
-from slurmtel.parsers.slurm_common import gc_paused
 from slurmtel.records import (
     GpuEvent,
     GpuInventory,

@@ -16,12 +16,9 @@ blank line between sections.
 from __future__ import annotations
 
 import argparse
-import io
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from decimal import Decimal
 from typing import Any, TextIO
 
 from slurmtel.access import Action, Identity, Scope, allowed
@@ -38,6 +35,7 @@ from slurmtel.commands.common import (
     scope_for,
     warn_unknown,
 )
+from slurmtel.commands.sections import json_numbers, render_sections
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
 from slurmtel.reports.render import render
@@ -491,40 +489,7 @@ def _window_text(start: datetime, end: datetime) -> str:
     return f"{start.isoformat()} .. {end.isoformat()}"
 
 
-def render_sections(
-    sections: Mapping[str, Sequence[Mapping[str, Any]]],
-    out: TextIO,
-    fmt: str,
-    columns: Mapping[str, Sequence[str]],
-    titles: Mapping[str, str],
-) -> None:
-    """Several sections: titled tables; a JSON object of lists; CSV blocks under "# name"."""
-    if fmt == "json":
-        document = {}
-        for name, rows in sections.items():
-            buffer = io.StringIO()
-            render(_json_numbers(rows), buffer, "json", columns=columns[name])
-            document[name] = json.loads(buffer.getvalue())
-        out.write(json.dumps(document, indent=2))
-        out.write("\n")
-        return
-    for i, (name, rows) in enumerate(sections.items()):
-        if i:
-            out.write("\n")
-        if fmt == "csv":
-            out.write(f"# {name}\n")
-            render(rows, out, "csv", columns=columns[name])
-        else:
-            render(rows, out, fmt, columns=columns[name], title=titles.get(name, name))
-
-
 def _render(
     rows: Sequence[Mapping[str, Any]], out: TextIO, fmt: str, columns: Sequence[str], title: str
 ) -> None:
-    render(_json_numbers(rows) if fmt == "json" else rows, out, fmt, columns=columns, title=title)
-
-
-def _json_numbers(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """GPU-hours are exact Decimals in the store; JSON gets them as numbers (their decimal
-    text is kept: 12.3456 stays 12.3456), not as the strings money uses."""
-    return [{k: float(v) if isinstance(v, Decimal) else v for k, v in r.items()} for r in rows]
+    render(json_numbers(rows) if fmt == "json" else rows, out, fmt, columns=columns, title=title)

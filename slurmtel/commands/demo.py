@@ -25,4 +25,4 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 def cmd_demo(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.demo import run_demo
 
-    return run_demo(config, sys.stdout)
+    return run_demo(config, sys.stdout, args.run_cli)

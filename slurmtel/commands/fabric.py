@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from slurmtel.access import Action
-from slurmtel.commands.admin_reports import render_sections
 from slurmtel.commands.common import (
     EXIT_OK,
     add_filter_arguments,
@@ -28,6 +27,7 @@ from slurmtel.commands.common import (
     split_list,
     warn_unknown,
 )
+from slurmtel.commands.sections import render_sections
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
 from slurmtel.reports.render import gpu_name

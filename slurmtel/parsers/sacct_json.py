@@ -31,13 +31,13 @@ import msgspec
 import orjson
 
 from slurmtel.errors import ParseError
+from slurmtel.gcpause import gc_paused
 from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, byte_offset, loads_one, scan_object
 from slurmtel.parsers.slurm_common import (
     BASE_STATES,
     GPU_KEY,
     NO_VAL32,
     expand_nodelist,
-    gc_paused,
     minutes_to_seconds,
     normalize_state,
     only_informational,

@@ -1,17 +1,14 @@
 """Helpers shared by the Slurm parsers: Slurm's number objects, TRES, job states, node lists.
 
-Pure functions of their arguments; no I/O. (`gc_paused` is the one exception: bulk work in the
-parsers and the store shares it.)
+Pure functions of their arguments; no I/O. (`gc_paused`, which bulk work in the parsers, the
+agent and the store shares, lives in slurmtel.gcpause.)
 """
 
 from __future__ import annotations
 
-import gc
 import math
 import re
-import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -298,36 +295,6 @@ def minutes_to_seconds(value: Any) -> int | None:
     if minutes is None or minutes < 0 or minutes >= NO_VAL32:
         return None
     return minutes * 60
-
-
-_gc_lock = threading.Lock()
-_gc_pauses = 0
-_gc_resume = False
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Keep CPython's cyclic collector off for a stretch of bulk work.
-
-    Decoding or writing a bulk sacct result builds hundreds of thousands of small acyclic
-    objects; with the collector on, CPython scans the growing heap again and again while they
-    are built (half the time of a parse, more with a large heap). Pauses nest and may overlap
-    across threads (a parse in one thread, a write in another): the collector comes back on
-    when the last pause ends, and only if it was on when the first one began.
-    """
-    global _gc_pauses, _gc_resume
-    with _gc_lock:
-        if _gc_pauses == 0:
-            _gc_resume = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_resume:
-                gc.enable()
 
 
 # sbatch --output patterns ("filename pattern" in sbatch(1)): %% %A %a %b %j %J %N %n %s %t %u %x,

@@ -15,23 +15,12 @@ from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slurmtel.rows import UtilWindow
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 GIB = 2**30
-
-
-@dataclass(frozen=True)
-class UtilWindow:
-    """One telemetry window of one GPU (a gpu_summary row)."""
-
-    gpu_uuid: str
-    window_start_at: datetime
-    window_seconds: float
-    util_mean_percent: float | None
-    source: str = "agent"
-    memory_used_max_bytes: int | None = None
-    power_mean_watts: float | None = None
 
 
 @dataclass(frozen=True)

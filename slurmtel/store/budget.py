@@ -12,10 +12,10 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from slurmtel.access import SCOPE_SQL, Scope
-from slurmtel.budget import MonthSlice, RunningAttempt
-from slurmtel.chargeback import UsageFigure
+from slurmtel.access import Scope
+from slurmtel.rows import MonthSlice, RunningAttempt, UsageFigure
 from slurmtel.store.chargeback import MODEL_SQL, usage_figures
+from slurmtel.store.scope import SCOPE_SQL
 
 
 def usage_by_month(

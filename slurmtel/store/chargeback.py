@@ -16,8 +16,9 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from slurmtel.access import SCOPE_SQL, Scope
-from slurmtel.chargeback import ClosedStatement, UsageFigure, line_from_data, line_to_data
+from slurmtel.access import Scope
+from slurmtel.rows import ClosedStatement, UsageFigure, line_from_data, line_to_data
+from slurmtel.store.scope import SCOPE_SQL
 from slurmtel.store.usage import WINDOWED_ATTEMPTS_SQL, JobFilter
 
 # gpu_model of a statement key: '' (no single typed GPU TRES) is 'unknown', no GPU is 'none'

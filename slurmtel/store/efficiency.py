@@ -23,7 +23,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from slurmtel.access import SCOPE_SQL, Scope
+from slurmtel.access import Scope
+from slurmtel.store.scope import SCOPE_SQL
 
 MIB = 1024 * 1024
 

@@ -10,10 +10,11 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from slurmtel.parsers.slurm_common import gc_paused
+from slurmtel.gcpause import gc_paused
 from slurmtel.records import JobAttempt
 from slurmtel.store.checks import sort_out
 from slurmtel.store.copy import ROW_ERRORS, copy_rows, copy_rows_isolating
+from slurmtel.store.locks import WRITE_LOCK_KEY, advisory_xact_lock
 
 # States an attempt ends in when Slurm runs the same job again (sacct -D shows each attempt).
 REQUEUE_STATES = ("REQUEUED", "NODE_FAIL", "PREEMPTED", "REQUEUE_FED", "REQUEUE_HOLD")
@@ -71,7 +72,6 @@ KEY = ("cluster", "job_id_raw", "submit_at")
 KEEP_WHEN_NULL = ("cpu_time_seconds", "mem_peak_task_bytes", "mem_peak_step_bytes", "usage_steps")
 
 
-WRITE_LOCK_KEY = 7_355_608_002  # pg_advisory_xact_lock key of attempt writes
 # (column, PostgreSQL type) of the COPY: COLUMNS, then when the view was captured
 _COPY_COLUMNS = [*((c, t) for c, t, _ in COLUMNS), ("captured_at", "timestamptz")]
 # (JobAttempt attribute, PostgreSQL type): what checks.record_problem checks an attempt against
@@ -214,7 +214,7 @@ def _write_attempts(
         return WriteStats(0, 0, 0)
     # one writer of attempts at a time (the daemon and a backfill from the CLI): job linking
     # must see every attempt of a job id, and an uncommitted one of another writer it cannot
-    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK_KEY})
+    advisory_xact_lock(conn, WRITE_LOCK_KEY)
     cols = ", ".join(COLUMN_NAMES)
     # same column types as job_attempt, no constraints; emptied at commit
     conn.execute(

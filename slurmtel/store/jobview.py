@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from slurmtel.access import SCOPE_SQL, Scope
-from slurmtel.reports.advice import GpuFigures
-from slurmtel.reports.plot import UtilWindow
+from slurmtel.access import Scope
+from slurmtel.rows import GpuFigures, UtilWindow
+from slurmtel.store.scope import SCOPE_SQL
 from slurmtel.store.usage import WINDOWED_ATTEMPTS_SQL, JobFilter
 
 # "123", array task "10_4", heterogeneous job component "123+1"

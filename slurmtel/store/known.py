@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection, text
 
-from slurmtel.access import SCOPE_SQL, Scope
+from slurmtel.access import Scope
+from slurmtel.store.scope import SCOPE_SQL
 
 # filter kind -> column of job_attempt and pending_job
 COLUMNS = {"account": "account", "user": "user_name", "partition": "partition", "cluster": "cluster"}

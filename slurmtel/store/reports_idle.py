@@ -15,9 +15,10 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from slurmtel.access import SCOPE_SQL, Scope
+from slurmtel.access import Scope
 from slurmtel.store.reports_admin import hours, no_jit, params, share
 from slurmtel.store.reports_retries import job_scope_params
+from slurmtel.store.scope import SCOPE_SQL
 from slurmtel.store.usage import FILTER_SQL, JobFilter
 
 SECTIONS = ("by_account", "by_user", "by_partition", "top_jobs", "unmapped")

@@ -15,8 +15,9 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from slurmtel.access import SCOPE_SQL, Scope
+from slurmtel.access import Scope
 from slurmtel.store.reports_admin import no_jit, params, seconds_value
+from slurmtel.store.scope import SCOPE_SQL
 from slurmtel.store.usage import FILTER_SQL, WINDOWED_ATTEMPTS_SQL, JobFilter
 
 SECTIONS = ("wait_by_partition", "wait_by_account", "pending", "quota")

@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from slurmtel.access import SCOPE_SQL, Scope
+from slurmtel.access import Scope
 from slurmtel.store.attribution import (
     RESUBMISSION_WINDOW,
     bucket_sql,
@@ -38,6 +38,7 @@ from slurmtel.store.attribution import (
     retry_links_current,
 )
 from slurmtel.store.reports_admin import FAILED_SQL, hours, no_jit, params
+from slurmtel.store.scope import SCOPE_SQL
 from slurmtel.store.usage import FILTER_SQL, WINDOWED_ATTEMPTS_SQL, JobFilter
 
 DEFAULT_RESUBMISSION_WINDOW_SECONDS = 21600

@@ -19,13 +19,13 @@ from psycopg.errors import UniqueViolation
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
-from slurmtel.parsers.slurm_common import gc_paused
+from slurmtel.gcpause import gc_paused
 from slurmtel.records import GpuAllocation, GpuEvent, GpuInventory, GpuSummary, NodeState, PendingJob
 from slurmtel.store.checks import record_problem, sort_out, value_problem
 from slurmtel.store.copy import ROW_ERRORS, copy_rows, copy_rows_isolating
+from slurmtel.store.locks import PARTITION_LOCK_KEY, advisory_xact_lock
 
 PARTITIONED_TABLE = "gpu_summary"
-PARTITION_LOCK_KEY = 7_355_608_003  # pg_advisory_xact_lock key of partition creation
 
 # (column, PostgreSQL type): every GpuSummary field, stored under its own name
 SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -114,7 +114,7 @@ def ensure_day_partitions(conn: Connection, wanted: Iterable[date]) -> list[str]
         return []
     # writers of several nodes may want the same new day at once: one creates it, the others
     # wait for its commit and then see it
-    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PARTITION_LOCK_KEY})
+    advisory_xact_lock(conn, PARTITION_LOCK_KEY)
     existing = existing_partitions(conn)
     created = []
     for day in days:

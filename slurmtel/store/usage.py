@@ -14,7 +14,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from slurmtel.access import SCOPE_SQL, Scope
+from slurmtel.access import Scope
+from slurmtel.store.scope import SCOPE_SQL
 
 GROUPS = {"account": "account", "user": "user_name", "partition": "partition"}
 OUTCOME_CLASSES = (
