@@ -1,3 +1,3 @@
-from slurmtel.cli import main
+from slurmtel.head import main
 
 raise SystemExit(main())
