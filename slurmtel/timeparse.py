@@ -85,7 +85,9 @@ def parse_slurm_time(value: str, *, now: datetime, zone: tzinfo) -> datetime:
             break
         m = _TOKEN.match(text, pos)
         if m is None:
-            raise ValueError(f"cannot read time '{value}' at '{value.strip()[pos:]}' (try 2026-11-01 or now-2hours)")
+            raise ValueError(
+                f"cannot read time '{value}' at '{value.strip()[pos:]}' (try 2026-11-01 or now-2hours)"
+            )
         pos = m.end()
         if m["now"]:
             instant = _now_plus(now, m["sign"], m["count"], m["unit"], value)
@@ -200,3 +202,27 @@ def month_bounds(month: str, zone: tzinfo) -> tuple[datetime, datetime]:
     start = datetime(year, mon, 1, tzinfo=zone)
     end = datetime(year + (mon == 12), mon % 12 + 1, 1, tzinfo=zone)
     return start.astimezone(UTC), end.astimezone(UTC)
+
+
+# --- calendar months, as YYYY-MM ---------------------------------------------------------------
+
+
+def month_first_day(month: str) -> date:
+    year, mon = month.split("-")
+    return date(int(year), int(mon), 1)
+
+
+def next_month(month: str) -> str:
+    first = month_first_day(month)
+    return f"{first.year + (first.month == 12):04d}-{first.month % 12 + 1:02d}"
+
+
+def previous_month(month: str) -> str:
+    first = month_first_day(month)
+    return f"{first.year - (first.month == 1):04d}-{(first.month - 2) % 12 + 1:02d}"
+
+
+def month_of(moment: datetime, zone: tzinfo) -> str:
+    """The month MOMENT falls in, in ZONE (the site's time zone)."""
+    local = moment.astimezone(zone)
+    return f"{local.year:04d}-{local.month:02d}"

@@ -107,6 +107,11 @@ DATABASE = ("sqlalchemy", "psycopg", "psycopg2", "alembic", "pgserver", "slurmte
         pytest.param(("slurmtel.parsers",), DATABASE, id="parsers-no-database"),
         pytest.param(("slurmtel.agent",), DATABASE, id="agent-no-store-no-driver"),
         pytest.param(
+            ("slurmtel.chargeback.model", "slurmtel.chargeback.pricing", "slurmtel.chargeback.render"),
+            DATABASE,
+            id="chargeback-money-is-pure",
+        ),
+        pytest.param(
             ("slurmtel.store",),
             (
                 "slurmtel.reports",

@@ -122,3 +122,18 @@ def test_month_bounds_in_the_site_zone() -> None:
         month_bounds("2026-13", UTC)
     with pytest.raises(ValueError, match="out of range"):
         month_bounds("9999-12", UTC)
+
+
+def test_month_arithmetic_wraps_the_year_and_reads_the_site_zone() -> None:
+    from datetime import UTC, date, datetime
+    from zoneinfo import ZoneInfo
+
+    from slurmtel.timeparse import month_first_day, month_of, next_month, previous_month
+
+    assert month_first_day("2024-02") == date(2024, 2, 1)
+    assert next_month("2024-12") == "2025-01" and next_month("2024-01") == "2024-02"
+    assert previous_month("2025-01") == "2024-12" and previous_month("2024-03") == "2024-02"
+    # 23:30 UTC on 31 January is already February in Berlin
+    moment = datetime(2024, 1, 31, 23, 30, tzinfo=UTC)
+    assert month_of(moment, UTC) == "2024-01"
+    assert month_of(moment, ZoneInfo("Europe/Berlin")) == "2024-02"

@@ -1,0 +1,182 @@
+"""Chargeback: monthly statements per account x user x partition x GPU model (DESIGN §4, §7).
+
+A package of small modules, each importing only those before it:
+- model.py: constants, errors, the statement's columns and types;
+- pricing.py: pure money logic (no I/O, no clock): rate matching, pricing, rounding,
+  adjustments, totals, frozen pricing, which month is due;
+- render.py: the exact bytes of a statement (CSV, JSON, records, rollups) and a stored one read
+  back;
+- closing.py: build, close, void and diff against the database through slurmtel.store.chargeback.
+Month arithmetic (month_first_day, next_month, previous_month, month_of) is in slurmtel.timeparse,
+the advisory lock of closing a month in slurmtel.store.locks. Every public name is re-exported
+here: `from slurmtel.chargeback import X` works for each.
+
+Where the row types live: the store may not import chargeback (tests/test_layers.py: no import
+cycle, no store -> chargeback import), yet it reads and writes usage figures and closed
+statements. So the types that cross that wall (UsageFigure, StatementLine, ClosedStatement, and
+line_to_data/line_from_data, the statement table's JSON of a line) live in slurmtel.rows, a
+neutral module both import, and ChargebackError in slurmtel.errors; the store returns them, this
+package prices and renders them. Types only chargeback uses (Statement, Totals,
+CompletedJobCost) stay in model.py.
+
+Money rules:
+- Money is `Decimal` end to end: usage seconds come from SQL `numeric`, prices from strings in
+  the config (TOML floats are binary), never a float.
+- Each figure of a line is rounded ONCE, at the end, from exact values: amount =
+  rate x gpu_seconds / 3600 rounded to the currency's minor unit (cents) with ROUND_HALF_EVEN
+  (banker's rounding: halves go to the even cent, so rounding errors do not drift one way);
+  waived_amount likewise; billable_amount = amount - waived_amount (of the rounded figures, so
+  every line adds up). Hours are shown to 4 decimals (HOURS), also ROUND_HALF_EVEN.
+- Totals are the sums of the rounded lines (a spreadsheet summing the column gets the total).
+- The rate of a month is the one valid on the month's first day: among the rates whose
+  valid_from <= that day, the most specific match wins (partition+model > partition+* >
+  *+model > *+*), and among equally specific ones the latest valid_from. A rate change in
+  the middle of a month applies from the next month on.
+- Usage no rate matches is an unpriced line (priced false, rate and amounts null), never
+  charged zero; totals show unpriced GPU-hours apart.
+- Attempts classed system_failure are waived when chargeback.waive_system_failures is true.
+- Adjustments: data that arrives for a closed month M is charged in the first month after M
+  that is still open: adjustment = M computed now - what M's statement froze - adjustments
+  for M already frozen into later closed statements.
+"""
+
+from slurmtel.chargeback.closing import (
+    build_statement,
+    close_due_month,
+    close_month,
+    closed_statement,
+    closed_usage_now,
+    diff_closed_month,
+    diff_records,
+    usage_lines,
+    void_month,
+)
+from slurmtel.chargeback.model import (
+    COMPLETED_COLUMNS,
+    DIFF_COLUMNS,
+    HOURS,
+    LINE_COLUMNS,
+    MINOR_UNITS,
+    RATE_UNIT_BILLING,
+    RATE_UNIT_GPU,
+    ROLLUP_COLUMNS,
+    ROLLUP_LEVELS,
+    ROUNDING,
+    SECONDS_PER_HOUR,
+    ZERO,
+    CompletedJobCost,
+    MonthAlreadyClosed,
+    Statement,
+    Totals,
+)
+from slurmtel.chargeback.pricing import (
+    adjustment_cause,
+    adjustment_lines,
+    assemble,
+    charge,
+    check_month,
+    completed_job_costs,
+    frozen_pricing,
+    hours,
+    match_rate,
+    money_quantum,
+    month_due_for_closing,
+    months_adjusted_in,
+    price_usage,
+    rate_notices,
+    settings_of,
+    totals,
+)
+from slurmtel.chargeback.render import (
+    completed_record,
+    line_record,
+    records_csv,
+    render_completed_csv,
+    render_csv,
+    render_json,
+    rollup_account,
+    rollup_records,
+    statement_of_closed,
+    statement_records,
+    totals_record,
+)
+from slurmtel.errors import ChargebackError
+from slurmtel.rows import (
+    ClosedStatement,
+    Key,
+    StatementLine,
+    UsageFigure,
+    line_from_data,
+    line_to_data,
+    sha256,
+)
+from slurmtel.store.locks import CLOSE_LOCK_KEY
+from slurmtel.timeparse import month_first_day, month_of, next_month, previous_month
+
+__all__ = [
+    "CLOSE_LOCK_KEY",
+    "COMPLETED_COLUMNS",
+    "DIFF_COLUMNS",
+    "HOURS",
+    "LINE_COLUMNS",
+    "MINOR_UNITS",
+    "RATE_UNIT_BILLING",
+    "RATE_UNIT_GPU",
+    "ROLLUP_COLUMNS",
+    "ROLLUP_LEVELS",
+    "ROUNDING",
+    "SECONDS_PER_HOUR",
+    "ZERO",
+    "ChargebackError",
+    "ClosedStatement",
+    "CompletedJobCost",
+    "Key",
+    "MonthAlreadyClosed",
+    "Statement",
+    "StatementLine",
+    "Totals",
+    "UsageFigure",
+    "adjustment_cause",
+    "adjustment_lines",
+    "assemble",
+    "build_statement",
+    "charge",
+    "check_month",
+    "close_due_month",
+    "close_month",
+    "closed_statement",
+    "closed_usage_now",
+    "completed_job_costs",
+    "completed_record",
+    "diff_closed_month",
+    "diff_records",
+    "frozen_pricing",
+    "hours",
+    "line_from_data",
+    "line_record",
+    "line_to_data",
+    "match_rate",
+    "money_quantum",
+    "month_due_for_closing",
+    "month_first_day",
+    "month_of",
+    "months_adjusted_in",
+    "next_month",
+    "previous_month",
+    "price_usage",
+    "rate_notices",
+    "records_csv",
+    "render_completed_csv",
+    "render_csv",
+    "render_json",
+    "rollup_account",
+    "rollup_records",
+    "settings_of",
+    "sha256",
+    "statement_of_closed",
+    "statement_records",
+    "totals",
+    "totals_record",
+    "usage_lines",
+    "void_month",
+]
