@@ -32,6 +32,7 @@ from slurmtel.budget import (
 from slurmtel.chargeback import UsageFigure
 from slurmtel.commands.common import (
     EXIT_OK,
+    account_tree,
     add_format_argument,
     current_identity,
     open_context,
@@ -42,9 +43,7 @@ from slurmtel.commands.common import (
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, ParseError, SourceUnavailable
 from slurmtel.parsers.sacctmgr import (
-    ACCOUNT_TREE_ARGS,
     GRP_TRES_MINS_ARGS,
-    parse_account_parents,
     parse_grp_tres_mins,
     with_sub_accounts,
 )
@@ -89,17 +88,12 @@ def read_slurm_budgets(config: Config) -> dict[str, int]:
 
 
 def read_account_parents(config: Config) -> dict[str, frozenset[str]] | None:
-    """The account tree from sacctmgr, or None (with a warning) when it cannot be read."""
-    command = config.access.sacctmgr_command
-    problem = "access.sacctmgr_command is empty"
-    if command:
-        try:
-            tree = run_command([command, *ACCOUNT_TREE_ARGS], timeout_seconds=30)
-            return parse_account_parents(tree.decode("utf-8", "replace"))
-        except (SourceUnavailable, ParseError) as exc:
-            problem = str(exc)
-    warn(f"cannot read the account tree from sacctmgr ({problem}): budgets cover only their own account")
-    return None
+    """The account tree, or None (with a warning) when it cannot be read."""
+    try:
+        return account_tree(config)
+    except (SourceUnavailable, ParseError) as exc:
+        warn(f"cannot read the account tree from sacctmgr ({exc}): budgets cover only their own account")
+        return None
 
 
 def budget_rows(

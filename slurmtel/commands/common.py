@@ -176,12 +176,23 @@ def coordinated_accounts(config: Config, user: str) -> frozenset[str]:
     if not accounts:
         return accounts
     try:
-        tree = run_command([command, *ACCOUNT_TREE_ARGS], timeout_seconds=30)
-        parents = parse_account_parents(tree.decode("utf-8", "replace"))
+        parents = account_tree(config)
     except (SourceUnavailable, ParseError) as exc:
         log.warning("cannot read the account tree from sacctmgr (%s): sub-accounts not included", exc)
         return accounts
     return with_sub_accounts(accounts, parents)
+
+
+def account_tree(config: Config) -> dict[str, frozenset[str]]:
+    """account -> its parents, from `sacctmgr show account withassoc` (access.sacctmgr_command):
+    coordinators' sub-accounts, budget roll-ups and statement roll-ups all read it here.
+    SourceUnavailable when sacctmgr is not configured or fails, ParseError on output without
+    the tree's columns."""
+    command = config.access.sacctmgr_command
+    if not command:
+        raise SourceUnavailable("access.sacctmgr_command is empty")
+    raw = run_command([command, *ACCOUNT_TREE_ARGS], timeout_seconds=30)
+    return parse_account_parents(raw.decode("utf-8", "replace"))
 
 
 def scope_for(config: Config, action: Action, identity: Identity | None = None) -> Scope:

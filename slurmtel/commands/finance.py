@@ -44,10 +44,8 @@ from slurmtel.commands import common
 from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, add_wide_argument, open_context, scope_for
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
-from slurmtel.parsers.sacctmgr import ACCOUNT_TREE_ARGS, parse_account_parents
 from slurmtel.reports.parquet import write_parquet
 from slurmtel.reports.render import render
-from slurmtel.sources.io import run_command
 from slurmtel.store.chargeback import audit_entries, closed_months, get_statements, list_statements
 from slurmtel.timeparse import month_bounds
 
@@ -158,7 +156,9 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
         _emit_records(records, COMPLETED_COLUMNS, args, f"Cost per completed job, {month}")
         return EXIT_OK
     if args.by:
-        parents = account_parents(config)
+        if not config.access.sacctmgr_command:
+            raise ConfigError("--by needs the Slurm account tree: access.sacctmgr_command is empty")
+        parents = common.account_tree(config)
         records = rollup_records(statement, args.by, parents)
         _emit_records(records, ROLLUP_COLUMNS, args, f"Chargeback {month} by {args.by}, {statement.currency}")
         return EXIT_OK
@@ -233,15 +233,6 @@ LISTING_COLUMNS = (
     "reason",
 )
 AUDIT_COLUMNS = ("at", "actor", "action", "month", "csv_sha256", "reason")
-
-
-def account_parents(config: Config) -> dict[str, frozenset[str]]:
-    """The Slurm account tree from sacctmgr (access.sacctmgr_command), for --by parent|top."""
-    command = config.access.sacctmgr_command
-    if not command:
-        raise ConfigError("--by needs the Slurm account tree: access.sacctmgr_command is empty")
-    raw = run_command([command, *ACCOUNT_TREE_ARGS], timeout_seconds=30)
-    return parse_account_parents(raw.decode("utf-8", "replace"))
 
 
 def _emit_records(
