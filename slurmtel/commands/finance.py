@@ -46,7 +46,7 @@ from slurmtel.config import Config
 from slurmtel.errors import ConfigError
 from slurmtel.reports.parquet import write_parquet
 from slurmtel.reports.render import render
-from slurmtel.store.chargeback import audit_entries, closed_months, get_statements, list_statements
+from slurmtel.store.chargeback import audit_entries, closed_settings, list_statements
 from slurmtel.timeparse import month_bounds
 
 FORMATS = ("csv", "json", "table", "parquet")
@@ -173,8 +173,8 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
 
 def _say_rate_notices(engine: Engine, config: Config) -> None:
     with engine.connect() as conn:
-        closed = get_statements(conn, closed_months(conn))
-    for notice in rate_notices(config, {m: s.settings for m, s in closed.items()}):
+        closed = closed_settings(conn)
+    for notice in rate_notices(config, closed):
         print(f"slurmtel: note: {notice}", file=sys.stderr)
 
 

@@ -103,6 +103,12 @@ def closed_months(conn: Connection) -> list[str]:
     return list(conn.execute(text("SELECT month FROM chargeback_statement ORDER BY month")).scalars())
 
 
+def closed_settings(conn: Connection) -> dict[str, dict[str, Any]]:
+    """month -> the settings its closed statement was computed with (not its bytes)."""
+    rows = conn.execute(text("SELECT month, settings FROM chargeback_statement ORDER BY month"))
+    return {r.month: r.settings for r in rows}
+
+
 def voided_months(conn: Connection) -> set[str]:
     return set(conn.execute(text("SELECT DISTINCT month FROM chargeback_statement_voided")).scalars())
 
