@@ -66,8 +66,13 @@ def read_clock_file(path: Path) -> datetime:
 
 def write_clock_file(path: Path, at: datetime) -> None:
     """Atomically: a stand-in reading the file sees the old instant or the new one."""
+    write_atomically(path, (at.astimezone(UTC).isoformat() + "\n").encode())
+
+
+def write_atomically(path: Path, content: bytes) -> None:
+    """Write PATH so that a reader sees the old file or the new one, never half."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-    tmp.write_text(at.astimezone(UTC).isoformat() + "\n")
+    tmp.write_bytes(content)
     os.replace(tmp, path)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from slurmtel.clock import read_clock_file, write_atomically
 from slurmtel.records import GpuInventory, GpuSummary
 
 _TEMPLATE_FILE = "data/sacct-v0.0.42-job-completed.json"
@@ -717,37 +718,22 @@ def write_captures(
     sim: Simulation, captures: str, at: datetime, kinds: Sequence[str] = CAPTURE_KINDS
 ) -> None:
     """What the stand-ins print as of AT: captures/sacct.json, captures/scontrol-job.txt and
-    captures/scontrol-node.txt, each kind's AT in captures/<kind>.at (written last)."""
+    captures/scontrol-node.txt, each kind's AT in captures/<kind>.at (written last). Only
+    KINDS are simulated and written."""
     from pathlib import Path
 
     folder = Path(captures)
     stamp = at.isoformat()
-    files: dict[str, list[tuple[str, bytes]]] = {
-        "sacct": [("sacct.json", sim_sacct_json(sim, until=at))],
-        "scontrol": [
-            ("scontrol-job.txt", sim_scontrol_jobs(sim, at=at).encode()),
-            ("scontrol-node.txt", sim_scontrol_nodes(sim, at=at).encode()),
-        ],
-    }
     for kind in kinds:
-        for name, content in [*files[kind], (f"{kind}.at", stamp.encode() + b"\n")]:
-            _replace(folder / name, content)
-
-
-def _replace(path: Any, content: bytes) -> None:
-    """Write PATH atomically: a stand-in reading it sees the old or the new file, never half."""
-    import os
-    import threading
-
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-    tmp.write_bytes(content)
-    os.replace(tmp, path)
-
-
-def read_clock_file(path: str) -> datetime:
-    from pathlib import Path
-
-    return datetime.fromisoformat(Path(path).read_text().strip())
+        if kind == "sacct":
+            files = [("sacct.json", sim_sacct_json(sim, until=at))]
+        else:
+            files = [
+                ("scontrol-job.txt", sim_scontrol_jobs(sim, at=at).encode()),
+                ("scontrol-node.txt", sim_scontrol_nodes(sim, at=at).encode()),
+            ]
+        for name, content in [*files, (f"{kind}.at", stamp.encode() + b"\n")]:
+            write_atomically(folder / name, content)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -761,7 +747,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("kind", choices=CAPTURE_KINDS)
     args = parser.parse_args(argv)
     world = World.from_json(Path(args.world).read_bytes())
-    at = read_clock_file(world.clock_file)
+    at = read_clock_file(Path(world.clock_file))
     write_captures(world.simulate(until=at), world.captures, at, [args.kind])
     return 0
 
