@@ -29,7 +29,7 @@ from slurmtel.commands.common import (
 )
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
-from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise
+from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise, duration_text
 from slurmtel.reports.render import escape_controls, render
 from slurmtel.store.efficiency import AttemptEfficiency
 from slurmtel.store.jobview import AttemptView
@@ -125,15 +125,8 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 
 
 def _duration(seconds: float | None) -> str:
-    """Slurm's [D-]HH:MM:SS."""
-    if seconds is None:
-        return ""
-    total = round(seconds)
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{days}-{clock}" if days else clock
+    """Slurm's [D-]HH:MM:SS; "" for None."""
+    return "" if seconds is None else duration_text(seconds)
 
 
 def _local(moment: datetime | None, zone: tzinfo) -> str:
