@@ -233,6 +233,24 @@ def util_windows(
 # --------------------------------------------------------------------------------- slurmtel me
 
 
+def _user_window_params(
+    user: str, start: datetime, end: datetime, first_day: date, end_day: date, now: datetime, scope: Scope
+) -> dict[str, Any]:
+    """The parameters of WINDOWED_ATTEMPTS_SQL for USER's attempts in [START, END), the site
+    days [FIRST_DAY, END_DAY) as :first and :end_day, and USER as :user."""
+    params: dict[str, Any] = {
+        "start": start,
+        "end": end,
+        "now": now,
+        "first": first_day,
+        "end_day": end_day,
+        "user": user,
+    }
+    params.update(scope.sql_params())
+    params.update(JobFilter(users=(user,)).sql_params())
+    return params
+
+
 def month_summary(
     conn: Connection,
     *,
@@ -245,9 +263,7 @@ def month_summary(
     scope: Scope,
 ) -> dict[str, Any]:
     """USER's GPU use in [START, END) (site days [FIRST_DAY, END_DAY) for the telemetry)."""
-    params: dict[str, Any] = {"start": start, "end": end, "now": now, "first": first_day, "end_day": end_day}
-    params.update(scope.sql_params())
-    params.update(JobFilter(users=(user,)).sql_params())
+    params = _user_window_params(user, start, end, first_day, end_day, now, scope)
     usage = (
         conn.execute(
             text(
@@ -280,7 +296,7 @@ def month_summary(
             WHERE g.day >= :first AND g.day < :end_day AND a.user_name = :user AND {SCOPE_SQL}
             """
             ),
-            {**params, "user": user},
+            params,
         )
         .mappings()
         .one()
@@ -301,17 +317,7 @@ def top_jobs(
     limit: int,
 ) -> list[dict[str, Any]]:
     """USER's jobs with the most GPU-seconds in [START, END), with their idle share there."""
-    params: dict[str, Any] = {
-        "start": start,
-        "end": end,
-        "now": now,
-        "first": first_day,
-        "end_day": end_day,
-        "user": user,
-        "limit": limit,
-    }
-    params.update(scope.sql_params())
-    params.update(JobFilter(users=(user,)).sql_params())
+    params = {**_user_window_params(user, start, end, first_day, end_day, now, scope), "limit": limit}
     rows = conn.execute(
         text(
             f"""
@@ -365,9 +371,7 @@ def user_attempts(
     host-side figures (whole attempt; slurmtel.store.efficiency)."""
     from slurmtel.store.efficiency import EFFICIENCY_COLUMNS_SQL, efficiency_from_row
 
-    params: dict[str, Any] = {"start": start, "end": end, "now": now, "first": first_day, "end_day": end_day}
-    params.update(scope.sql_params())
-    params.update(JobFilter(users=(user,)).sql_params())
+    params = _user_window_params(user, start, end, first_day, end_day, now, scope)
     rows = conn.execute(
         text(
             f"""
