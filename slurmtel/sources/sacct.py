@@ -285,7 +285,6 @@ class _Totals:
     attempts: int = 0
     inserted: int = 0
     updated: int = 0
-    unchanged: int = 0
     quarantined: int = 0
     # natural keys: overlapping windows (cursor and trailing rescan) read one attempt twice
     keys: set[tuple[str, int, datetime]] = field(default_factory=set)
@@ -313,7 +312,6 @@ class _Totals:
         self.attempts += attempts
         self.inserted += stats.inserted
         self.updated += stats.updated
-        self.unchanged += stats.unchanged
         self.quarantined += len(rejected)
         self.rejected.extend(rejected[: 20 - len(self.rejected)])
 
