@@ -43,12 +43,12 @@ from slurmtel.parsers.slurm_common import (
     only_informational,
     parse_tres_list,
     slurm_epoch,
+    unknown_schema,
     unwrap_number,
 )
 from slurmtel.records import NEWEST_KNOWN_SCHEMA, JobAttempt, Rejected, SchemaNotice
 
 SOURCE = "sacct"
-SUPPORTED_VERSIONS = range(37, 45)
 SUPPORTED_SCHEMAS = "openapi/dbv0.0.37, openapi/dbv0.0.38, data_parser/v0.0.39 .. data_parser/v0.0.44"
 NEWEST_SCHEMA = NEWEST_KNOWN_SCHEMA
 # how much of a broken tail (characters) a truncation record keeps
@@ -56,7 +56,6 @@ TAIL_CHARS = 4096
 # how much of a job's text a Rejected record keeps when the job cannot be decoded
 MAX_RAW_CHARS = 65536
 
-_SCHEMA = re.compile(r"(?:openapi/dbv|data_parser/v)0\.0\.(\d+)")
 # slurmctld's own plugin names: squeue --json and slurmrestd /slurm/ responses, not accounting
 _SLURMCTLD = re.compile(r"openapi/(?:v0\.0\.\d+|slurmctld)")
 _GPU_TYPED = GPU_KEY + ":"
@@ -490,8 +489,6 @@ def _check_schema(meta: dict[str, Any], origin: str) -> SchemaNotice | None:
     jobs are read by the newest known shape); a known one, or none named, gives None."""
     plugin = meta.get("plugin")
     plugin = plugin if isinstance(plugin, dict) else {}
-    plugins = meta.get("plugins")
-    plugins = plugins if isinstance(plugins, dict) else {}
     plugin_type = plugin.get("type")
     plugin_type = plugin_type if isinstance(plugin_type, str) else ""
     if _SLURMCTLD.fullmatch(plugin_type):
@@ -499,18 +496,10 @@ def _check_schema(meta: dict[str, Any], origin: str) -> SchemaNotice | None:
             f"{origin}: this is slurmctld job JSON ({plugin_type}: squeue --json or slurmrestd /slurm/), "
             "not sacct --json"
         )
-    # 23.02 names the parser in meta.plugins, 23.11+ in meta.plugin.data_parser (with type
-    # "" or "openapi/slurmdbd"), 21.08/22.05 only in meta.plugin.type
-    for label in (plugin.get("data_parser"), plugins.get("data_parser"), plugin_type):
-        if not isinstance(label, str) or not label or label == "openapi/slurmdbd":
-            continue
-        m = _SCHEMA.fullmatch(label)
-        if m is not None and int(m.group(1)) in SUPPORTED_VERSIONS:
-            return None
-        # a newer Slurm (26.05 prints data_parser/v0.0.45), or a name never seen: read it by
-        # the newest shape known; finish() refuses it if nothing in it has that shape
-        return SchemaNotice(SOURCE, origin, label[:100], NEWEST_SCHEMA)
-    return None  # meta names no schema: the jobs are read by shape
+    # an unknown one is read by the newest shape known; finish() refuses it if nothing in it
+    # has that shape. None named: the jobs are read by shape
+    schema = unknown_schema(meta)
+    return None if schema is None else SchemaNotice(SOURCE, origin, schema, NEWEST_SCHEMA)
 
 
 def _meta_cluster(meta: Any) -> str:

@@ -117,6 +117,36 @@ def text_number(text: str | None, bits: int = 32) -> int | None:
     return unwrap_number(int(text), bits)
 
 
+# Slurm JSON schema versions (0.0.N) whose shape slurmtel knows: 21.08 (v0.0.37) to 25.11 (v0.0.44)
+SUPPORTED_SCHEMA_VERSIONS = range(37, 45)
+# the schema as a document's meta names it: meta.plugin.type "openapi/v0.0.38" or
+# "openapi/dbv0.0.38" (21.08, 22.05), meta.plugins.data_parser (23.02) or
+# meta.plugin.data_parser (23.11+, with type "" or "openapi/slurmdbd") "data_parser/v0.0.42"
+_SCHEMA_LABEL = re.compile(r"(?:openapi/v|openapi/dbv|data_parser/v)0\.0\.(\d+)")
+# plugin names that name no schema version
+_NO_VERSION = frozenset({"", "openapi/slurmctld", "openapi/slurmdbd"})
+
+
+def unknown_schema(meta: Any) -> str | None:
+    """The schema a Slurm JSON document's META names (cut to 100 characters) when slurmtel does
+    not know it (a newer Slurm: 26.05 prints data_parser/v0.0.45, or a name never seen); None
+    for a known one, or when META names none (the objects are then read by shape)."""
+    if not isinstance(meta, dict):
+        return None
+    plugin = meta.get("plugin")
+    plugin = plugin if isinstance(plugin, dict) else {}
+    plugins = meta.get("plugins")
+    plugins = plugins if isinstance(plugins, dict) else {}
+    for label in (plugin.get("data_parser"), plugins.get("data_parser"), plugin.get("type")):
+        if not isinstance(label, str) or label in _NO_VERSION:
+            continue
+        m = _SCHEMA_LABEL.fullmatch(label)
+        if m is not None and int(m.group(1)) in SUPPORTED_SCHEMA_VERSIONS:
+            return None
+        return label[:100]
+    return None
+
+
 # errors Slurm prints beside a (possibly empty) list of records that only say nothing was found
 # (ESLURM_REST_EMPTY_RESULT "Nothing found": sacct --json of 22.05 for a window without jobs)
 INFORMATIONAL_ERRORS = frozenset({9003})

@@ -48,24 +48,17 @@ from slurmtel.parsers.slurm_common import (
     parse_tres_string,
     slurm_epoch,
     text_number,
+    unknown_schema,
     unwrap_number,
 )
 from slurmtel.parsers.slurm_common import gpu_count as tres_gpu_count
 from slurmtel.records import NEWEST_KNOWN_SCHEMA, GpuAllocation, NodeState, PendingJob, Rejected, SchemaNotice
 
 SOURCE = "slurmctld"
-SUPPORTED_VERSIONS = range(37, 45)
 SUPPORTED_SCHEMAS = "openapi/v0.0.37, openapi/v0.0.38, data_parser/v0.0.39 .. data_parser/v0.0.44"
-NEWEST_SCHEMA = NEWEST_KNOWN_SCHEMA
 
 JobRecord = GpuAllocation | PendingJob | Rejected | SchemaNotice
 NodeRecord = NodeState | Rejected | SchemaNotice
-
-# the schema as the document names it: meta.plugin.type "openapi/v0.0.38" (21.08, 22.05),
-# meta.plugins.data_parser (23.02) or meta.plugin.data_parser (23.11+) "data_parser/v0.0.42"
-_SCHEMA = re.compile(r"(?:openapi/v|openapi/dbv|data_parser/v)0\.0\.(\d+)")
-# plugin names that name no schema version
-_NO_VERSION = frozenset({"", "openapi/slurmctld", "openapi/slurmdbd"})
 
 # "Key=" at the start of a line or after white space; scontrol keys hold letters, digits, _ : /
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=")
@@ -385,21 +378,8 @@ def _load_json(raw: str | bytes, origin: str, key: str) -> tuple[list[Any], Sche
 def _check_schema(meta: Any, origin: str) -> SchemaNotice | None:
     """A notice when META names a schema version slurmtel does not know; None for a known one,
     or when it names none (the objects are read by shape)."""
-    if not isinstance(meta, dict):
-        return None
-    plugin = meta.get("plugin")
-    plugin = plugin if isinstance(plugin, dict) else {}
-    plugins = meta.get("plugins")
-    plugins = plugins if isinstance(plugins, dict) else {}
-    for label in (plugin.get("data_parser"), plugins.get("data_parser"), plugin.get("type")):
-        if not isinstance(label, str) or label in _NO_VERSION:
-            continue
-        m = _SCHEMA.fullmatch(label)
-        if m is not None and int(m.group(1)) in SUPPORTED_VERSIONS:
-            return None
-        # a newer Slurm (26.05 prints data_parser/v0.0.45), or a name never seen
-        return SchemaNotice(SOURCE, origin, label[:100], NEWEST_SCHEMA)
-    return None
+    schema = unknown_schema(meta)
+    return None if schema is None else SchemaNotice(SOURCE, origin, schema, NEWEST_KNOWN_SCHEMA)
 
 
 def _has_known_shape(item: Any, key: str) -> bool:
