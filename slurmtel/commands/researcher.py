@@ -486,21 +486,21 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
         raise ConfigError(str(exc)) from exc
     first_day = start.astimezone(zone).date()
     end_day = end.astimezone(zone).date()
+    window: dict[str, Any] = {
+        "user": user,
+        "start": start,
+        "end": end,
+        "first_day": first_day,
+        "end_day": end_day,
+        "now": now,
+        "scope": scope,
+    }
     if args.user:
         with ctx.engine.connect() as conn:
             common.warn_unknown(conn, scope, JobFilter(users=(user,)))
     if args.jobs:
         with ctx.engine.connect() as conn:
-            attempts = user_attempts(
-                conn,
-                user=user,
-                start=start,
-                end=end,
-                first_day=first_day,
-                end_day=end_day,
-                now=now,
-                scope=scope,
-            )
+            attempts = user_attempts(conn, **window)
         rows = [me_job_row(r, zone) for r in attempts]
         if args.format == "table":
             title = f"Jobs of {user} in {month}" + (" (so far)" if start <= now < end else "")
@@ -510,20 +510,8 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
             render(rows, sys.stdout, args.format, columns=ME_JOBS_DATA_COLUMNS)
         return EXIT_OK
     with ctx.engine.connect() as conn:
-        usage = month_summary(
-            conn, user=user, start=start, end=end, first_day=first_day, end_day=end_day, now=now, scope=scope
-        )
-        jobs = top_jobs(
-            conn,
-            user=user,
-            start=start,
-            end=end,
-            first_day=first_day,
-            end_day=end_day,
-            now=now,
-            scope=scope,
-            limit=args.top,
-        )
+        usage = month_summary(conn, **window)
+        jobs = top_jobs(conn, **window, limit=args.top)
     summary = me_summary(user, month, usage)
     top = [me_top_job(r) for r in jobs]
     if args.format == "json":
