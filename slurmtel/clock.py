@@ -38,16 +38,22 @@ def parse_clock_setting(value: str) -> datetime | Path | None:
         return None
     if value.startswith("/"):
         return Path(value)
-    try:
-        at = datetime.fromisoformat(value)
-    except ValueError:
-        at = None
-    if at is None or at.tzinfo is None:
+    at = _instant(value)
+    if at is None:
         raise ConfigError(
             f'site.clock must be "" (the wall clock), an ISO 8601 instant with a zone '
             f"(\"2026-12-04T00:00:00Z\") or the absolute path of a clock file, not '{value}'"
         )
-    return at.astimezone(UTC)
+    return at
+
+
+def _instant(text: str) -> datetime | None:
+    """TEXT as an ISO 8601 instant with a zone, in UTC; None when it is not one."""
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return at.astimezone(UTC) if at.tzinfo is not None else None
 
 
 def read_clock_file(path: Path) -> datetime:
@@ -55,13 +61,10 @@ def read_clock_file(path: Path) -> datetime:
         text = path.read_text().strip()
     except OSError as exc:
         raise ConfigError(f"site.clock: cannot read the clock file {path}: {exc.strerror}") from exc
-    try:
-        at = datetime.fromisoformat(text)
-    except ValueError:
-        at = None
-    if at is None or at.tzinfo is None:
+    at = _instant(text)
+    if at is None:
         raise ConfigError(f"site.clock: {path} must hold an ISO 8601 instant with a zone, not '{text}'")
-    return at.astimezone(UTC)
+    return at
 
 
 def write_clock_file(path: Path, at: datetime) -> None:
