@@ -122,8 +122,9 @@ def warn_unknown(
     if sources:
         from slurmtel.sources import SOURCES
 
-        for value in unknown_sources(conn, list(dict.fromkeys(sources)), registered=sorted(SOURCES)):
-            known = ", ".join(sorted(SOURCES))
+        registered = sorted(SOURCES)
+        known = ", ".join(registered)
+        for value in unknown_sources(conn, list(dict.fromkeys(sources)), registered=registered):
             lines.append(f"no such source '{value}' in the data (known sources: {known})")
     for line in lines:
         warn(line)

@@ -48,7 +48,8 @@ def unknown_values(conn: Connection, kind: str, values: Sequence[str], scope: Sc
 
 def unknown_sources(conn: Connection, values: Sequence[str], registered: Sequence[str] = ()) -> list[str]:
     """VALUES (in order) neither REGISTERED nor named by any collect run or quarantined record."""
-    wanted = [v for v in values if v not in set(registered)]
+    skip = set(registered)
+    wanted = [v for v in values if v not in skip]
     if not wanted:
         return []
     rows = conn.execute(
