@@ -28,8 +28,6 @@ from slurmtel.store.attribution import (
 )
 from slurmtel.store.locks import ATTRIBUTION_LOCK_KEY, advisory_xact_lock
 
-LOCK_KEY = ATTRIBUTION_LOCK_KEY  # the advisory lock of attribution runs (store/locks.py)
-
 
 @dataclass(frozen=True)
 class AttributionResult:
@@ -45,7 +43,7 @@ def run_attribution(
     """Recompute the rollups of every attempt that may have changed and the retry links of
     every job that may have changed (all of them with FULL)."""
     with engine.begin() as conn:
-        advisory_xact_lock(conn, LOCK_KEY)
+        advisory_xact_lock(conn, ATTRIBUTION_LOCK_KEY)
         job_mark = None if full else get_watermark(conn, "jobs")
         selection = select_dirty_attempts(
             conn,

@@ -110,11 +110,9 @@ from slurmtel.rows import (
     line_to_data,
     sha256,
 )
-from slurmtel.store.locks import CLOSE_LOCK_KEY
 from slurmtel.timeparse import month_first_day, month_of, next_month, previous_month
 
 __all__ = [
-    "CLOSE_LOCK_KEY",
     "COMPLETED_COLUMNS",
     "DIFF_COLUMNS",
     "HOURS",
