@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from slurmtel.access import Scope
+from slurmtel.access import EVERYTHING, Scope
 from slurmtel.rows import ClosedStatement, UsageFigure, line_from_data, line_to_data
 from slurmtel.store.scope import SCOPE_SQL
 from slurmtel.store.usage import WINDOWED_ATTEMPTS_SQL, JobFilter
@@ -70,10 +70,24 @@ def usage_figures(
     ]
 
 
-def completed_jobs_by_account(
-    conn: Connection, *, start: datetime, end: datetime, scope: Scope, billing: bool
-) -> dict[str, int]:
-    """Jobs whose last attempt ended in [START, END) classed completed, per account."""
+# the columns completed jobs may be counted by
+_COMPLETED_KEYS = ("cluster", "partition", "account")
+
+
+def completed_jobs_by(
+    conn: Connection,
+    keys: tuple[str, ...],
+    *,
+    start: datetime,
+    end: datetime,
+    scope: Scope = EVERYTHING,
+    billing: bool = False,
+) -> dict[tuple[str, ...], int]:
+    """KEYS -> jobs whose last attempt ended in [START, END) classed completed (GPU jobs only
+    unless BILLING): for cost per completed job and `report cost`."""
+    if not keys or not set(keys) <= set(_COMPLETED_KEYS):
+        raise ValueError(f"completed jobs are counted by {_COMPLETED_KEYS}, not {keys}")
+    columns = ", ".join(f"a.{k}" for k in keys)
     sql = f"""
         -- the last attempt of a requeued job is the one submitted last (few jobs are requeued:
         -- a hash join on them beats probing every completed attempt for a later one)
@@ -83,7 +97,7 @@ def completed_jobs_by_account(
             GROUP BY cluster, job_id_raw, job_submit_at
         )
         -- one last attempt per job, so count(*) counts jobs
-        SELECT a.account, count(*) AS n
+        SELECT {columns}, count(*) AS n
         FROM job_attempt_outcome a
         LEFT JOIN requeued r
           ON r.cluster = a.cluster AND r.job_id_raw = a.job_id_raw AND r.job_submit_at = a.job_submit_at
@@ -92,11 +106,19 @@ def completed_jobs_by_account(
           AND (a.alloc_gpus > 0 OR CAST(:billing AS boolean))
           AND {SCOPE_SQL}
           AND (r.last_submit_at IS NULL OR r.last_submit_at = a.submit_at)
-        GROUP BY a.account
+        GROUP BY {columns}
     """
     params: dict[str, Any] = {"start": start, "end": end, "billing": billing}
     params.update(scope.sql_params())
-    return {r.account: int(r.n) for r in conn.execute(text(sql), params)}
+    return {tuple(r[:-1]): int(r.n) for r in conn.execute(text(sql), params)}
+
+
+def completed_jobs_by_account(
+    conn: Connection, *, start: datetime, end: datetime, scope: Scope, billing: bool
+) -> dict[str, int]:
+    """Jobs whose last attempt ended in [START, END) classed completed, per account."""
+    counts = completed_jobs_by(conn, ("account",), start=start, end=end, scope=scope, billing=billing)
+    return {account: n for (account,), n in counts.items()}
 
 
 def closed_months(conn: Connection) -> list[str]:

@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
 
 from sqlalchemy import Connection, text
 
 from slurmtel.access import EVERYTHING
+from slurmtel.store.chargeback import completed_jobs_by
 from slurmtel.store.reports_admin import FAILED_SQL, no_jit
 from slurmtel.store.reports_retries import DEFAULT_RESUBMISSION_WINDOW_SECONDS, retry_ctes
 from slurmtel.store.reports_taxonomy import DEFAULT_POLL_INTERVAL_SECONDS, _bind, _parts_ctes
@@ -166,21 +166,6 @@ def measured_rows(
 
 def completed_jobs(conn: Connection, *, start: datetime, end: datetime) -> dict[tuple[str, str, str], int]:
     """(cluster, partition, account) -> jobs whose last attempt held GPUs and ended in
-    [START, END) classed completed."""
-    sql = """
-        WITH requeued AS (
-            SELECT cluster, job_id_raw, job_submit_at, max(submit_at) AS last_submit_at
-            FROM job_attempt WHERE attempt_number > 1
-            GROUP BY cluster, job_id_raw, job_submit_at
-        )
-        SELECT a.cluster, a.partition, a.account, count(*) AS n
-        FROM job_attempt_outcome a
-        LEFT JOIN requeued r
-          ON r.cluster = a.cluster AND r.job_id_raw = a.job_id_raw AND r.job_submit_at = a.job_submit_at
-        WHERE a.outcome = 'completed' AND a.alloc_gpus > 0
-          AND a.end_at >= CAST(:start AS timestamptz) AND a.end_at < CAST(:end AS timestamptz)
-          AND (r.last_submit_at IS NULL OR r.last_submit_at = a.submit_at)
-        GROUP BY a.cluster, a.partition, a.account
-    """
-    params: dict[str, Any] = {"start": start, "end": end}
-    return {(r.cluster, r.partition, r.account): int(r.n) for r in conn.execute(text(sql), params)}
+    [START, END) classed completed (the count chargeback's cost per completed job uses)."""
+    counts = completed_jobs_by(conn, ("cluster", "partition", "account"), start=start, end=end)
+    return {(cluster, partition, account): n for (cluster, partition, account), n in counts.items()}
