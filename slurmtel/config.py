@@ -158,6 +158,59 @@ class AgentSourceConfig(ScrapeTargetsConfig):
     page_size: int = 5000
 
 
+# the DCGM fields the prometheus source reads by default (dcgm-exporter's default names, DCGM 3):
+# the same quantities the dcgm source reads from a scrape
+DEFAULT_PROMETHEUS_METRICS = (
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_TOTAL",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_XID_ERRORS",
+)
+
+
+@dataclass(frozen=True)
+class PrometheusSourceConfig:
+    """[sources.prometheus]: the DCGM series a Prometheus-compatible server has scraped from
+    dcgm-exporter, read through its HTTP API (/api/v1/query_range)."""
+
+    enabled: bool = False
+    interval_seconds: int = 60
+    # the server's base URL ("http://prometheus.example.org:9090", or with a path prefix)
+    url: str = ""
+    # file holding a bearer token sent as "Authorization: Bearer <token>"; "" = none
+    bearer_token_file: str = ""
+    # https: CA certificates (PEM) to verify the server with; "" = the system's
+    ca_file: str = ""
+    # https: do not verify the server's certificate (tests and labs only)
+    insecure_skip_verify: bool = False
+    timeout_seconds: int = 30
+    # the label that names the GPU node; "instance" (host:port of the exporter) and FQDNs are
+    # cut to the short host name, as the dcgm source names a target's node
+    node_label: str = "instance"
+    # query resolution: each window is this many seconds, its sample the latest one the server
+    # has in the step before the window's start
+    step_seconds: int = 30
+    # the newest seconds are left for the next run (scrapes still arriving)
+    delay_seconds: int = 60
+    # the first run (no cursor yet) starts this far back
+    initial_lookback_seconds: int = 3600
+    # points per series and query at most: a longer window is read in several queries
+    max_points_per_series: int = 240
+    # nodes per query at most: more nodes are read in several queries
+    nodes_per_query: int = 8
+    # the DCGM fields read (DCGM 3, DCGM 4.7 or 1.x-compatibility names: each name says its unit)
+    metrics: list[str] = field(default_factory=lambda: list(DEFAULT_PROMETHEUS_METRICS))
+    # DCGM field -> the metric's name on this server, where it differs (a recording rule, a prefix)
+    metric_names: dict[str, str] = field(default_factory=dict)
+
+
 # nccl-tests / rccl-tests jobs: "nccl" or "rccl" as a word of the name, or a *_perf binary's name
 DEFAULT_NCCL_JOB_PATTERN = "(?i)(^|[^a-z0-9])(nccl|rccl)([^a-z0-9]|$)|_perf$"
 
@@ -189,6 +242,7 @@ class SourcesConfig:
     dcgm: DcgmSourceConfig = field(default_factory=DcgmSourceConfig)
     agent: AgentSourceConfig = field(default_factory=AgentSourceConfig)
     nccl: NcclSourceConfig = field(default_factory=NcclSourceConfig)
+    prometheus: PrometheusSourceConfig = field(default_factory=PrometheusSourceConfig)
 
 
 @dataclass(frozen=True)
@@ -656,6 +710,46 @@ def _validate_nccl(nccl: NcclSourceConfig) -> None:
         raise ConfigError("sources.nccl.job_name_pattern must not be empty (set enabled = false instead)")
 
 
+_PROMQL_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_PROMQL_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def _validate_prometheus(prometheus: PrometheusSourceConfig) -> None:
+    from slurmtel.parsers.dcgm import dcgm_field_names
+
+    key = "sources.prometheus"
+    if prometheus.enabled and not prometheus.url:
+        raise ConfigError(f"{key}.url is required with {key}.enabled = true")
+    if prometheus.url and not re.match(r"https?://[^/?#]+", prometheus.url):
+        raise ConfigError(f"{key}.url must be an http:// or https:// URL, not '{prometheus.url}'")
+    for name in ("interval_seconds", "timeout_seconds", "step_seconds", "nodes_per_query"):
+        if getattr(prometheus, name) <= 0:
+            raise ConfigError(f"{key}.{name} must be positive")
+    for name in ("delay_seconds", "initial_lookback_seconds"):
+        if getattr(prometheus, name) < 0:
+            raise ConfigError(f"{key}.{name} must not be negative")
+    # Prometheus answers at most 11,000 points per series; the first point of a query is the
+    # window before (energy)
+    if not 2 <= prometheus.max_points_per_series <= 11000:
+        raise ConfigError(f"{key}.max_points_per_series must be between 2 and 11000")
+    if not _PROMQL_LABEL.fullmatch(prometheus.node_label):
+        raise ConfigError(f"{key}.node_label is no label name: '{prometheus.node_label}'")
+    if not prometheus.metrics:
+        raise ConfigError(f"{key}.metrics must name at least one DCGM field")
+    known = dcgm_field_names()
+    for metric in prometheus.metrics:
+        if metric not in known:
+            raise ConfigError(
+                f"{key}.metrics: '{metric}' is no DCGM field slurmtel reads (its unit would be "
+                f"unknown); name the field here and its name on the server in {key}.metric_names"
+            )
+    for metric, name in prometheus.metric_names.items():
+        if metric not in prometheus.metrics:
+            raise ConfigError(f"{key}.metric_names: '{metric}' is not in {key}.metrics")
+        if not _PROMQL_NAME.fullmatch(name):
+            raise ConfigError(f"{key}.metric_names.{metric}: '{name}' is no metric name")
+
+
 def _validate_fabric(fabric: FabricConfig) -> None:
     if not 0 < fabric.baseline_fraction <= 1:
         raise ConfigError("fabric.baseline_fraction must be in (0, 1]")
@@ -700,11 +794,11 @@ def _validate_cost(cost: CostConfig) -> None:
         )
     if cost.unit == "configured":
         if not cost.unit_name.strip():
-            raise ConfigError("cost.unit_name is required with cost.unit = \"configured\"")
+            raise ConfigError('cost.unit_name is required with cost.unit = "configured"')
         if not cost.units_per_month.strip():
-            raise ConfigError("cost.units_per_month is required with cost.unit = \"configured\"")
+            raise ConfigError('cost.units_per_month is required with cost.unit = "configured"')
     elif cost.unit_name.strip() or cost.units_per_month.strip():
-        raise ConfigError("cost.unit_name and cost.units_per_month apply only with cost.unit = \"configured\"")
+        raise ConfigError('cost.unit_name and cost.units_per_month apply only with cost.unit = "configured"')
 
 
 def _validated(config: Config) -> Config:
@@ -726,6 +820,7 @@ def _validated(config: Config) -> Config:
             if getattr(getattr(config.sources, source), name) <= 0:
                 raise ConfigError(f"sources.{source}.{name} must be positive")
     _validate_nccl(config.sources.nccl)
+    _validate_prometheus(config.sources.prometheus)
     _validate_fabric(config.fabric)
     for source in ("dcgm", "agent"):
         if not 1 <= getattr(config.sources, source).concurrency <= 64:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -258,7 +258,10 @@ def _label(labels: dict[str, str], *names: str) -> str:
 
 
 def _identity(block: str) -> _Identity:
-    raw = _parse_label_block(block)
+    return _identity_from_labels(_parse_label_block(block))
+
+
+def _identity_from_labels(raw: Mapping[str, str]) -> _Identity:
     labels = {name.lower(): value for name, value in raw.items()}
     mig_uuid = _label(labels, "mig_uuid")
     uuid = _label(labels, "uuid")
@@ -311,7 +314,6 @@ def parse_dcgm_metrics(raw: str, *, node: str, at: datetime) -> DcgmScrape:
     origin = f"dcgm-exporter on {node}"
     identities: dict[str, _Identity] = {}
     gpus: dict[tuple[str, str], _Gpu] = {}
-    dropped: dict[str, int] = {}
     rejected: list[Rejected] = []
     sample_lines = 0
     unattributed = 0
@@ -369,30 +371,83 @@ def parse_dcgm_metrics(raw: str, *, node: str, at: datetime) -> DcgmScrape:
         sample_lines += 1
         if spec is None and name[:5] not in ("DCGM_", "dcgm_"):
             continue
-        key = identity.key
-        if key is None:
+        if not _add(gpus, identity, spec, value):
             unattributed += 1
-            continue
-        gpu = gpus.get(key)
-        if gpu is None:
-            # any DCGM series names its GPU, even one this parser does not read
-            gpu = gpus[key] = _Gpu(labels=identity.labels)
-        if identity.job_id and identity.job_id not in gpu.job_ids:
-            gpu.job_ids.append(identity.job_id)
-        if spec is None:
-            continue
-        slot, convert = spec
-        if slot in gpu.values:
-            # the same series again for another hpc_job / pod label: the same reading
-            continue
-        gpu.values[slot] = convert(value)
 
     if rejected and sample_lines == 0:
         raise ParseError(
             f"{origin}: no line could be read as Prometheus text "
             f"({len(rejected)} rejected, first at {rejected[0].record_key}: {rejected[0].reason})"
         )
+    return _scrape(gpus, node, at, rejected, sample_lines, unattributed)
 
+
+def dcgm_scrape_from_samples(
+    samples: Iterable[tuple[str, Mapping[str, str], float]],
+    *,
+    node: str,
+    at: datetime,
+    rejected: Sequence[Rejected] = (),
+) -> DcgmScrape:
+    """The scrape of NODE at AT made of SAMPLES already split into (metric name, labels, value),
+    as a Prometheus server answers a query: the GPUs, values, units, MIG instances, job ids and
+    dropped impossible values are exactly what parse_dcgm_metrics gives for the same samples
+    written as exposition text. Samples of metrics that are not DCGM's are counted and ignored.
+    """
+    gpus: dict[tuple[str, str], _Gpu] = {}
+    identities: dict[tuple[tuple[str, str], ...], _Identity] = {}
+    sample_lines = 0
+    unattributed = 0
+    for name, labels, value in samples:
+        sample_lines += 1
+        spec = _METRICS.get(name)
+        if spec is None and name[:5] not in ("DCGM_", "dcgm_"):
+            continue
+        block = tuple(sorted(labels.items()))
+        identity = identities.get(block)
+        if identity is None:
+            identity = identities[block] = _identity_from_labels(labels)
+        if not _add(gpus, identity, spec, value):
+            unattributed += 1
+    return _scrape(gpus, node, at, list(rejected), sample_lines, unattributed)
+
+
+def dcgm_field_names() -> frozenset[str]:
+    """Every metric name the DCGM readers know (DCGM 3, DCGM 4.7 and 1.x-compatibility names)."""
+    return frozenset(_METRICS)
+
+
+def _add(
+    gpus: dict[tuple[str, str], _Gpu], identity: _Identity, spec: tuple[str, Converter] | None, value: float
+) -> bool:
+    """Put one DCGM sample on its GPU; False when its labels name no GPU (unattributed)."""
+    key = identity.key
+    if key is None:
+        return False
+    gpu = gpus.get(key)
+    if gpu is None:
+        # any DCGM series names its GPU, even one this parser does not read
+        gpu = gpus[key] = _Gpu(labels=identity.labels)
+    if identity.job_id and identity.job_id not in gpu.job_ids:
+        gpu.job_ids.append(identity.job_id)
+    if spec is None:
+        return True
+    slot, convert = spec
+    if slot not in gpu.values:
+        # (a repeat is the same series again for another hpc_job / pod label: the same reading)
+        gpu.values[slot] = convert(value)
+    return True
+
+
+def _scrape(
+    gpus: dict[tuple[str, str], _Gpu],
+    node: str,
+    at: datetime,
+    rejected: list[Rejected],
+    sample_lines: int,
+    unattributed: int,
+) -> DcgmScrape:
+    dropped: dict[str, int] = {}
     samples = [_sample(key, gpu, node, at, dropped) for key, gpu in gpus.items()]
     # a GPU in MIG mode also shows device-level series of its own (no GPU_I_ID): it is the
     # parent of its instances, not one more whole GPU beside them
@@ -538,6 +593,29 @@ def dcgm_summaries(
             )
         )
     return summaries
+
+
+def with_window_energy(
+    summary: GpuSummary, *, total_joules: float | None, previous: tuple[datetime, float] | None
+) -> GpuSummary:
+    """SUMMARY with the energy of its window: the increase of the GPU's energy counter (reading
+    TOTAL_JOULES at the window's start) since PREVIOUS (an earlier reading: its time and joules)
+    when there is one and the counter has not gone back (energy_method "counter"); else power x
+    window ("power_integral"); else none."""
+    if (
+        total_joules is not None
+        and previous is not None
+        and total_joules >= previous[1]
+        and summary.window_start_at > previous[0]
+    ):
+        return dataclasses.replace(summary, energy_joules=total_joules - previous[1], energy_method="counter")
+    if summary.power_mean_watts is not None:
+        return dataclasses.replace(
+            summary,
+            energy_joules=summary.power_mean_watts * summary.window_seconds,
+            energy_method="power_integral",
+        )
+    return summary
 
 
 def dcgm_inventory(scrape: DcgmScrape) -> list[GpuInventory]:

@@ -8,12 +8,20 @@ from slurmtel.sources.agent import AgentSource
 from slurmtel.sources.base import Source
 from slurmtel.sources.dcgm import DcgmSource
 from slurmtel.sources.nccl import NcclSource
+from slurmtel.sources.prometheus import PrometheusSource
 from slurmtel.sources.sacct import SacctSource
 from slurmtel.sources.slurmctld import SlurmctldSource
 
 SOURCES: dict[str, Source] = {
     source.name: source
-    for source in (SacctSource(), SlurmctldSource(), DcgmSource(), AgentSource(), NcclSource())
+    for source in (
+        SacctSource(),
+        SlurmctldSource(),
+        DcgmSource(),
+        AgentSource(),
+        NcclSource(),
+        PrometheusSource(),
+    )
 }
 
 

@@ -9,13 +9,18 @@ a start, or a counter that went backwards) it is power x interval.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from datetime import datetime
 from pathlib import Path
 
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SourceUnavailable
-from slurmtel.parsers.dcgm import DcgmScrape, dcgm_inventory, dcgm_summaries, parse_dcgm_metrics
+from slurmtel.parsers.dcgm import (
+    DcgmScrape,
+    dcgm_inventory,
+    dcgm_summaries,
+    parse_dcgm_metrics,
+    with_window_energy,
+)
 from slurmtel.records import GpuSummary
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
@@ -141,15 +146,7 @@ class DcgmSource:
         previous = self._last_energy.get(summary.gpu_uuid)
         if total is not None:
             self._last_energy[summary.gpu_uuid] = (scrape.at, total)
-        if total is not None and previous is not None and total >= previous[1] and scrape.at > previous[0]:
-            return dataclasses.replace(summary, energy_joules=total - previous[1], energy_method="counter")
-        if summary.power_mean_watts is not None:
-            return dataclasses.replace(
-                summary,
-                energy_joules=summary.power_mean_watts * summary.window_seconds,
-                energy_method="power_integral",
-            )
-        return summary
+        return with_window_energy(summary, total_joules=total, previous=previous)
 
 
 def _metrics_url(target: Target, path: str) -> str:

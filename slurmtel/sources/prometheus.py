@@ -1,0 +1,341 @@
+"""The prometheus source: dcgm-exporter's series from a Prometheus-compatible server.
+
+Where the site's Prometheus (or Thanos, Mimir, VictoriaMetrics: anything that answers
+`/api/v1/query_range`) already scrapes dcgm-exporter, the head reads the DCGM series from it
+instead of scraping every node itself. Each run reads the steps from the stored cursor to now
+minus `delay_seconds`, in queries of at most `max_points_per_series` points per series and
+`nodes_per_query` nodes (the node label's values in the window come from
+`/api/v1/label/NAME/values` first), and moves the cursor on after each stretch of time. A
+window [t, t + step) gets `last_over_time(METRIC[step - 1ms])` at t: the latest reading in
+(t - step, t], never an older one (no five-minute staleness carried into a gap), and each
+reading stands for one window only. Each query asks for the window before its first too, for
+the energy counter's increase. The series come back with their DCGM field in a label of their
+own (FIELD_LABEL), so a renamed metric (`metric_names`) is read with its field's unit.
+
+The samples of one node at one instant become the DcgmScrape a `/metrics` scrape gives, and
+go through the dcgm summariser into the same gpu_summary and gpu_inventory rows (source
+"prometheus"); the natural keys keep an overlapping or repeated range from being stored twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ssl
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import orjson
+from sqlalchemy import Connection
+
+from slurmtel.config import Config, PrometheusSourceConfig
+from slurmtel.errors import ConfigError, SourceUnavailable
+from slurmtel.parsers.dcgm import DcgmScrape
+from slurmtel.parsers.prometheus import (
+    FIELD_LABEL,
+    matrix_scrapes,
+    parse_label_values,
+    parse_prometheus_matrix,
+    scrape_inventory,
+    scrape_summaries,
+)
+from slurmtel.records import Rejected
+from slurmtel.sources.base import RunContext, RunResult
+from slurmtel.sources.plausible import plausible_range, screen_telemetry
+from slurmtel.store.checks import rejections
+from slurmtel.store.quarantine import quarantine
+from slurmtel.store.runs import get_cursor, set_cursor
+from slurmtel.store.telemetry import (
+    PartitionBudget,
+    resolve_allocation_uuids,
+    write_inventory,
+    write_summaries,
+)
+
+NAME = "prometheus"
+# stretches of time (max_points_per_series steps each) per run: bounds one run after a long
+# pause (the rest comes next run, the cursor moved on stretch by stretch)
+MAX_CHUNKS_PER_RUN = 100
+
+
+class PrometheusSource:
+    name = NAME
+    description = "dcgm-exporter's GPU series read from a Prometheus-compatible server (/api/v1/query_range)"
+
+    def enabled(self, config: Config) -> bool:
+        return config.sources.prometheus.enabled
+
+    def interval_seconds(self, config: Config) -> int:
+        return config.sources.prometheus.interval_seconds
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        pass
+
+    def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
+        cfg = ctx.config.sources.prometheus
+        if not cfg.url:
+            raise ConfigError("sources.prometheus.url is not set")
+        api = PrometheusApi(cfg)
+        step = cfg.step_seconds
+        now = ctx.clock()
+        scope = api.base_url
+        with ctx.engine.connect() as conn:
+            cursor = get_cursor(conn, NAME, scope)
+        earliest, _ = plausible_range(now, ctx.config.telemetry)
+        end = _floor(now - timedelta(seconds=cfg.delay_seconds), step)
+        if cursor is not None:
+            start = cursor + timedelta(seconds=step)
+        else:
+            start = _floor(now - timedelta(seconds=cfg.initial_lookback_seconds), step)
+        # windows older than the retention would be quarantined one by one: not asked for
+        start = max(start, _ceil(earliest + timedelta(seconds=step), step))
+        result = RunResult()
+        if start > end:
+            result.notes.append(f"nothing new: the cursor is at {cursor.isoformat() if cursor else '-'}")
+            return result
+        chunks = list(time_chunks(start, end, step, cfg.max_points_per_series))
+        if len(chunks) > MAX_CHUNKS_PER_RUN:
+            chunks = chunks[:MAX_CHUNKS_PER_RUN]
+            result.notes.append("backlog left for the next run")
+        result.window_start_at, result.window_end_at = chunks[0][0], chunks[-1][1]
+        budget = PartitionBudget(ctx.config.telemetry.max_new_partitions_per_run)
+        node_values = api.node_values(chunks[0][0] - timedelta(seconds=step), chunks[-1][1])
+        groups = [
+            node_values[i : i + cfg.nodes_per_query] for i in range(0, len(node_values), cfg.nodes_per_query)
+        ]
+        try:
+            for chunk_start, chunk_end in chunks:
+                for group in groups:
+                    raw = api.query_range(group, chunk_start - timedelta(seconds=step), chunk_end)
+                    origin = f"{api.base_url} {_span(chunk_start, chunk_end)}"
+                    store_matrix(ctx, raw, result, budget, origin=origin, since=chunk_start)
+                with ctx.engine.begin() as conn:
+                    set_cursor(conn, NAME, scope, chunk_end)
+        except SourceUnavailable as exc:
+            exc.partial_result = result
+            raise
+        result.notes.append(
+            f"{len(chunks)} stretch(es) of up to {cfg.max_points_per_series} steps x {len(groups)} node "
+            f"group(s) = {api.queries} queries; {len(node_values)} nodes"
+        )
+        return result
+
+    def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
+        """Store a saved `/api/v1/query_range` answer (its series must carry their names and the
+        node label); the cursor is left alone."""
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise SourceUnavailable(f"cannot read {path}: {exc.strerror}") from exc
+        result = RunResult()
+        budget = PartitionBudget(ctx.config.telemetry.max_new_partitions_per_run)
+        store_matrix(ctx, raw, result, budget, origin=str(path), since=None)
+        return result
+
+
+def store_matrix(
+    ctx: RunContext,
+    raw: bytes,
+    result: RunResult,
+    budget: PartitionBudget,
+    *,
+    origin: str,
+    since: datetime | None,
+) -> None:
+    """Parse one query_range answer and store its windows (from SINCE on) and inventory, each
+    node's in the one transaction of the answer."""
+    cfg = ctx.config.sources.prometheus
+    matrix = parse_prometheus_matrix(raw, origin=origin)
+    scrapes, rejected = matrix_scrapes(matrix, node_label=cfg.node_label, origin=origin)
+    rejected = [*matrix.rejected, *rejected]
+    by_node: dict[str, list[DcgmScrape]] = {}
+    for scrape in scrapes:
+        by_node.setdefault(scrape.node, []).append(scrape)
+    result.rows_read += matrix.points
+    with ctx.engine.begin() as conn:
+        for node, node_scrapes in by_node.items():
+            rejected += _store_node(ctx, conn, node, node_scrapes, result, budget, origin=origin, since=since)
+        quarantine(conn, rejected)
+    result.rows_quarantined += len(rejected)
+    for warning in matrix.warnings:
+        result.notes.append(f"{origin}: the server warns: {warning}")
+
+
+def _store_node(
+    ctx: RunContext,
+    conn: Connection,
+    node: str,
+    scrapes: Sequence[DcgmScrape],
+    result: RunResult,
+    budget: PartitionBudget,
+    *,
+    origin: str,
+    since: datetime | None,
+) -> list[Rejected]:
+    cfg = ctx.config.sources.prometheus
+    summaries = scrape_summaries(
+        scrapes,
+        window_seconds=float(cfg.step_seconds),
+        idle_threshold_percent=ctx.config.attribution.idle_threshold_percent,
+        since=since,
+    )
+    kept = [s for s in scrapes if since is None or s.at >= since]
+    screened = screen_telemetry(
+        now=ctx.clock(),
+        telemetry=ctx.config.telemetry,
+        source=NAME,
+        origin=f"{origin} {node}",
+        summaries=summaries,
+        inventory=scrape_inventory(kept),
+    )
+    write_inventory(conn, screened.inventory, source=NAME)
+    stats = write_summaries(conn, screened.summaries, source=NAME, node=node, partition_budget=budget)
+    resolve_allocation_uuids(conn, node=node)
+    result.rows_written += stats.inserted
+    dropped: dict[str, int] = {}
+    for scrape in kept:
+        for name, count in scrape.dropped.items():
+            dropped[name] = dropped.get(name, 0) + count
+    if dropped:
+        text = ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
+        result.notes.append(f"{node}: impossible values dropped: {text}")
+    return [
+        *[r for s in kept for r in s.rejected],
+        *screened.rejected,
+        *rejections(stats.refused, source=NAME, origin=f"{origin} {node}"),
+    ]
+
+
+def time_chunks(
+    start: datetime, end: datetime, step: int, max_points: int
+) -> list[tuple[datetime, datetime]]:
+    """[first, last] window starts of each query: at most MAX_POINTS - 1 windows each (a query
+    also asks for the window before its first)."""
+    per_chunk = timedelta(seconds=step * (max_points - 2))
+    chunks = []
+    while start <= end:
+        last = min(start + per_chunk, end)
+        chunks.append((start, last))
+        start = last + timedelta(seconds=step)
+    return chunks
+
+
+def _floor(at: datetime, step: int) -> datetime:
+    seconds = int(at.timestamp())
+    return datetime.fromtimestamp(seconds - seconds % step, at.tzinfo)
+
+
+def _ceil(at: datetime, step: int) -> datetime:
+    floor = _floor(at, step)
+    return floor if floor == at else floor + timedelta(seconds=step)
+
+
+def _span(start: datetime, end: datetime) -> str:
+    return f"{start.isoformat()}..{end.isoformat()}"
+
+
+def _regex_literal(value: str) -> str:
+    """VALUE as an RE2 pattern that matches it alone."""
+    return "".join("\\" + ch if ch in "\\.^$*+?{}[]|()" else ch for ch in value)
+
+
+def _promql_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+class PrometheusApi:
+    """The HTTP calls of one run: GET label values, POST query_range; counts its queries."""
+
+    def __init__(self, cfg: PrometheusSourceConfig) -> None:
+        self.cfg = cfg
+        self.base_url = cfg.url.rstrip("/")
+        self.queries = 0
+        self.headers = {"Accept": "application/json"}
+        if cfg.bearer_token_file:
+            try:
+                token = Path(cfg.bearer_token_file).read_text().strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"sources.prometheus.bearer_token_file: cannot read {cfg.bearer_token_file}: {exc.strerror}"
+                ) from exc
+            self.headers["Authorization"] = f"Bearer {token}"
+        self.context: ssl.SSLContext | None = None
+        if self.base_url.startswith("https://"):
+            try:
+                self.context = ssl.create_default_context(cafile=cfg.ca_file or None)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"sources.prometheus.ca_file: cannot read {cfg.ca_file}: {exc}") from exc
+            if cfg.insecure_skip_verify:
+                self.context.check_hostname = False
+                self.context.verify_mode = ssl.CERT_NONE
+        # queried name -> the DCGM field it is read as
+        self.metrics = {cfg.metric_names.get(field, field): field for field in cfg.metrics}
+
+    def node_values(self, start: datetime, end: datetime) -> list[str]:
+        """The node label's values of the DCGM series between START and END."""
+        match = "{__name__=~" + _promql_string("|".join(_regex_literal(m) for m in self.metrics)) + "}"
+        params = urllib.parse.urlencode({"match[]": match, "start": _unix(start), "end": _unix(end)})
+        label = urllib.parse.quote(self.cfg.node_label, safe="")
+        url = f"{self.base_url}/api/v1/label/{label}/values?{params}"
+        return parse_label_values(self._request(url, None), origin=url)
+
+    def query(self, node_values: Sequence[str]) -> str:
+        """The PromQL of one query: each metric's latest reading per step, renamed back to its
+        DCGM field, for the nodes NODE_VALUES."""
+        nodes = _promql_string("|".join(_regex_literal(v) for v in node_values))
+        selector = f"{{{self.cfg.node_label}=~{nodes}}}"
+        # the step before the window, its start left out: (start - step, start]
+        span = f"{self.cfg.step_seconds * 1000 - 1}ms"
+        return " or ".join(
+            f'label_replace(last_over_time({name}{selector}[{span}]), "{FIELD_LABEL}", "{field}", "", "")'
+            for name, field in self.metrics.items()
+        )
+
+    def query_range(self, node_values: Sequence[str], start: datetime, end: datetime) -> bytes:
+        form = {
+            "query": self.query(node_values),
+            "start": _unix(start),
+            "end": _unix(end),
+            "step": str(self.cfg.step_seconds),
+            "timeout": f"{self.cfg.timeout_seconds}s",
+        }
+        self.queries += 1
+        return self._request(f"{self.base_url}/api/v1/query_range", urllib.parse.urlencode(form).encode())
+
+    def _request(self, url: str, form: bytes | None) -> bytes:
+        headers: Mapping[str, str] = self.headers
+        if form is not None:
+            headers = {**headers, "Content-Type": "application/x-www-form-urlencoded"}
+        request = urllib.request.Request(
+            url, data=form, headers=dict(headers), method="POST" if form else "GET"
+        )
+        where = url.split("?", 1)[0]
+        try:
+            with urllib.request.urlopen(
+                request, timeout=self.cfg.timeout_seconds, context=self.context
+            ) as response:
+                body: bytes = response.read()
+                return body
+        except urllib.error.HTTPError as exc:
+            raise SourceUnavailable(f"{where}: HTTP {exc.code} {exc.reason}{_error_detail(exc)}") from exc
+        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise SourceUnavailable(f"{where}: {reason}") from exc
+
+
+def _error_detail(exc: urllib.error.HTTPError) -> str:
+    """The API's own error text of a refused request (`{"status":"error","error":...}`)."""
+    try:
+        document = orjson.loads(exc.read(4096))
+    except (OSError, ValueError):
+        return ""
+    if isinstance(document, dict) and isinstance(document.get("error"), str):
+        return f": {document.get('errorType', 'error')}: {document['error'][:300]}"
+    return ""
+
+
+def _unix(at: datetime) -> str:
+    return str(int(at.timestamp()))
