@@ -21,10 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmtel.agent.protocol import decode_summaries_response, encode_summaries_response, record_to_json
-from slurmtel.errors import ParseError
+from slurmtel.errors import ParseError, SourceUnavailable
 from slurmtel.parsers.dcgm import dcgm_inventory, dcgm_summaries, parse_dcgm_metrics
 from slurmtel.parsers.gres import gpu_items, parse_gres, physical_gpus
 from slurmtel.parsers.nvidia_smi import parse_nvidia_smi_list, parse_nvidia_smi_query, parse_nvidia_smi_xml
+from slurmtel.parsers.prometheus import (
+    matrix_scrapes,
+    parse_prometheus_matrix,
+    scrape_inventory,
+    scrape_summaries,
+)
 from slurmtel.parsers.sacct_json import parse_sacct_json
 from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, SACCT_FIELDS, parse_sacct_parsable
 from slurmtel.parsers.sacctmgr import parse_account_parents, parse_coordinators
@@ -428,3 +434,66 @@ def test_json_scan_raises_only_its_own_errors(case: Any) -> None:
         loads_one(text)
     except ValueError as exc:
         assert str(exc)
+
+
+# ------------------------------------------------------------------ Prometheus API answers
+
+PROMETHEUS = fixture_path("prometheus_api", "cases", "source_query_two_nodes", "input.json")
+
+
+def prometheus_or_error(raw: str | bytes) -> Any:
+    """The matrix's windows and inventory, or None for a ParseError - or for SourceUnavailable
+    when the input is an API error answer (status "error": the server could not run the query)."""
+    try:
+        matrix = parse_prometheus_matrix(raw, origin="fuzz")
+    except ParseError as exc:
+        assert str(exc)
+        return None
+    except SourceUnavailable:
+        assert orjson.loads(raw)["status"] == "error"
+        return None
+    check_rejected(list(matrix.rejected))
+    scrapes, rejected = matrix_scrapes(matrix, node_label="instance", origin="fuzz")
+    check_rejected(rejected)
+    summaries = scrape_summaries(scrapes, window_seconds=30, idle_threshold_percent=5)
+    assert all(isinstance(s, GpuSummary) for s in summaries)
+    assert all(isinstance(i, GpuInventory) for i in scrape_inventory(scrapes))
+    return matrix
+
+
+@FUZZ
+@given(
+    st.one_of(ANY_TEXT, ANY_BYTES, JSON_VALUES.map(lambda v: json.dumps({"status": "success", "data": v})))
+)
+def test_prometheus_answers_take_any_input(raw: str | bytes) -> None:
+    prometheus_or_error(raw)
+
+
+@FUZZ
+@given(
+    st.integers(min_value=0, max_value=60),
+    st.sampled_from(
+        [("metric",), ("values",), ("values", 0), ("values", 1, 0), ("values", 2, 1), ("metric", "instance")]
+    ),
+    JSON_VALUES,
+)
+def test_one_damaged_prometheus_series_leaves_the_others_as_they_were(
+    pick: int, field: Any, value: Any
+) -> None:
+    doc = orjson.loads(PROMETHEUS.read_bytes())
+    series = doc["data"]["result"]
+    index = pick % len(series)
+    target: Any = series[index]
+    for key in field[:-1]:
+        target = target[key]
+    target[field[-1]] = value
+    matrix = prometheus_or_error(json.dumps(doc))
+    assert matrix is not None
+    # every other series is exactly what it is in an answer of its own
+    for i, item in enumerate(series):
+        if i == index:
+            continue
+        alone = parse_prometheus_matrix(
+            json.dumps({**doc, "data": {**doc["data"], "result": [item]}}), origin="fuzz"
+        )
+        assert alone.series[0] in matrix.series
