@@ -948,3 +948,98 @@ def test_damaged_nccl_log(cli: Cli, engine: Engine, path: Path, kind: str) -> No
         assert NO_OUTPUT in listed.out, listed.out
     if kind == "cut_before_output":
         assert not runs
+
+
+# ------------------------------------------------------------------ Prometheus API answers
+
+# the real query_range answers that hold series (tests/fixtures/prometheus_api/PROVENANCE.md)
+PROMETHEUS = [
+    p
+    for p in sorted(FIXTURES.glob("prometheus_api/cases/*/input.json"))
+    if not p.parent.name.startswith("derived_")
+    and (_json(p) or {}).get("data", {}).get("result")
+    and _json(p)["data"].get("resultType") == "matrix"
+]
+PROMETHEUS_KINDS = [
+    "truncate",
+    "not_utf8",
+    "type_swap",
+    "duplicate",
+    "deep_nesting",
+    "huge_value",
+    "clock_far_ahead",
+    "clock_far_behind",
+]
+PROMETHEUS_CASES = [(path, kind) for path in PROMETHEUS for kind in PROMETHEUS_KINDS]
+
+
+def _recent(doc: dict[str, Any]) -> dict[str, Any]:
+    """DOC with its points moved, whole steps of a day, to the last days before now: stored
+    windows must lie inside telemetry.retention_days of the clock whenever the test runs."""
+    times = [p[0] for s in doc["data"]["result"] for p in s["values"]]
+    shift = (int(time.time()) - 86400 - max(times)) // 86400 * 86400
+    for series in doc["data"]["result"]:
+        series["values"] = [[t + shift, v] for t, v in series["values"]]
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"), PROMETHEUS_CASES, ids=[f"{p.parent.name}:{k}" for p, k in PROMETHEUS_CASES]
+)
+def test_damaged_prometheus_answer(cli: Cli, engine: Engine, path: Path, kind: str) -> None:
+    rng = random.Random(f"{path.parent.name}:{kind}")
+    doc = _recent(orjson.loads(path.read_bytes()))
+    raw = json.dumps(doc)
+    base = cli.run("collect", "prometheus", "--input", str(cli.file("answer.json", raw)))
+    assert base.code == 0, base.err[-2000:]
+    baseline = set(rows(engine, "SELECT gpu_uuid, window_start_at FROM gpu_summary"))
+    assert baseline
+    with engine.begin() as conn:
+        conn.execute(
+            text("TRUNCATE gpu_summary, gpu_inventory, collect_run, quarantine, ingest_batch CASCADE")
+        )
+    series = doc["data"]["result"]
+    victim = series[rng.randrange(len(series))]
+    point = rng.randrange(len(victim["values"]))
+    # windows the damage may take away: those of the victim series' points
+    lost = len(victim["values"])
+    expect = Expect()
+    if kind == "truncate":
+        damaged = raw[: rng.randrange(1, len(raw))]
+        expect = Expect(document=True)
+    elif kind == "not_utf8":
+        # a byte that is not UTF-8 in a label value: the answer is no JSON text at all
+        damaged = raw.replace('"gpu": "0"', '"gpu": "0\udcff"', 1)
+        assert damaged != raw
+        expect = Expect(document=True)
+    else:
+        if kind == "type_swap":
+            victim["values"][point][1] = "abc"
+            expect = Expect(("point",))
+        elif kind == "duplicate":
+            series.insert(0, copy.deepcopy(victim))
+        elif kind == "deep_nesting":
+            victim["metric"] = CUT_MARK
+            expect = Expect(("labels",))
+        elif kind == "huge_value":
+            victim["values"][point][1] = "1e400"  # +Inf to a float: an impossible reading, dropped
+        elif kind in ("clock_far_ahead", "clock_far_behind"):
+            years = 400 if kind == "clock_far_ahead" else -9
+            victim["values"] = [[t + years * 365 * 86400, v] for t, v in victim["values"]]
+            expect = Expect(("clock skew",), either=True)
+        damaged = json.dumps(doc).replace(f'"{CUT_MARK}"', DEEP)
+    before = partitions(engine)
+    result = cli.run("collect", "prometheus", "--input", str(cli.file("damaged.json", damaged)))
+    check_run(engine, result, expect)
+    stored = set(rows(engine, "SELECT gpu_uuid, window_start_at FROM gpu_summary"))
+    if expect.document:
+        assert result.code == 1 and "parse_error" in result.err, result.err[-2000:]
+        return
+    # every window the damage did not touch is stored as the undamaged answer stores it
+    assert len(baseline - stored) <= lost
+    if expect.reasons:
+        reasons = [reason for _, reason in quarantined(engine)]
+        named = any(word in reason for reason in reasons for word in expect.reasons)
+        assert named or expect.either, reasons
+    if kind.startswith("clock"):
+        assert partitions(engine) == before

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import math
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -86,8 +87,8 @@ def _warnings(document: dict[str, Any]) -> tuple[str, ...]:
 def _raw(item: object) -> str:
     try:
         text = orjson.dumps(item).decode()
-    except TypeError:
-        text = repr(item)
+    except TypeError:  # orjson.JSONEncodeError: nested too deep to write back
+        text = reprlib.repr(item)  # a few levels, never the whole depth
     return text[:_RAW_CHARS]
 
 

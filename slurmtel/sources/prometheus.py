@@ -32,7 +32,7 @@ import orjson
 from sqlalchemy import Connection
 
 from slurmtel.config import Config, PrometheusSourceConfig
-from slurmtel.errors import ConfigError, SourceUnavailable
+from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
 from slurmtel.parsers.dcgm import DcgmScrape
 from slurmtel.parsers.prometheus import (
     FIELD_LABEL,
@@ -114,7 +114,8 @@ class PrometheusSource:
                     store_matrix(ctx, raw, result, budget, origin=origin, since=chunk_start)
                 with ctx.engine.begin() as conn:
                     set_cursor(conn, NAME, scope, chunk_end)
-        except SourceUnavailable as exc:
+        except SlurmtelError as exc:
+            # what the stretches before stored stays, and so does the cursor they moved
             exc.partial_result = result
             raise
         result.notes.append(
