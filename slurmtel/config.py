@@ -722,6 +722,9 @@ def _validate_prometheus(prometheus: PrometheusSourceConfig) -> None:
         raise ConfigError(f"{key}.url is required with {key}.enabled = true")
     if prometheus.url and not re.match(r"https?://[^/?#]+", prometheus.url):
         raise ConfigError(f"{key}.url must be an http:// or https:// URL, not '{prometheus.url}'")
+    if re.match(r"https?://[^/?#]*@", prometheus.url):
+        # the URL is the cursor's scope and shows in run messages: no secrets in it
+        raise ConfigError(f"{key}.url must not hold credentials: put a token in {key}.bearer_token_file")
     for name in ("interval_seconds", "timeout_seconds", "step_seconds", "nodes_per_query"):
         if getattr(prometheus, name) <= 0:
             raise ConfigError(f"{key}.{name} must be positive")

@@ -251,6 +251,24 @@ def test_the_cursor_moves_on_and_a_range_read_again_stores_nothing_twice(
     assert rows(ctx.engine, "SELECT count(*) FROM gpu_summary") == [(NODES * 2 * SCRAPES,)]
 
 
+def test_an_explicit_window_is_a_backfill_that_leaves_the_cursor_alone(
+    cli_env: Engine, backfilled: PrometheusServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "slurmtel.toml"
+    config.write_text(
+        f'[site]\nclock = "{NOW.isoformat()}"\n[sources.prometheus]\nenabled = true\nurl = "{backfilled.url}"\n'
+    )
+    argv = ["--config", str(config), "collect", "prometheus", "--once"]
+    # -S between two windows starts at the next one; -E on a window ends with it
+    assert main([*argv, "-S", "2026-12-02T12:01:50", "-E", "2026-12-02T12:04:00"]) == 0
+    assert "= 1 queries; 2 nodes" in capsys.readouterr().out
+    assert rows(cli_env, "SELECT min(window_start_at), max(window_start_at), count(*) FROM gpu_summary") == [
+        (at("2026-12-02T12:02:00"), at("2026-12-02T12:04:00"), NODES * 2 * 5)
+    ]
+    assert rows(cli_env, "SELECT count(*) FROM source_cursor") == [(0,)]
+    assert main([*argv, "-S", "garbage"]) == 2
+
+
 def test_a_prometheus_scraping_a_capture_on_loopback(ctx: RunContext, tmp_path: Path) -> None:
     """Prometheus scrapes the real capture from a loopback server every second, as it scrapes a
     dcgm-exporter (instance relabelled to the node's name and exporter port, as sites do)."""
@@ -445,6 +463,8 @@ def test_config_section_is_checked() -> None:
         config_from_dict({"sources": {"prometheus": {"urll": "http://x"}}})
     with pytest.raises(ConfigError, match=r"sources\.prometheus\.url is required"):
         config_from_dict({"sources": {"prometheus": {"enabled": True}}})
+    with pytest.raises(ConfigError, match="must not hold credentials"):
+        config_from_dict({"sources": {"prometheus": {"url": "https://user:pw@prom:9090"}}})
     with pytest.raises(ConfigError, match="no DCGM field"):
         config_from_dict({"sources": {"prometheus": {"metrics": ["node_load1"]}}})
     with pytest.raises(ConfigError, match="max_points_per_series"):

@@ -27,6 +27,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import orjson
 from sqlalchemy import Connection
@@ -54,6 +55,7 @@ from slurmtel.store.telemetry import (
     write_inventory,
     write_summaries,
 )
+from slurmtel.timeparse import parse_slurm_time
 
 NAME = "prometheus"
 # stretches of time (max_points_per_series steps each) per run: bounds one run after a long
@@ -72,7 +74,21 @@ class PrometheusSource:
         return config.sources.prometheus.interval_seconds
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        pass
+        parser.add_argument(
+            "-S",
+            "--starttime",
+            dest="start",
+            default=None,
+            help="read the windows from this time on (sacct time forms), leaving the cursor alone: a "
+            "backfill; default: after the cursor",
+        )
+        parser.add_argument(
+            "-E",
+            "--endtime",
+            dest="end",
+            default=None,
+            help="read the windows up to this time (default: now minus sources.prometheus.delay_seconds)",
+        )
 
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
         cfg = ctx.config.sources.prometheus
@@ -82,11 +98,19 @@ class PrometheusSource:
         step = cfg.step_seconds
         now = ctx.clock()
         scope = api.base_url
-        with ctx.engine.connect() as conn:
-            cursor = get_cursor(conn, NAME, scope)
+        explicit_start = _time_option(getattr(options, "start", None), now, ctx.config.zone, "-S")
+        explicit_end = _time_option(getattr(options, "end", None), now, ctx.config.zone, "-E")
+        # an explicit window is a backfill: it neither reads nor moves the cursor
+        backfill = explicit_start is not None or explicit_end is not None
+        cursor = None
+        if not backfill:
+            with ctx.engine.connect() as conn:
+                cursor = get_cursor(conn, NAME, scope)
         earliest, _ = plausible_range(now, ctx.config.telemetry)
-        end = _floor(now - timedelta(seconds=cfg.delay_seconds), step)
-        if cursor is not None:
+        end = _floor(explicit_end or now - timedelta(seconds=cfg.delay_seconds), step)
+        if explicit_start is not None:
+            start = _ceil(explicit_start, step)
+        elif cursor is not None:
             start = cursor + timedelta(seconds=step)
         else:
             start = _floor(now - timedelta(seconds=cfg.initial_lookback_seconds), step)
@@ -94,10 +118,15 @@ class PrometheusSource:
         start = max(start, _ceil(earliest + timedelta(seconds=step), step))
         result = RunResult()
         if start > end:
-            result.notes.append(f"nothing new: the cursor is at {cursor.isoformat() if cursor else '-'}")
+            what = (
+                "the window is empty"
+                if backfill
+                else f"the cursor is at {cursor.isoformat() if cursor else '-'}"
+            )
+            result.notes.append(f"nothing new: {what}")
             return result
         chunks = list(time_chunks(start, end, step, cfg.max_points_per_series))
-        if len(chunks) > MAX_CHUNKS_PER_RUN:
+        if len(chunks) > MAX_CHUNKS_PER_RUN and not backfill:
             chunks = chunks[:MAX_CHUNKS_PER_RUN]
             result.notes.append("backlog left for the next run")
         result.window_start_at, result.window_end_at = chunks[0][0], chunks[-1][1]
@@ -112,8 +141,9 @@ class PrometheusSource:
                     raw = api.query_range(group, chunk_start - timedelta(seconds=step), chunk_end)
                     origin = f"{api.base_url} {_span(chunk_start, chunk_end)}"
                     store_matrix(ctx, raw, result, budget, origin=origin, since=chunk_start)
-                with ctx.engine.begin() as conn:
-                    set_cursor(conn, NAME, scope, chunk_end)
+                if not backfill:
+                    with ctx.engine.begin() as conn:
+                        set_cursor(conn, NAME, scope, chunk_end)
         except SlurmtelError as exc:
             # what the stretches before stored stays, and so does the cursor they moved
             exc.partial_result = result
@@ -232,6 +262,15 @@ def _floor(at: datetime, step: int) -> datetime:
 def _ceil(at: datetime, step: int) -> datetime:
     floor = _floor(at, step)
     return floor if floor == at else floor + timedelta(seconds=step)
+
+
+def _time_option(value: str | None, now: datetime, zone: ZoneInfo, flag: str) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return parse_slurm_time(value, now=now, zone=zone)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: {exc}") from exc
 
 
 def _span(start: datetime, end: datetime) -> str:
