@@ -5,8 +5,8 @@
 #   scripts/ci-slurm-deps.sh --check          exit 1 (and list them) when packages are missing
 #   scripts/ci-slurm-deps.sh [--check] PKG..  the same for the packages named instead; CI and
 #                                             tests/prometheus_server.py name `prometheus`
-#                                             (prometheus and promtool, for the prometheus
-#                                             source's tests)
+#                                             (prometheus and promtool) and `openssl`, for the
+#                                             prometheus source's tests
 #
 # tests/slurm_lab/up.sh and force-rollup.sh call this too, so CI may run it up front (to keep the
 # apt time out of the test timings) or leave it to the tests.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -32,24 +33,29 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPS_SCRIPT = ROOT / "scripts" / "ci-slurm-deps.sh"
 
 
-def prometheus_binaries() -> tuple[str, str]:
-    """(prometheus, promtool), installed from Debian's package when missing and possible."""
-    found = shutil.which("prometheus"), shutil.which("promtool")
-    if found[0] and found[1]:
-        return found[0], found[1]
+def debian_binaries(package: str, *names: str) -> list[str]:
+    """The paths of the programs NAMES, installed from Debian's PACKAGE when one is missing and
+    the tests run as root on Debian (scripts/ci-slurm-deps.sh PACKAGE); else the test fails."""
+    found = [shutil.which(name) for name in names]
+    if all(found):
+        return [str(path) for path in found]
     if os.geteuid() != 0 or not Path("/etc/debian_version").exists() or not shutil.which("apt-get"):
         pytest.fail(
-            "prometheus/promtool are not installed, and only root on Debian can install them here "
-            f"(run: {DEPS_SCRIPT.relative_to(ROOT)} prometheus)",
+            f"{', '.join(names)} not installed, and only root on Debian can install them here "
+            f"(run: {DEPS_SCRIPT.relative_to(ROOT)} {package})",
             pytrace=False,
         )
-    done = subprocess.run(
-        ["bash", str(DEPS_SCRIPT), "prometheus"], capture_output=True, text=True, check=False
-    )
-    found = shutil.which("prometheus"), shutil.which("promtool")
-    if done.returncode != 0 or not (found[0] and found[1]):
-        pytest.fail(f"installing Debian's prometheus failed:\n{done.stdout}{done.stderr}", pytrace=False)
-    return found[0], found[1]
+    done = subprocess.run(["bash", str(DEPS_SCRIPT), package], capture_output=True, text=True, check=False)
+    found = [shutil.which(name) for name in names]
+    if done.returncode != 0 or not all(found):
+        pytest.fail(f"installing Debian's {package} failed:\n{done.stdout}{done.stderr}", pytrace=False)
+    return [str(path) for path in found]
+
+
+def prometheus_binaries() -> tuple[str, str]:
+    """(prometheus, promtool), installed from Debian's package when missing and possible."""
+    prometheus, promtool = debian_binaries("prometheus", "prometheus", "promtool")
+    return prometheus, promtool
 
 
 def version() -> str:
@@ -70,9 +76,12 @@ class PrometheusServer:
     url: str
     process: subprocess.Popen[bytes]
     log: Path
+    # https: the server's (self-signed) certificate
+    ca_file: Path | None = None
 
     def get(self, path: str) -> bytes:
-        with urllib.request.urlopen(self.url + path, timeout=30) as response:
+        context = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file else None
+        with urllib.request.urlopen(self.url + path, timeout=30, context=context) as response:
             body: bytes = response.read()
             return body
 
@@ -97,28 +106,33 @@ class PrometheusServer:
                 self.process.wait()
 
 
-def start_prometheus(workdir: Path, *, data: Path, config: str = "global: {}\n") -> PrometheusServer:
+def start_prometheus(
+    workdir: Path, *, data: Path, config: str = "global: {}\n", tls: tuple[Path, Path] | None = None
+) -> PrometheusServer:
     """Start Prometheus on DATA (a TSDB directory) with the CONFIG (YAML) on a free loopback
-    port and wait until it says it is ready (or has ended: then fail with its log)."""
+    port - https with TLS (certificate, key) - and wait until it says it is ready (or has
+    ended: then fail with its log)."""
     prometheus, _ = prometheus_binaries()
     config_file = workdir / "prometheus.yml"
     config_file.write_text(config)
     log = workdir / "prometheus.log"
     port = free_port()
+    args = [
+        prometheus,
+        f"--config.file={config_file}",
+        f"--storage.tsdb.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=100y",
+        "--log.level=warn",
+    ]
+    if tls is not None:
+        web = workdir / "web.yml"
+        web.write_text(f"tls_server_config:\n  cert_file: {tls[0]}\n  key_file: {tls[1]}\n")
+        args.append(f"--web.config.file={web}")
     with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                prometheus,
-                f"--config.file={config_file}",
-                f"--storage.tsdb.path={data}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--storage.tsdb.retention.time=100y",
-                "--log.level=warn",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    server = PrometheusServer(f"http://127.0.0.1:{port}", process, log)
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    scheme = "https" if tls else "http"
+    server = PrometheusServer(f"{scheme}://127.0.0.1:{port}", process, log, tls[0] if tls else None)
     while True:
         if process.poll() is not None:
             pytest.fail(f"prometheus ended (exit {process.returncode}):\n{log.read_text()[-3000:]}")
@@ -127,6 +141,19 @@ def start_prometheus(workdir: Path, *, data: Path, config: str = "global: {}\n")
                 return server
         except (urllib.error.URLError, OSError):
             time.sleep(0.1)
+
+
+def self_signed_certificate(workdir: Path) -> tuple[Path, Path]:
+    """(certificate, key) for 127.0.0.1, made with Debian's openssl."""
+    (openssl,) = debian_binaries("openssl", "openssl")
+    cert, key = workdir / "cert.pem", workdir / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        capture_output=True,
+        check=True,
+    )  # fmt: skip
+    return cert, key
 
 
 def openmetrics(scrapes: Iterable[tuple[datetime, str, Mapping[str, str]]]) -> str:

@@ -47,6 +47,7 @@ from tests.prometheus_server import (
     backfill,
     node_name,
     openmetrics,
+    self_signed_certificate,
     sequence,
     start_prometheus,
 )
@@ -453,6 +454,25 @@ def test_the_bearer_token_is_sent(ctx: RunContext, backfilled: PrometheusServer,
         ("GET", "Bearer s3cret"),
         ("POST", "Bearer s3cret"),
     }
+
+
+def test_https_with_the_ca_file_or_without_verification(ctx: RunContext, tmp_path: Path) -> None:
+    """Prometheus serving https (its --web.config.file) with a self-signed certificate."""
+    cert, key = self_signed_certificate(tmp_path)
+    data = backfill(tmp_path, openmetrics(sequence(T0, 1)))
+    server = start_prometheus(tmp_path, data=data, tls=(cert, key))
+    try:
+        refused = collect(ctx, prometheus_config(server.url))
+        verified = collect(ctx, prometheus_config(server.url, ca_file=str(cert)))
+        _empty_tables(ctx.engine)
+        unverified = collect(ctx, prometheus_config(server.url, insecure_skip_verify=True))
+    finally:
+        server.stop()
+    # the system's CAs do not know the certificate
+    assert (refused.status, refused.error_kind) == ("error", "source_unavailable")
+    assert "CERTIFICATE_VERIFY_FAILED" in refused.message
+    assert (verified.status, verified.result.rows_written) == ("ok", 2 * SCRAPES)
+    assert (unverified.status, unverified.result.rows_written) == ("ok", 2 * SCRAPES)
 
 
 # ---------------------------------------------------------------- config and query
