@@ -60,12 +60,30 @@ NODES = 2
 
 @pytest.fixture(scope="module")
 def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    """A Prometheus holding the scrape sequence of NODES nodes, backfilled at exact instants."""
+    """A Prometheus holding the scrape sequence of NODES nodes, backfilled at exact instants,
+    and gpu01's power once more under a recording rule's name (RENAMED_POWER)."""
     workdir = tmp_path_factory.mktemp("prometheus-backfilled")
-    data = backfill(workdir, openmetrics(sequence(T0, NODES)))
+    scrapes = sequence(T0, NODES)
+    renamed = [
+        (when, "\n".join(_renamed_power(line) for line in text.split("\n") if _is_power(line)), labels)
+        for when, text, labels in scrapes
+        if labels["instance"].startswith(node_name(1))
+    ]
+    data = backfill(workdir, openmetrics([*scrapes, *renamed]))
     server = start_prometheus(workdir, data=data)
     yield server
     server.stop()
+
+
+RENAMED_POWER = "site:gpu_power_watts"
+
+
+def _is_power(line: str) -> bool:
+    return line.startswith("DCGM_FI_DEV_POWER_USAGE{")
+
+
+def _renamed_power(line: str) -> str:
+    return RENAMED_POWER + line[len("DCGM_FI_DEV_POWER_USAGE") :]
 
 
 def prometheus_config(url: str, **overrides: Any) -> Config:
@@ -217,6 +235,21 @@ def test_small_chunks_read_the_same_rows_in_more_queries(
     assert any("= 40 queries; 2 nodes" in note for note in chunked.result.notes), chunked.result.notes
     assert backfilled.query_range_requests() - before == 40
     assert stored(ctx.engine)["summaries"] == one_query
+
+
+def test_a_renamed_metric_is_read_as_its_field(ctx: RunContext, backfilled: PrometheusServer) -> None:
+    gpu01 = f"SELECT {SUMMARY} FROM gpu_summary WHERE node = 'gpu01' ORDER BY gpu_uuid, window_start_at"
+    assert collect(ctx, prometheus_config(backfilled.url)).status == "ok"
+    expected = rows(ctx.engine, gpu01)
+    _empty_tables(ctx.engine)
+    config = prometheus_config(backfilled.url, metric_names={"DCGM_FI_DEV_POWER_USAGE": RENAMED_POWER})
+    assert collect(ctx, config).status == "ok"
+    # gpu01's power under its other name, in watts as the field it stands for: the same windows
+    assert rows(ctx.engine, gpu01) == expected
+    # gpu02 has no such series: no power (and energy from the counter alone)
+    assert rows(ctx.engine, "SELECT DISTINCT power_mean_watts FROM gpu_summary WHERE node = 'gpu02'") == [
+        (None,)
+    ]
 
 
 def test_the_cursor_moves_on_and_a_range_read_again_stores_nothing_twice(
