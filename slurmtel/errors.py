@@ -33,6 +33,12 @@ class ParseError(SlurmtelError):
     kind = "parse_error"
 
 
+class AccessDenied(SlurmtelError):
+    """The caller may not do this (slurmtel.access.allowed gave no scope): deny by default."""
+
+    kind = "access_denied"
+
+
 class DatabaseUnavailable(SlurmtelError):
     """PostgreSQL could not be reached."""
 
