@@ -1,15 +1,20 @@
 #!/bin/bash
 # Install the Debian 12 packages that the real-Slurm integration suite (tests/slurm_lab) needs,
 # when any is missing. Idempotent and quiet when everything is there. Run as root.
-#   scripts/ci-slurm-deps.sh          install what is missing
-#   scripts/ci-slurm-deps.sh --check  exit 1 (and list them) when packages are missing
+#   scripts/ci-slurm-deps.sh            install what is missing
+#   scripts/ci-slurm-deps.sh --check    exit 1 (and list them) when packages are missing
+#   scripts/ci-slurm-deps.sh munge      only these packages (the MUNGE tests: tests/munge_lab.py)
 #
 # tests/slurm_lab/up.sh and force-rollup.sh call this too, so CI may run it up front (to keep the
 # apt time out of the test timings) or leave it to the tests.
 set -euo pipefail
 
 # slurm 22.05 daemons and clients, MariaDB for slurmdbd, libfaketime for force-rollup.sh
+# (munge also for the authentication tests, which start munged daemons of their own)
 PKGS=(munge slurmctld slurmd slurmdbd slurm-client mariadb-server libfaketime)
+check=0
+if [ "${1:-}" = --check ]; then check=1; shift; fi
+if [ $# -gt 0 ]; then PKGS=("$@"); fi
 
 die() { echo "[slurm-deps] ERROR: $*" >&2; exit 1; }
 
@@ -17,7 +22,7 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ "${1:-}" = --check ]; then
+if [ $check = 1 ]; then
   [ ${#missing[@]} -eq 0 ] || { echo "missing: ${missing[*]}"; exit 1; }
   exit 0
 fi

@@ -3,7 +3,8 @@
 relative names resolved.
 
 - parsers import no database code (sqlalchemy, psycopg, slurmtel.store);
-- the node agent (slurmtel.agent) imports no store and no database driver;
+- the node agent (slurmtel.agent) imports no store and no database driver, nor does
+  slurmtel.auth (identity for every HTTP server, the agent's included);
 - the store imports no reports, commands, CLI, parsers or the modules that shape its rows
   (chargeback, budget, cost): it returns rows (slurmtel.rows), callers shape them; the SQL of
   advisory locks and of a Scope is the store's (store/locks.py, store/scope.py);
@@ -106,6 +107,7 @@ DATABASE = ("sqlalchemy", "psycopg", "psycopg2", "alembic", "pgserver", "slurmte
     [
         pytest.param(("slurmtel.parsers",), DATABASE, id="parsers-no-database"),
         pytest.param(("slurmtel.agent",), DATABASE, id="agent-no-store-no-driver"),
+        pytest.param(("slurmtel.auth",), DATABASE, id="auth-no-database"),
         pytest.param(
             ("slurmtel.chargeback.model", "slurmtel.chargeback.pricing", "slurmtel.chargeback.render"),
             DATABASE,
