@@ -411,6 +411,9 @@ class ApiConfig:
     proxy_user_header: str = "X-Remote-User"
     # credentials remembered against replay (until they expire); when full, new ones are refused
     replay_cache_entries: int = 100000
+    # file holding the database URL `serve` closes months with (a role that may write
+    # statements: the writer of `slurmtel db roles`); "" = the database URL it reads with
+    statements_database_url_file: str = ""
 
 
 @dataclass(frozen=True)

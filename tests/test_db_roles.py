@@ -2,7 +2,7 @@
 slurmtel.store.rls), against the real PostgreSQL as the session's login roles.
 
 - the reader (API) without a scope sees no row of any protected table; with a Scope it sees
-  exactly what SCOPE_SQL admits (own user, coordinated accounts, everything), only for the
+  exactly what slurmtel_in_scope admits (own user, coordinated accounts, everything), only for the
   transaction that set it; it can write nothing and become no other role;
 - the aggregate role (Grafana) reads the slurmtel_agg views and no table;
 - the writer (daemon) runs the real ingest, attribution and partition maintenance;

@@ -15,7 +15,7 @@ single-role deployments that predate 0010) keeps seeing and writing every row, a
 a superuser always does. `slurmtel_writer` gets a policy admitting every row for every
 command; `slurmtel_reader` a SELECT policy admitting a row only when the transaction's scope
 settings (slurmtel.store.rls.set_transaction_scope) admit it; every other role none (no rows).
-The scope is slurmtel.access.Scope, as slurmtel.store.scope.SCOPE_SQL reads it:
+The scope is slurmtel.access.Scope, as the database function slurmtel_in_scope (0011) reads it:
 
     slurmtel.scope_all = 'on'                       everything
     user_name = ANY(slurmtel.scope_users)           own rows (a text[] literal)

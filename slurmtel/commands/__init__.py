@@ -17,6 +17,7 @@ from slurmtel.commands import (
     operations,
     reports,
     researcher,
+    serve,
 )
 
 COMMAND_MODULES = (
@@ -31,4 +32,5 @@ COMMAND_MODULES = (
     cost,
     fabric,
     daemon,
+    serve,
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from slurmtel.commands import common
@@ -28,7 +29,7 @@ from slurmtel.commands.sections import json_numbers, render_sections
 from slurmtel.config import Config
 from slurmtel.reports.catalog import REPORTS
 from slurmtel.reports.render import render
-from slurmtel.reports.spec import Parameter, ReportResult, ReportSpec, as_mapping, build_query, run_report
+from slurmtel.reports.spec import Parameter, ReportSpec, build_query, report_document, run_report
 
 
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
@@ -79,9 +80,17 @@ def _handler(spec: ReportSpec) -> Any:
 
 
 def cmd_report(spec: ReportSpec, args: argparse.Namespace, config: Config) -> int:
-    identity = common.current_identity(config)
     wanted = job_filter(args)
     options = {p.name: getattr(args, p.name) for p in spec.parameters}
+    if config.api.url:
+        from slurmtel.api.client import ApiClient
+
+        document = ApiClient(config).report(
+            spec.name, start=args.start, end=args.end, job_filter=wanted, options=options
+        )
+        write_report(document, sys.stdout, args.format)
+        return EXIT_OK
+    identity = common.current_identity(config)
     ctx = open_context(config)
     now = ctx.clock()
     start, end = resolve_window(args, config, now)
@@ -100,17 +109,18 @@ def cmd_report(spec: ReportSpec, args: argparse.Namespace, config: Config) -> in
     with ctx.engine.connect() as conn:
         warn_unknown(conn, query.scope, wanted)
         result = run_report(conn, spec, query)
-    write_result(result, sys.stdout, args.format)
+    write_report(report_document(result), sys.stdout, args.format)
     return EXIT_OK
 
 
-def write_result(result: ReportResult, out: TextIO, fmt: str) -> None:
-    """RESULT as a table (the spec's table columns), CSV or JSON (every column)."""
-    spec, query = result.spec, result.query
-    titles = result.titles()
-    sections = {name: [as_mapping(r) for r in rows] for name, rows in result.sections}
-    columns = {s.name: s.table(query) if fmt == "table" else s.columns(query) for s in spec.sections}
-    if spec.single:
+def write_report(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
+    """A report document (reports.spec.report_document, or the API's) as a table (each
+    section's table columns), CSV or JSON (every column)."""
+    sections = {s["name"]: s["rows"] for s in document["sections"]}
+    titles = {s["name"]: s["title"] for s in document["sections"]}
+    key = "table_columns" if fmt == "table" else "columns"
+    columns = {s["name"]: s[key] for s in document["sections"]}
+    if document["single"]:
         (name,) = sections
         rows = sections[name]
         render(

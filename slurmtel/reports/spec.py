@@ -340,3 +340,45 @@ def run_report(conn: Connection, spec: ReportSpec, query: ReportQuery) -> Report
         names = [f.name for f in dataclasses.fields(cls)]
         typed.append((section.name, tuple(cls(**{n: r[n] for n in names}) for r in raw[section.name])))
     return ReportResult(spec=spec, query=query, sections=tuple(typed))
+
+
+def report_document(result: ReportResult) -> dict[str, Any]:
+    """RESULT as one plain document, what `write_report` prints and the API sends: per section
+    its title, its columns (all, and those a terminal table shows) and its rows as mappings."""
+    spec, query = result.spec, result.query
+    titles = result.titles()
+    return {
+        "report": spec.name,
+        "single": spec.single,
+        "start": query.start,
+        "end": query.end,
+        "now": query.now,
+        "sections": [
+            {
+                "name": name,
+                "title": titles[name],
+                "columns": list(spec.section(name).columns(query)),
+                "table_columns": list(spec.section(name).table(query)),
+                "rows": [as_mapping(r) for r in rows],
+            }
+            for name, rows in result.sections
+        ],
+    }
+
+
+def decode_value(column: str, value: Any) -> Any:
+    """A value as JSON carried it (exact decimals and instants as text) back as the type its
+    column's name says: what the API sent prints exactly as the store's own value."""
+    if not isinstance(value, str):
+        return value
+    try:
+        kind = str(field_type(column))
+    except ValueError:
+        return value
+    if "Decimal" in kind:
+        return Decimal(value)
+    if "datetime" in kind:
+        return datetime.fromisoformat(value)
+    if "date" in kind:
+        return date.fromisoformat(value)
+    return value

@@ -2,7 +2,7 @@
 
 The API server, connected as a member of `slurmtel_reader`, calls set_transaction_scope at the
 start of each request's transaction with the Scope slurmtel.access.allowed() gave the caller;
-the policies then admit only the rows that Scope admits, as SCOPE_SQL does in every query.
+the policies then admit only the rows that Scope admits, as the database function slurmtel_in_scope does in every query.
 Defence in depth: a query that forgot its scope still returns nobody else's rows. The settings
 are per transaction (set_config's is_local): they end with the commit or rollback, so a pooled
 connection never carries one request's scope into the next; without them the reader sees no
@@ -15,7 +15,9 @@ and the schema owner are not filtered by them.
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, text
+from typing import Any
+
+from sqlalchemy import Connection, Engine, event, text
 
 from slurmtel.access import Scope
 from slurmtel.errors import SlurmtelError
@@ -44,3 +46,18 @@ def set_transaction_scope(conn: Connection, scope: Scope) -> None:
     if not conn.in_transaction():
         raise ScopeOutsideTransaction("set_transaction_scope needs an open transaction (engine.begin())")
     conn.execute(_SET_SCOPE, scope.sql_params())
+
+
+def scope_sessions_to_everything(engine: Engine) -> Engine:
+    """Every session of ENGINE sees every row (the scope set for the session, not a transaction).
+    Only for a pool that serves callers whose scope is everything: the read API's statements and
+    closings (finance and admins), whose code opens its own transactions."""
+
+    @event.listens_for(engine, "connect")
+    def _everything(dbapi_connection: Any, connection_record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"SELECT set_config('{SCOPE_ALL_SETTING}', 'on', false)")
+        cursor.close()
+        dbapi_connection.commit()
+
+    return engine
