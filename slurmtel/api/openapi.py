@@ -11,7 +11,7 @@ from slurmtel import __version__
 from slurmtel.reports.catalog import REPORTS
 from slurmtel.reports.spec import ReportSpec, field_type, json_type
 
-SECURITY = [{"munge": []}, {"slurmJwt": []}]
+SECURITY: list[dict[str, list[str]]] = [{"munge": []}, {"slurmJwt": []}]
 ERROR = {
     "description": "refused or failed; the reason is in `error`",
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
