@@ -261,7 +261,11 @@ def _create_group_role(name: str) -> None:
             IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{name}') THEN
                 CREATE ROLE {name} NOLOGIN;
             END IF;
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        EXCEPTION
+            WHEN duplicate_object OR unique_violation THEN NULL;
+            WHEN insufficient_privilege THEN
+                RAISE EXCEPTION 'cannot create role {name}: run the upgrade as a role with CREATEROLE, '
+                    'or have an admin run: CREATE ROLE {name} NOLOGIN';
         END $$
         """
     )
