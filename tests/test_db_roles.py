@@ -230,6 +230,15 @@ def test_every_table_is_granted_to_the_writer_and_the_reader_and_none_to_grafana
                 """
             )
         ).all()
+        # a view is read with its owner's rights unless security_invoker (PostgreSQL 15+): the
+        # reader would pass row security through it
+        definer_views = conn.execute(
+            text(
+                "SELECT relname FROM pg_class WHERE relnamespace = CAST('public' AS regnamespace) "
+                "AND relkind = 'v' AND has_table_privilege('slurmtel_reader', oid, 'SELECT') "
+                "AND NOT coalesce('security_invoker=true' = ANY(reloptions), false)"
+            )
+        ).all()
         agg_views = conn.execute(
             text(
                 "SELECT bool_and(has_table_privilege('slurmtel_aggregate', c.oid, 'SELECT')), count(*) "
@@ -238,13 +247,16 @@ def test_every_table_is_granted_to_the_writer_and_the_reader_and_none_to_grafana
         ).one()
     assert len(grants) > 30
     for g in grants:
-        assert g.reader_select and not g.reader_writes and not g.aggregate_select, g.relname
+        # (on PostgreSQL 14 the reader may not read job_attempt_outcome: see below)
+        assert g.reader_select or g.relkind == "v", g.relname
+        assert not g.reader_writes and not g.aggregate_select, g.relname
         assert not g.writer_truncate, g.relname
         assert g.writer_select, g.relname
         if g.relname == "alembic_version":
             assert not g.writer_writes_any
         else:
             assert g.writer_writes_all, g.relname
+    assert definer_views == []
     readable, views = agg_views
     assert readable and views >= 10
 

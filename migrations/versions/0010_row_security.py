@@ -44,6 +44,8 @@ Per table (a job is (cluster, job_id_raw, submit_at)):
 - job_attempt_outcome (a view): security_invoker (PostgreSQL 15+), so job_attempt's policy
   applies to whoever reads it. A view is otherwise read with its owner's rights, and the owner
   passes row security: on PostgreSQL 14 the reader is not granted it at all (closed, not open).
+  A later migration that makes a view in public (or this one again) makes it
+  WITH (security_invoker = true); tests/test_db_roles.py checks every view there.
 
 Partitions of gpu_summary: creating one needs ownership of gpu_summary and CREATE on the
 schema. Rather than hand the writer either, two SECURITY DEFINER functions (owned by the owner)
