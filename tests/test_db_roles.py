@@ -204,6 +204,63 @@ def test_row_security_is_on_exactly_where_decided(engine: Engine) -> None:
     assert protected == set(PROTECTED)
 
 
+def test_every_table_is_granted_to_the_writer_and_the_reader_and_none_to_grafana(engine: Engine) -> None:
+    """Also the tables later migrations add (the default privileges of 0010): a table the
+    daemon cannot write or the API cannot read fails here, not in production."""
+    with engine.connect() as conn:
+        grants = conn.execute(
+            text(
+                """
+                SELECT c.relname, c.relkind,
+                       has_table_privilege('slurmtel_reader', c.oid, 'SELECT') AS reader_select,
+                       has_table_privilege('slurmtel_reader', c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE')
+                           AS reader_writes,
+                       -- a list of privileges asks for any of them
+                       has_table_privilege('slurmtel_writer', c.oid, 'SELECT') AS writer_select,
+                       has_table_privilege('slurmtel_writer', c.oid, 'INSERT')
+                           AND has_table_privilege('slurmtel_writer', c.oid, 'UPDATE')
+                           AND has_table_privilege('slurmtel_writer', c.oid, 'DELETE') AS writer_writes_all,
+                       has_table_privilege('slurmtel_writer', c.oid, 'INSERT, UPDATE, DELETE')
+                           AS writer_writes_any,
+                       has_table_privilege('slurmtel_writer', c.oid, 'TRUNCATE') AS writer_truncate,
+                       has_table_privilege('slurmtel_aggregate', c.oid, 'SELECT') AS aggregate_select
+                FROM pg_class c
+                WHERE c.relnamespace = CAST('public' AS regnamespace) AND c.relkind IN ('r', 'p', 'v')
+                  AND NOT c.relispartition
+                """
+            )
+        ).all()
+        # a view is read with its owner's rights unless security_invoker (PostgreSQL 15+): the
+        # reader would pass row security through it
+        definer_views = conn.execute(
+            text(
+                "SELECT relname FROM pg_class WHERE relnamespace = CAST('public' AS regnamespace) "
+                "AND relkind = 'v' AND has_table_privilege('slurmtel_reader', oid, 'SELECT') "
+                "AND NOT coalesce('security_invoker=true' = ANY(reloptions), false)"
+            )
+        ).all()
+        agg_views = conn.execute(
+            text(
+                "SELECT bool_and(has_table_privilege('slurmtel_aggregate', c.oid, 'SELECT')), count(*) "
+                "FROM pg_class c WHERE c.relnamespace = CAST('slurmtel_agg' AS regnamespace)"
+            )
+        ).one()
+    assert len(grants) > 30
+    for g in grants:
+        # (on PostgreSQL 14 the reader may not read job_attempt_outcome: see below)
+        assert g.reader_select or g.relkind == "v", g.relname
+        assert not g.reader_writes and not g.aggregate_select, g.relname
+        assert not g.writer_truncate, g.relname
+        assert g.writer_select, g.relname
+        if g.relname == "alembic_version":
+            assert not g.writer_writes_any
+        else:
+            assert g.writer_writes_all, g.relname
+    assert definer_views == []
+    readable, views = agg_views
+    assert readable and views >= 10
+
+
 # ---------------------------------------------------------------- the reader and its scope
 
 

@@ -44,6 +44,8 @@ Per table (a job is (cluster, job_id_raw, submit_at)):
 - job_attempt_outcome (a view): security_invoker (PostgreSQL 15+), so job_attempt's policy
   applies to whoever reads it. A view is otherwise read with its owner's rights, and the owner
   passes row security: on PostgreSQL 14 the reader is not granted it at all (closed, not open).
+  A later migration that makes a view in public (or this one again) makes it
+  WITH (security_invoker = true); tests/test_db_roles.py checks every view there.
 
 Partitions of gpu_summary: creating one needs ownership of gpu_summary and CREATE on the
 schema. Rather than hand the writer either, two SECURITY DEFINER functions (owned by the owner)
@@ -261,7 +263,11 @@ def _create_group_role(name: str) -> None:
             IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{name}') THEN
                 CREATE ROLE {name} NOLOGIN;
             END IF;
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        EXCEPTION
+            WHEN duplicate_object OR unique_violation THEN NULL;
+            WHEN insufficient_privilege THEN
+                RAISE EXCEPTION 'cannot create role {name}: run the upgrade as a role with CREATEROLE, '
+                    'or have an admin run: CREATE ROLE {name} NOLOGIN';
         END $$
         """
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from slurmtel.commands.argtypes import role_name
 from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from slurmtel.config import Config
 
@@ -39,19 +40,6 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         help="Grafana's role: aggregate views only (default slurmtel_grafana)",
     )
     roles.set_defaults(handler=cmd_db_roles)
-
-
-def role_name(value: str) -> str:
-    """argparse type: a role name as slurmtel makes it (lower case, digits, underscores)."""
-    from slurmtel.store.roles import GROUPS, ROLE_NAME
-
-    if not ROLE_NAME.fullmatch(value):
-        raise argparse.ArgumentTypeError(
-            f"'{value}' is not a role name: lower-case letters, digits and _, at most 63, not starting with a digit"
-        )
-    if value in GROUPS:
-        raise argparse.ArgumentTypeError(f"'{value}' is a group role; name the login role that joins it")
-    return value
 
 
 def cmd_db_upgrade(args: argparse.Namespace, config: Config) -> int:
