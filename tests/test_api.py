@@ -465,3 +465,92 @@ def test_researchers_on_a_login_node_see_what_the_database_shows_them(
         assert (remote.returncode, remote.stdout) == (code, out) and list(csv.reader(io.StringIO(out)))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# --- the other identity methods, and concurrency -----------------------------------------------
+
+
+def test_slurm_jwt_and_a_trusted_proxy_identify_callers_through_the_api(
+    engine: Engine, login_roles: LoginRoles, site: munge_lab.Munged, people: People
+) -> None:
+    from slurmtel.auth import jwt, proxy
+
+    config = api_config(site, people)
+    load_data(engine, config, people)
+    key = os.urandom(32)
+    settings = AuthSettings(
+        methods=("munge", "jwt", "proxy"),
+        access=config.access,
+        munge_socket=site.socket,
+        jwt_key=key,
+        trusted_proxies=proxy.parse_networks(["127.0.0.1/32"]),
+        replay_cache=ReplayCache(),
+    )
+    reader = create_engine(login_roles.url(login_roles.reader))
+    app = build_app(config, reader, settings, lambda: NOW)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+
+        def get(path: str, headers: dict[str, str]) -> tuple[int, Any]:
+            request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    return response.status, json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read())
+
+        token = jwt.make_token(key, people.researcher, datetime.now(UTC), 600)
+        status, body = get("/v1/me?month=2026-11", {"X-SLURM-USER-TOKEN": token})
+        assert status == 200 and body["user"] == people.researcher and body["summary"]["jobs"] > 0
+        # a token of the researcher cannot read the coordinator's job
+        status, body = get("/v1/jobs/102", {"X-SLURM-USER-TOKEN": token})
+        assert status == 404 and "not found or not yours" in body["error"]
+        forged = jwt.make_token(os.urandom(32), people.researcher, datetime.now(UTC), 600)
+        assert get("/v1/whoami", {"X-SLURM-USER-TOKEN": forged})[0] == 401
+        expired = jwt.make_token(key, people.researcher, datetime.now(UTC) - timedelta(hours=2), 600)
+        assert get("/v1/whoami", {"X-SLURM-USER-TOKEN": expired})[0] == 401
+        # the proxy's header, from the trusted address (loopback here)
+        status, body = get("/v1/whoami", {"X-Remote-User": people.coordinator})
+        assert status == 200 and body["user"] == people.coordinator
+        # X-Forwarded-For does not make a request come from elsewhere, nor from the proxy
+        status, body = get("/v1/whoami", {"X-Forwarded-For": "10.9.9.9"})
+        assert status == 401
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        reader.dispose()
+
+
+def test_concurrent_callers_each_get_their_own_rows(
+    served: tuple[Server, Config], site: munge_lab.Munged, people: People
+) -> None:
+    """Bounded: 60 requests from 6 threads, two users interleaved on one connection pool: each
+    answer holds its caller's rows only (the scope is per transaction, never left behind)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    server, _ = served
+    plan = [people.researcher, people.coordinator] * 30
+    credentials = [site.credential(f"GET /v1/me {os.urandom(16).hex()}", user=u) for u in plan]
+
+    def one(args: tuple[str, str]) -> tuple[str, int, bytes]:
+        user, credential = args
+        status, body = call(
+            server, site, "/v1/me", user=user, credential=credential, query={"month": "2026-11", "jobs": "1"}
+        )
+        return user, status, body
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(one, zip(plan, credentials, strict=True)))
+    for user, status, body in answers:
+        assert status == 200, body
+        jobs = json.loads(body)["jobs"]
+        assert jobs, f"{user} has jobs"
+        owner = {"101": people.researcher, "102": people.coordinator}
+        assert {owner.get(j["job_id"], "other") for j in jobs} == {user}
