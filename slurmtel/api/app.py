@@ -43,7 +43,7 @@ from slurmtel.errors import AccessDenied, ChargebackError, ConfigError, Slurmtel
 from slurmtel.reports.catalog import REPORTS
 from slurmtel.reports.spec import build_query, report_document, run_report
 from slurmtel.store.usage import JobFilter
-from slurmtel.timeparse import month_bounds, parse_slurm_time
+from slurmtel.timeparse import parse_slurm_time
 
 log = logging.getLogger(__name__)
 
@@ -223,69 +223,53 @@ class ReadApi:
     def job(self, request: Request) -> Response:
         from slurmtel.reports.researcher import job_document
 
-        jobid = self._jobid(request)
-        who = self.identity(request)
-        scope = self.scope(who, Action.VIEW_JOBS)
-        clusters = _split(request.query_params.get("clusters"))
-        with self.transaction(scope) as conn:
-            document = job_document(
-                conn, jobid, scope=scope, clusters=clusters, now=self.clock(), zone=self.config.zone
-            )
+        query = self._job_query(request)
+        with self.transaction(query.scope) as conn:
+            document = job_document(conn, query)
         if not document:
-            raise ApiError(HTTPStatus.NOT_FOUND, f"job {jobid} not found or not yours")
+            raise ApiError(HTTPStatus.NOT_FOUND, f"job {query.jobid} not found or not yours")
         return json_response(document)
 
     def job_plot(self, request: Request) -> Response:
         from slurmtel.reports.researcher import job_plot
 
-        jobid = self._jobid(request)
         fmt = request.path_params["fmt"]
         if fmt not in PLOT_TYPES:
             raise ApiError(HTTPStatus.NOT_FOUND, f"plots are {', '.join(PLOT_TYPES)}, not {fmt}")
-        who = self.identity(request)
-        scope = self.scope(who, Action.VIEW_JOBS)
-        clusters = _split(request.query_params.get("clusters"))
-        with self.transaction(scope) as conn:
-            plot = job_plot(
-                conn, jobid, scope=scope, clusters=clusters, now=self.clock(), zone=self.config.zone, fmt=fmt
-            )
+        query = self._job_query(request)
+        with self.transaction(query.scope) as conn:
+            plot = job_plot(conn, query, fmt)
         if plot is None:
-            raise ApiError(HTTPStatus.NOT_FOUND, f"job {jobid} not found or not yours")
+            raise ApiError(HTTPStatus.NOT_FOUND, f"job {query.jobid} not found or not yours")
         data, has_points = plot
         return Response(
             data, media_type=PLOT_TYPES[fmt], headers={"X-Slurmtel-Plot-Empty": str(not has_points).lower()}
         )
 
+    def _job_query(self, request: Request) -> Any:
+        from slurmtel.reports.researcher import job_query
+
+        jobid = self._jobid(request)
+        who = self.identity(request)
+        clusters = _split(request.query_params.get("clusters"))
+        return job_query(who, jobid, clusters=clusters, now=self.clock(), zone=self.config.zone)
+
     def me(self, request: Request) -> Response:
-        from slurmtel.reports.researcher import me_document, month_of
+        from slurmtel.reports.researcher import me_document, me_query
 
         who = self.identity(request)
-        scope = self.scope(who, Action.VIEW_JOBS)
         q = request.query_params
-        user = q.get("user") or who.user
-        if user != who.user and not scope.everything and not scope.accounts:
-            raise ApiError(HTTPStatus.FORBIDDEN, f"{who.user} may only see their own usage, not {user}'s")
-        top = self._positive(q.get("top", "10"), "top")
-        now = self.clock()
-        zone = self.config.zone
-        month = q.get("month") or month_of(now, zone)
-        try:
-            start, end = month_bounds(month, zone)
-        except ValueError as exc:
-            raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
-        with self.transaction(scope) as conn:
-            document = me_document(
-                conn,
-                user=user,
-                month=month,
-                start=start,
-                end=end,
-                now=now,
-                zone=zone,
-                scope=scope,
-                jobs=q.get("jobs") in ("1", "true", "yes"),
-                top=top,
-            )
+        query = me_query(
+            who,
+            user=q.get("user") or None,
+            month=q.get("month") or None,
+            now=self.clock(),
+            zone=self.config.zone,
+            jobs=q.get("jobs") in ("1", "true", "yes"),
+            top=self._positive(q.get("top", "10"), "top"),
+        )
+        with self.transaction(query.scope) as conn:
+            document = me_document(conn, query)
         return json_response(document)
 
     def statement(self, request: Request) -> Response:

@@ -11,16 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from slurmtel.access import Action
 from slurmtel.commands import common
 from slurmtel.commands.argtypes import positive_int
 from slurmtel.commands.common import (
     EXIT_ERROR,
     EXIT_OK,
-    AccessDenied,
     add_wide_argument,
     open_context,
-    scope_for,
     split_list,
 )
 from slurmtel.config import Config
@@ -30,13 +27,13 @@ from slurmtel.reports.researcher import (
     ME_FORMATS,
     job_document,
     job_plot,
+    job_query,
     me_document,
-    month_of,
+    me_query,
     write_job,
     write_me,
 )
 from slurmtel.store.usage import JobFilter
-from slurmtel.timeparse import month_bounds
 
 
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
@@ -87,18 +84,12 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
         reports = client.job(args.jobid, clusters)
         plot = client.job_plot(args.jobid, clusters, fmt) if fmt and reports else None
     else:
-        scope = scope_for(config, Action.VIEW_JOBS)
+        identity = common.current_identity(config)  # looked up at call time (tests replace it)
         ctx = open_context(config)
-        now = ctx.clock()
+        query = job_query(identity, args.jobid, clusters=clusters, now=ctx.clock(), zone=config.zone)
         with ctx.engine.connect() as conn:
-            reports = job_document(
-                conn, args.jobid, scope=scope, clusters=clusters, now=now, zone=config.zone
-            )
-            plot = None
-            if fmt and reports:
-                plot = job_plot(
-                    conn, args.jobid, scope=scope, clusters=clusters, now=now, zone=config.zone, fmt=fmt
-                )
+            reports = job_document(conn, query)
+            plot = job_plot(conn, query, fmt) if fmt and reports else None
     if not reports:
         # the same answer for a job outside the caller's scope: existence is not disclosed
         print(f"slurmtel: job {args.jobid} not found", file=sys.stderr)
@@ -123,32 +114,19 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
         write_me(document, sys.stdout, args.format)
         return EXIT_OK
     identity = common.current_identity(config)  # looked up at call time (tests replace it)
-    scope = scope_for(config, Action.VIEW_JOBS, identity)
-    user = args.user or identity.user
-    if user != identity.user and not scope.everything and not scope.accounts:
-        raise AccessDenied(f"{identity.user} may only see their own usage, not {user}'s")
     ctx = open_context(config)
-    now = ctx.clock()
-    zone = config.zone
-    month = args.month or month_of(now, zone)
-    try:
-        start, end = month_bounds(month, zone)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+    query = me_query(
+        identity,
+        user=args.user,
+        month=args.month,
+        now=ctx.clock(),
+        zone=config.zone,
+        jobs=args.jobs,
+        top=args.top,
+    )
     with ctx.engine.connect() as conn:
         if args.user:
-            common.warn_unknown(conn, scope, JobFilter(users=(user,)))
-        document = me_document(
-            conn,
-            user=user,
-            month=month,
-            start=start,
-            end=end,
-            now=now,
-            zone=zone,
-            scope=scope,
-            jobs=args.jobs,
-            top=args.top,
-        )
+            common.warn_unknown(conn, query.scope, JobFilter(users=(query.user,)))
+        document = me_document(conn, query)
     write_me(document, sys.stdout, args.format)
     return EXIT_OK

@@ -15,19 +15,90 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, TextIO
 
 from sqlalchemy import Connection
 
-from slurmtel.access import Scope
+from slurmtel.access import Action, Identity, Scope, allowed
+from slurmtel.errors import AccessDenied, ConfigError
 from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise, duration_text
 from slurmtel.reports.render import escape_controls, render
 from slurmtel.store.efficiency import AttemptEfficiency
 from slurmtel.store.jobview import AttemptView
+from slurmtel.timeparse import month_bounds
 
 if TYPE_CHECKING:
     from slurmtel.reports.plot import GpuSeries, SeriesPoint
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    """`slurmtel job JOBID` / `/v1/jobs/JOBID` for a caller: built by job_query."""
+
+    jobid: str
+    clusters: tuple[str, ...]
+    now: datetime
+    zone: tzinfo
+    scope: Scope
+
+
+@dataclass(frozen=True)
+class MeQuery:
+    """`slurmtel me` / `/v1/me` for a caller: built by me_query."""
+
+    user: str
+    month: str
+    start: datetime
+    end: datetime
+    now: datetime
+    zone: tzinfo
+    scope: Scope
+    jobs: bool
+    top: int
+
+
+def _scope(identity: Identity, action: Action) -> Scope:
+    scope = allowed(identity, action)
+    if scope.is_empty:
+        raise AccessDenied(
+            f"{identity.user} ({identity.role.value}) may not {action.value.replace('_', ' ')}"
+        )
+    return scope
+
+
+def job_query(
+    identity: Identity, jobid: str, *, clusters: Sequence[str], now: datetime, zone: tzinfo
+) -> JobQuery:
+    """What IDENTITY may ask of JOBID (AccessDenied without the job-detail right)."""
+    return JobQuery(jobid, tuple(clusters), now, zone, _scope(identity, Action.VIEW_JOBS))
+
+
+def me_query(
+    identity: Identity,
+    *,
+    user: str | None,
+    month: str | None,
+    now: datetime,
+    zone: tzinfo,
+    jobs: bool,
+    top: int,
+) -> MeQuery:
+    """IDENTITY's month, or USER's (admins; coordinators, whose scope then limits the rows):
+    AccessDenied for another user's month otherwise, ConfigError for a bad month or top."""
+    scope = _scope(identity, Action.VIEW_JOBS)
+    who = user or identity.user
+    if who != identity.user and not scope.everything and not scope.accounts:
+        raise AccessDenied(f"{identity.user} may only see their own usage, not {who}'s")
+    if top < 1:
+        raise ConfigError("--top must be 1 or more")
+    month = month or month_of(now, zone)
+    try:
+        start, end = month_bounds(month, zone)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    return MeQuery(who, month, start, end, now, zone, scope, jobs, top)
 
 
 GIB = 2**30
@@ -282,39 +353,29 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
-def job_document(
-    conn: Connection, jobid: str, *, scope: Scope, clusters: Sequence[str], now: datetime, zone: tzinfo
-) -> list[dict[str, Any]]:
-    """Every attempt of JOBID in SCOPE as attempt_report gives it; [] when there is none (a job
-    outside the scope is not found, exactly like one that does not exist)."""
+def job_document(conn: Connection, q: JobQuery) -> list[dict[str, Any]]:
+    """Every attempt of the job in the query's scope as attempt_report gives it; [] when there is
+    none (a job outside the scope is not found, exactly like one that does not exist)."""
     from slurmtel.store.efficiency import attempts_efficiency
     from slurmtel.store.jobview import find_attempts, gpu_figures
 
-    attempts = find_attempts(conn, jobid, scope=scope, clusters=clusters)
+    attempts = find_attempts(conn, q.jobid, scope=q.scope, clusters=q.clusters)
     if not attempts:
         return []
     keys = [a.key for a in attempts]
-    figures = gpu_figures(conn, keys, now=now)
-    host = attempts_efficiency(conn, keys, now=now)
-    return [attempt_report(a, figures[a.key], now, zone, host.get(a.key)) for a in attempts]
+    figures = gpu_figures(conn, keys, now=q.now)
+    host = attempts_efficiency(conn, keys, now=q.now)
+    return [attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key)) for a in attempts]
 
 
-def job_plot(
-    conn: Connection,
-    jobid: str,
-    *,
-    scope: Scope,
-    clusters: Sequence[str],
-    now: datetime,
-    zone: tzinfo,
-    fmt: str,
-) -> tuple[bytes, bool] | None:
-    """JOBID's GPU utilisation, memory and power over time as FMT (png, svg, pdf) bytes, and
-    whether any GPU had telemetry; None when the job is not found in SCOPE."""
+def job_plot(conn: Connection, q: JobQuery, fmt: str) -> tuple[bytes, bool] | None:
+    """The job's GPU utilisation, memory and power over time as FMT (png, svg, pdf) bytes, and
+    whether any GPU had telemetry; None when the job is not found in the query's scope."""
     from slurmtel.reports.plot import plot_job, utilisation_series
     from slurmtel.store.jobview import find_attempts, gpu_figures, util_windows
 
-    attempts = find_attempts(conn, jobid, scope=scope, clusters=clusters)
+    now, zone = q.now, q.zone
+    attempts = find_attempts(conn, q.jobid, scope=q.scope, clusters=q.clusters)
     if not attempts:
         return None
     figures = gpu_figures(conn, [a.key for a in attempts], now=now)
@@ -435,22 +496,11 @@ def me_job_row(row: Mapping[str, Any], zone: tzinfo) -> dict[str, Any]:
     }
 
 
-def me_document(
-    conn: Connection,
-    *,
-    user: str,
-    month: str,
-    start: datetime,
-    end: datetime,
-    now: datetime,
-    zone: tzinfo,
-    scope: Scope,
-    jobs: bool,
-    top: int,
-) -> dict[str, Any]:
-    """USER's month [START, END) in SCOPE: the summary and top jobs, or (JOBS) every attempt."""
+def me_document(conn: Connection, q: MeQuery) -> dict[str, Any]:
+    """The user's month in the query's scope: the summary and top jobs, or (jobs) every attempt."""
     from slurmtel.store.jobview import month_summary, top_jobs, user_attempts
 
+    user, month, start, end, now, zone = q.user, q.month, q.start, q.end, q.now, q.zone
     window: dict[str, Any] = {
         "user": user,
         "start": start,
@@ -458,15 +508,15 @@ def me_document(
         "first_day": start.astimezone(zone).date(),
         "end_day": end.astimezone(zone).date(),
         "now": now,
-        "scope": scope,
+        "scope": q.scope,
     }
     document: dict[str, Any] = {"user": user, "month": month, "so_far": start <= now < end, "zone": str(zone)}
-    if jobs:
+    if q.jobs:
         document["jobs"] = [me_job_row(r, zone) for r in user_attempts(conn, **window)]
         return document
     usage = month_summary(conn, **window)
     document["summary"] = me_summary(user, month, usage)
-    document["top_jobs"] = [me_top_job(r) for r in top_jobs(conn, **window, limit=top)]
+    document["top_jobs"] = [me_top_job(r) for r in top_jobs(conn, **window, limit=q.top)]
     return document
 
 
