@@ -40,7 +40,6 @@ from slurmtel.config import Config
 from slurmtel.parsers.sacct_json import parse_sacct_json
 from slurmtel.records import GpuEvent, GpuInventory, JobAttempt, PendingJob
 from slurmtel.simulate import USERS, render_sacct_json, synthetic_jobs
-from slurmtel.store.attribution import refresh_retry_links, retry_links_current
 from slurmtel.store.engine import make_engine
 from slurmtel.store.jobs import sync_outcome_classes, write_attempts
 from slurmtel.store.migrate import upgrade
@@ -50,6 +49,7 @@ from slurmtel.store.reports_nodes import nodes_report
 from slurmtel.store.reports_queue import queue_report
 from slurmtel.store.reports_retries import retries_report
 from slurmtel.store.reports_taxonomy import capacity_report, taxonomy_report
+from slurmtel.store.retry_links import refresh_retry_links, retry_links_current
 from slurmtel.store.telemetry import write_events, write_inventory, write_pending
 from slurmtel.store.usage import usage_report
 

@@ -3,16 +3,16 @@
 # when any is missing. Idempotent and quiet when everything is there. Run as root.
 #   scripts/ci-slurm-deps.sh                  install what is missing
 #   scripts/ci-slurm-deps.sh --check          exit 1 (and list them) when packages are missing
-#   scripts/ci-slurm-deps.sh [--check] PKG..  the same for the packages named instead; CI and
-#                                             tests/prometheus_server.py name `prometheus`
-#                                             (prometheus and promtool) and `openssl`, for the
-#                                             prometheus source's tests
+#   scripts/ci-slurm-deps.sh [--check] PKG..  only these packages: `munge` (the MUNGE tests:
+#                                             tests/munge_lab.py), `prometheus openssl` (the
+#                                             prometheus source's tests: tests/prometheus_server.py)
 #
 # tests/slurm_lab/up.sh and force-rollup.sh call this too, so CI may run it up front (to keep the
 # apt time out of the test timings) or leave it to the tests.
 set -euo pipefail
 
 # slurm 22.05 daemons and clients, MariaDB for slurmdbd, libfaketime for force-rollup.sh
+# (munge also for the authentication tests, which start munged daemons of their own)
 PKGS=(munge slurmctld slurmd slurmdbd slurm-client mariadb-server libfaketime)
 check=0
 if [ "${1:-}" = --check ]; then check=1; shift; fi

@@ -51,7 +51,7 @@ class Scope:
         return not self.everything and not self.users and not self.accounts
 
     def sql_params(self) -> dict[str, object]:
-        """Bind parameters for slurmtel.store.scope.SCOPE_SQL (the same clause in every query)."""
+        """Bind parameters for the database function slurmtel_in_scope (the same test in every query)."""
         return {
             "scope_all": self.everything,
             "scope_users": sorted(self.users),

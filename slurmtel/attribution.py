@@ -22,11 +22,11 @@ from slurmtel.store.attribution import (
     mark_batches,
     recompute_dirty,
     refresh_job_spans,
-    refresh_retry_links,
     select_dirty_attempts,
     set_watermark,
 )
 from slurmtel.store.locks import ATTRIBUTION_LOCK_KEY, advisory_xact_lock
+from slurmtel.store.retry_links import refresh_retry_links
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,9 @@ class AgentSourceConfig(ScrapeTargetsConfig):
     port: int = 9767
     # file holding the agents' shared token (agent.token_file on the nodes)
     token_file: str = ""
+    # directory of per-node tokens: a file named after the node (the target's node name)
+    # holds that node's token (the agent's own <state_dir>/agent-token) and wins over token_file
+    token_dir: str = ""
     # items per pull request
     page_size: int = 5000
 
@@ -311,7 +314,8 @@ class AgentConfig:
     sysfs_root: str = "/sys"
     # node name the agent reports; "" = the short hostname
     node_name: str = ""
-    # file holding a shared token; when set, /v1/* requests need "Authorization: Bearer <token>"
+    # file holding the token /v1/* requests need ("Authorization: Bearer <token>"); "" = the
+    # agent's own <state_dir>/agent-token, made (mode 0600) on first start
     token_file: str = ""
 
 
@@ -418,6 +422,52 @@ class DaemonConfig:
     # a job running longer than this stops the systemd watchdog pings, so systemd restarts
     # the daemon (WatchdogSec= in the unit); 0 = never
     stuck_job_seconds: int = 3600
+    # POST /v1/job-ended takes a MUNGE credential (api.munge_socket, api.credential_ttl_seconds)
+    # of one of these users: root and slurm.conf's SlurmUser, who runs EpilogSlurmctld
+    job_end_users: list[str] = field(default_factory=lambda: ["root", "slurm"])
+    # ... sent from one of these addresses or networks (the slurmctld hosts); [] = any address
+    job_end_peers: list[str] = field(default_factory=list)
+    # or "Authorization: Bearer <token>" with the token in this file; "" = MUNGE only
+    job_end_token_file: str = ""
+    # POST /v1/job-ended requests a peer may make per second (bursts of twice as many); the
+    # rest are answered 429 before any credential is checked
+    job_end_rate_per_second: float = 100.0
+
+
+API_AUTH_METHODS = ("munge", "jwt", "proxy")
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """[api]: the read API (`slurmtel serve`) and how it knows who asks (slurmtel.auth)."""
+
+    # where clients (the CLI on a login node) reach the read API, e.g. "https://head01:9769"
+    url: str = ""
+    # the read API binds here
+    listen_address: str = "127.0.0.1"
+    # 9769: next to the daemon's 9768 and the agent's 9767
+    port: int = 9769
+    # TLS certificate and key (PEM) of the read API; both or neither ("" = plain HTTP)
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    # identity methods, tried in this order: "munge", "jwt" (Slurm's scontrol token), "proxy"
+    # (a trusted reverse proxy's user header); a request with none of them is denied
+    auth_methods: list[str] = field(default_factory=lambda: ["munge"])
+    # munged's socket; "" = MUNGE's default (/run/munge/munge.socket.2)
+    munge_socket: str = ""
+    # a MUNGE credential encoded longer ago than this is refused (munged also applies its TTL)
+    credential_ttl_seconds: int = 60
+    # Slurm's HS256 key (jwt_hs256.key, AuthAltParameters=jwt_key=...), needed for "jwt"
+    jwt_key_file: str = ""
+    # addresses or networks of reverse proxies whose user header is believed, needed for "proxy"
+    trusted_proxies: list[str] = field(default_factory=list)
+    # the header such a proxy sets to the authenticated user name
+    proxy_user_header: str = "X-Remote-User"
+    # credentials remembered against replay (until they expire); when full, new ones are refused
+    replay_cache_entries: int = 100000
+    # file holding the database URL `serve` closes months with (a role that may write
+    # statements: the writer of `slurmtel db roles`); "" = the database URL it reads with
+    statements_database_url_file: str = ""
 
 
 @dataclass(frozen=True)
@@ -451,6 +501,7 @@ class Config:
     agent: AgentConfig = field(default_factory=AgentConfig)
     chargeback: ChargebackConfig = field(default_factory=ChargebackConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
     cost: CostConfig = field(default_factory=CostConfig)
     # where the config was read from (None = built-in defaults); not a TOML key
@@ -769,6 +820,38 @@ def _validate_daemon(daemon: DaemonConfig) -> None:
     for name in ("job_end_delay_seconds", "stop_timeout_seconds", "stuck_job_seconds"):
         if getattr(daemon, name) < 0:
             raise ConfigError(f"daemon.{name} must not be negative")
+    if daemon.job_end_rate_per_second <= 0:
+        raise ConfigError("daemon.job_end_rate_per_second must be positive")
+    from slurmtel.auth.proxy import parse_networks
+
+    parse_networks(daemon.job_end_peers, "daemon.job_end_peers")
+
+
+def _validate_api(api: ApiConfig) -> None:
+    if not 0 <= api.port <= 65535:
+        raise ConfigError("api.port must be between 0 and 65535")
+    if bool(api.tls_cert_file) != bool(api.tls_key_file):
+        raise ConfigError("api.tls_cert_file and api.tls_key_file go together: set both or neither")
+    if not api.auth_methods:
+        raise ConfigError("api.auth_methods must name at least one method (deny by default)")
+    for method in api.auth_methods:
+        if method not in API_AUTH_METHODS:
+            raise ConfigError(f"api.auth_methods: unknown method '{method}' (known: munge, jwt, proxy)")
+    if len(set(api.auth_methods)) != len(api.auth_methods):
+        raise ConfigError("api.auth_methods names a method twice")
+    if not 1 <= api.credential_ttl_seconds <= 3600:
+        raise ConfigError("api.credential_ttl_seconds must be between 1 and 3600")
+    if "jwt" in api.auth_methods and not api.jwt_key_file:
+        raise ConfigError('api.jwt_key_file is required with "jwt" in api.auth_methods')
+    from slurmtel.auth.proxy import parse_networks
+
+    if "proxy" in api.auth_methods and not api.trusted_proxies:
+        raise ConfigError('api.trusted_proxies is required with "proxy" in api.auth_methods')
+    parse_networks(api.trusted_proxies, "api.trusted_proxies")
+    if not re.fullmatch(r"[A-Za-z0-9-]+", api.proxy_user_header):
+        raise ConfigError(f"api.proxy_user_header is not a header name: '{api.proxy_user_header}'")
+    if api.replay_cache_entries < 1:
+        raise ConfigError("api.replay_cache_entries must be at least 1")
 
 
 COST_UNITS = ("completed_jobs", "completed_gpu_hours", "configured")
@@ -846,5 +929,6 @@ def _validated(config: Config) -> Config:
     _validate_chargeback(config.chargeback)
     _validate_budgets(config.chargeback)
     _validate_daemon(config.daemon)
+    _validate_api(config.api)
     _validate_cost(config.cost)
     return config

@@ -33,6 +33,12 @@ class ParseError(SlurmtelError):
     kind = "parse_error"
 
 
+class AccessDenied(SlurmtelError):
+    """The caller may not do this (slurmtel.access.allowed gave no scope): deny by default."""
+
+    kind = "access_denied"
+
+
 class DatabaseUnavailable(SlurmtelError):
     """PostgreSQL could not be reached."""
 
@@ -47,3 +53,33 @@ class SchemaMissing(SlurmtelError):
 
 class ChargebackError(SlurmtelError):
     kind = "chargeback_error"
+
+
+class AuthenticationFailed(SlurmtelError):
+    """A request's credential was missing, malformed, forged or not good for this request."""
+
+    kind = "auth_failed"
+
+
+class CredentialInvalid(AuthenticationFailed):
+    """Not a credential this site issued: garbled, tampered with, another key, wrong algorithm."""
+
+    kind = "credential_invalid"
+
+
+class CredentialExpired(AuthenticationFailed):
+    """A genuine credential past its lifetime (or one dated in the future: a rewound clock)."""
+
+    kind = "credential_expired"
+
+
+class CredentialReplayed(AuthenticationFailed):
+    """A genuine credential seen before: each one is good for one request."""
+
+    kind = "credential_replayed"
+
+
+class AuthUnavailable(SlurmtelError):
+    """The credential could not be checked: munged down, unmunge missing or timed out."""
+
+    kind = "auth_unavailable"

@@ -3,7 +3,7 @@ packages are not installed.
 
 A GPU node installs only what the agent needs (`pip install 'slurmtel[nvml]'`: the base
 dependencies and nvidia-ml-py); the head's CLI also needs the `head` extra (SQLAlchemy,
-psycopg, alembic, APScheduler, pgserver, matplotlib, rich, python-hostlist). Run without it,
+psycopg, alembic, APScheduler, pgserver, matplotlib, rich, python-hostlist, starlette, uvicorn). Run without it,
 `slurmtel` says which package is missing and how to install it instead of a traceback.
 """
 
@@ -14,7 +14,18 @@ from collections.abc import Sequence
 
 # the importable names of the `head` extra's packages (pyproject.toml)
 HEAD_MODULES = frozenset(
-    {"sqlalchemy", "psycopg", "alembic", "apscheduler", "pgserver", "matplotlib", "rich", "hostlist"}
+    {
+        "sqlalchemy",
+        "psycopg",
+        "alembic",
+        "apscheduler",
+        "pgserver",
+        "matplotlib",
+        "rich",
+        "hostlist",
+        "starlette",
+        "uvicorn",
+    }
 )
 EXIT_MISSING = 1
 

@@ -12,6 +12,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -80,6 +81,67 @@ def database_url(server_url: str) -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@dataclass(frozen=True)
+class LoginRoles:
+    """The session's login roles of the daemon, the API and Grafana (`slurmtel db roles`)."""
+
+    database_url: str
+    writer: str
+    reader: str
+    aggregate: str
+
+    def url(self, role: str) -> str:
+        """The test database as ROLE (the test server trusts TCP logins: no password)."""
+        return (
+            make_url(self.database_url)
+            .set(username=role, password=None)
+            .render_as_string(hide_password=False)
+        )
+
+
+@pytest.fixture(scope="session")
+def login_roles(database_url: str) -> Iterator[LoginRoles]:
+    """Login roles in the groups of migration 0010, named for this session (roles are
+    cluster-wide, and other sessions may share the server); dropped at the end."""
+    from slurmtel.store.roles import AGGREGATE_GROUP, READER_GROUP, WRITER_GROUP, ensure_login_role
+
+    tag = uuid.uuid4().hex[:8]
+    roles = LoginRoles(
+        database_url, f"slurmtel_t_writer_{tag}", f"slurmtel_t_reader_{tag}", f"slurmtel_t_agg_{tag}"
+    )
+    engine = create_engine(database_url, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_SECONDS})
+    with engine.begin() as conn:
+        ensure_login_role(conn, roles.writer, WRITER_GROUP)
+        ensure_login_role(conn, roles.reader, READER_GROUP)
+        ensure_login_role(conn, roles.aggregate, AGGREGATE_GROUP, timezone="UTC")
+    yield roles
+    drop_login_roles(engine, [roles.writer, roles.reader, roles.aggregate])
+    engine.dispose()
+
+
+def drop_login_roles(engine: Engine, names: list[str]) -> None:
+    """Drop login roles NAMES, ending their sessions first (a session's temporary tables are
+    objects its role owns, and engines made by commands run in-process are still open)."""
+    with engine.connect() as conn:
+        conn.execute(
+            text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(:names)"),
+            {"names": names},
+        )
+        conn.commit()
+        # a backend ends (and drops its temporary tables) just after it is told to
+        for _ in range(1000):
+            left = conn.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE usename = ANY(:names)"), {"names": names}
+            ).scalar_one()
+            conn.commit()
+            if not left:
+                break
+            conn.execute(text("SELECT pg_sleep(0.01)"))
+        for name in names:
+            conn.execute(text(f'DROP ROLE IF EXISTS "{name}"'))
+        conn.commit()
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, create_engine, text
 
 from slurmtel.access import EVERYTHING, Identity, Role
 from slurmtel.chargeback import (
@@ -45,6 +45,7 @@ from slurmtel.records import JobAttempt
 from slurmtel.store.jobs import sync_outcome_classes, write_attempts
 from slurmtel.store.usage import usage_report
 from slurmtel.timeparse import month_bounds
+from tests.conftest import LoginRoles
 from tests.factories import at, attempt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -516,12 +517,16 @@ def grafana_sql(sql: str, start: str, end: str) -> str:
     return sql.replace("$__timeFrom()", f"'{start}'").replace("$__timeTo()", f"'{end}'")
 
 
-def test_finance_dashboard_panels_run_and_show_the_closed_statement(engine: Engine, config: Config) -> None:
+def test_finance_dashboard_panels_run_and_show_the_closed_statement(
+    engine: Engine, config: Config, login_roles: LoginRoles
+) -> None:
     load(engine, config, *NOVEMBER)
     close_month(engine, config, "2026-11", NOW)
     dashboard = json.loads((ROOT / "config" / "grafana" / "slurmtel-finance.json").read_text())
     results: dict[str, list[tuple[Any, ...]]] = {}
-    with engine.connect() as conn:
+    # as Grafana's role: the aggregate views only
+    grafana = create_engine(login_roles.url(login_roles.aggregate))
+    with grafana.connect() as conn:
         # months cut like the statement: the Grafana role's session time zone = site.timezone
         conn.exec_driver_sql("SET timezone = 'Europe/Berlin'")
         for panel in dashboard["panels"]:
@@ -534,6 +539,7 @@ def test_finance_dashboard_panels_run_and_show_the_closed_statement(engine: Engi
             }
             sql = grafana_sql(target["rawSql"], "2026-10-01T00:00:00Z", "2026-12-31T00:00:00Z")
             results[panel["title"]] = [tuple(r) for r in conn.exec_driver_sql(sql)]
+    grafana.dispose()
     november = month_bounds("2026-11", config.zone)[0]
     by_title = {title.split(" (")[0]: rows for title, rows in results.items()}
     gpu_hours = {(t, account): round(v, 4) for t, account, v in by_title["GPU-hours by account per month"]}

@@ -4,8 +4,10 @@ Each dashboard JSON found there is checked, whoever adds it: its data sources fo
 import convention (a `${DS_...}` uid declared in `__inputs`), and the SQL of every target of
 every panel (panels nested in rows included) runs against the test database after Grafana's
 macros and the dashboard's variables are replaced by what Grafana would send for a fixed
-window. The data is tests.factories.admin_day; the admin dashboard's key panels must show the
-figures the CLI reports show.
+window. Every query runs as Grafana's role (`slurmtel db roles --aggregate`, a member of
+slurmtel_aggregate): it may read only the views of schema slurmtel_agg, so a panel that reads a
+table fails with a permission error. The data is tests.factories.admin_day; the admin
+dashboard's key panels must show the figures the CLI reports show.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine
 
 from slurmtel.access import EVERYTHING
 from slurmtel.config import Config
 from slurmtel.store.reports_taxonomy import taxonomy_report
+from tests.conftest import LoginRoles
 from tests.factories import load_admin_day
 
 GRAFANA = Path(__file__).resolve().parent.parent / "config" / "grafana"
@@ -31,6 +34,14 @@ DASHBOARDS = sorted(GRAFANA.glob("**/*.json"))
 FROM, TO = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)
 DAY_EPOCH = int(FROM.timestamp())
 POSTGRES = "grafana-postgresql-datasource"
+
+
+@pytest.fixture(scope="module")
+def grafana(login_roles: LoginRoles) -> Iterator[Engine]:
+    """The test database as Grafana's login role."""
+    engine = create_engine(login_roles.url(login_roles.aggregate))
+    yield engine
+    engine.dispose()
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -229,11 +240,13 @@ QUERIES = [
 
 
 @pytest.mark.parametrize(("path", "title", "ref"), QUERIES)
-def test_every_panel_query_runs(engine: Engine, config: Config, path: Path, title: str, ref: str) -> None:
+def test_every_panel_query_runs(
+    engine: Engine, grafana: Engine, config: Config, path: Path, title: str, ref: str
+) -> None:
     load_admin_day(engine, config)
     dashboard = load(path)
     (target,) = [t for p, t in targets(dashboard) if p["title"] == title and t["refId"] == ref]
-    columns, _ = run(engine, expand(target["rawSql"], dashboard))
+    columns, _ = run(grafana, expand(target["rawSql"], dashboard))
     if target.get("format") == "time_series":
         assert "time" in columns, f"a time series needs a 'time' column, got {columns}"
 
@@ -262,40 +275,40 @@ def numbers(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
 # ---------------------------------------------------------------- the admin dashboard's figures
 
 
-def test_failure_panels(engine: Engine, config: Config) -> None:
+def test_failure_panels(engine: Engine, grafana: Engine, config: Config) -> None:
     load_admin_day(engine, config)
-    assert numbers(panel_rows(engine, "Failed GPU-hours by account")) == [
+    assert numbers(panel_rows(grafana, "Failed GPU-hours by account")) == [
         (DAY_EPOCH, "bio", 2.0),
         (DAY_EPOCH, "chem", 8.0),
         (DAY_EPOCH, "physics", 10.0),
     ]
-    assert numbers(panel_rows(engine, "Top failing nodes")) == [
+    assert numbers(panel_rows(grafana, "Top failing nodes")) == [
         ("gpu04", 1, 1, 10.0, 0),
         ("gpu02", 2, 1, 6.0, 0),
         ("gpu01", 1, 0, 4.0, 3),
     ]
 
 
-def test_idle_panels(engine: Engine, config: Config) -> None:
+def test_idle_panels(engine: Engine, grafana: Engine, config: Config) -> None:
     load_admin_day(engine, config)
-    assert numbers(panel_rows(engine, "Idle GPU-hours by account")) == [
+    assert numbers(panel_rows(grafana, "Idle GPU-hours by account")) == [
         (DAY_EPOCH, "bio", 0.0),
         (DAY_EPOCH, "chem", 0.0),
         (DAY_EPOCH, "physics", 1.0),
     ]
-    assert numbers(panel_rows(engine, "Idle share by account")) == [
+    assert numbers(panel_rows(grafana, "Idle share by account")) == [
         ("physics", 0.4, 0.2, 1.0),
         ("bio", None, 0.0, 0.0),
         ("chem", None, 0.0, 0.0),
     ]
 
 
-def test_queue_panels(engine: Engine, config: Config) -> None:
+def test_queue_panels(engine: Engine, grafana: Engine, config: Config) -> None:
     load_admin_day(engine, config)
-    assert numbers(panel_rows(engine, "Queue wait p50 / p95 by partition")) == [
+    assert numbers(panel_rows(grafana, "Queue wait p50 / p95 by partition")) == [
         (DAY_EPOCH, "gpu", 3600.0, 6099.0)
     ]
-    assert numbers(panel_rows(engine, "Pending now by reason")) == [
+    assert numbers(panel_rows(grafana, "Pending now by reason")) == [
         ("Resources", "gpu", False, 2, 10, 3540.0),
         ("AssocGrpGRES", "gpu", True, 1, 4, 14340.0),
         ("QOSMaxGRESPerUser", "gpu", True, 1, 2, 7140.0),
@@ -303,11 +316,11 @@ def test_queue_panels(engine: Engine, config: Config) -> None:
     ]
 
 
-def test_taxonomy_panel_agrees_with_the_report(engine: Engine, config: Config) -> None:
+def test_taxonomy_panel_agrees_with_the_report(engine: Engine, grafana: Engine, config: Config) -> None:
     load_admin_day(engine, config)
     panel = {
         metric.split(" ", 1)[1]: round(float(value), 4)
-        for _, metric, value in panel_rows(engine, "GPU-hour taxonomy per day")
+        for _, metric, value in panel_rows(grafana, "GPU-hour taxonomy per day")
     }
     assert panel == {
         "unavailable": 66.0,

@@ -3,10 +3,11 @@
 relative names resolved.
 
 - parsers import no database code (sqlalchemy, psycopg, slurmtel.store);
-- the node agent (slurmtel.agent) imports no store and no database driver;
+- the node agent (slurmtel.agent) imports no store and no database driver, nor does
+  slurmtel.auth (identity for every HTTP server, the agent's included);
 - the store imports no reports, commands, CLI, parsers or the modules that shape its rows
   (chargeback, budget, cost): it returns rows (slurmtel.rows), callers shape them; the SQL of
-  advisory locks and of a Scope is the store's (store/locks.py, store/scope.py);
+  advisory locks and of a Scope is the store's (store/locks.py; the scope test is the database function slurmtel_in_scope);
 - slurmtel.records imports nothing of slurmtel, slurmtel.rows nothing but slurmtel.errors;
 - no two slurmtel modules import each other, directly or through a longer cycle.
 
@@ -106,6 +107,7 @@ DATABASE = ("sqlalchemy", "psycopg", "psycopg2", "alembic", "pgserver", "slurmte
     [
         pytest.param(("slurmtel.parsers",), DATABASE, id="parsers-no-database"),
         pytest.param(("slurmtel.agent",), DATABASE, id="agent-no-store-no-driver"),
+        pytest.param(("slurmtel.auth",), DATABASE, id="auth-no-database"),
         pytest.param(
             ("slurmtel.chargeback.model", "slurmtel.chargeback.pricing", "slurmtel.chargeback.render"),
             DATABASE,
@@ -146,15 +148,30 @@ def test_rows_import_nothing_of_slurmtel_but_its_errors() -> None:
 
 
 def test_locks_and_scope_sql_live_in_the_store() -> None:
-    """The advisory-lock SQL and the scope clause are SQL: only slurmtel/store writes them."""
+    """The advisory-lock SQL and the scope test are SQL: only slurmtel/store writes them."""
     found = [
         f"{path.relative_to(ROOT)}: {needle}"
         for name, path in MODULES.items()
         if not _within(name, ("slurmtel.store",))
-        for needle in ("pg_advisory", "SCOPE_SQL =", "scope_accounts AS text[]")
+        for needle in ("pg_advisory", "slurmtel_in_scope(", "scope_accounts AS text[]")
         if needle in path.read_text()
     ]
     assert found == [], "SQL outside slurmtel/store:\n" + "\n".join(found)
+
+
+def test_no_sql_text_is_imported_across_modules() -> None:
+    """SQL that several queries share is a database function or view (migrations), not a
+    string one module exports and another pastes into its query: no module imports a name
+    ending in _SQL (or _CTES) from another."""
+    found = [
+        f"{name}: from {node.module} import {alias.name}"
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("slurmtel")
+        for alias in node.names
+        if alias.name.endswith(("_SQL", "_CTES"))
+    ]
+    assert found == [], "SQL text imported across modules:\n" + "\n".join(found)
 
 
 def _graph() -> dict[str, set[str]]:

@@ -46,6 +46,8 @@ HEAD_IMPORTS = (
     "matplotlib",
     "rich",
     "hostlist",
+    "starlette",
+    "uvicorn",
 )
 # import name -> distribution, where they differ (importlib.metadata knows only installed ones)
 DISTRIBUTION = {

@@ -47,7 +47,7 @@ def run(
 
 
 def as_identity(monkeypatch: pytest.MonkeyPatch, identity: Identity) -> None:
-    monkeypatch.setattr("slurmtel.commands.admin_reports.current_identity", lambda config: identity)
+    monkeypatch.setattr("slurmtel.commands.common.current_identity", lambda config: identity)
 
 
 def csv_sections(text: str) -> dict[str, list[dict[str, str]]]:

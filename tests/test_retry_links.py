@@ -20,11 +20,11 @@ from slurmtel.access import EVERYTHING, Scope
 from slurmtel.attribution import run_attribution
 from slurmtel.config import Config
 from slurmtel.records import JobAttempt
-from slurmtel.store.attribution import FULL_LINKS_MIN_REGIONS, refresh_retry_links, retry_links_current
 from slurmtel.store.jobs import REQUEUE_STATES, sync_outcome_classes, write_attempts
 from slurmtel.store.reports_failures import failures_report
 from slurmtel.store.reports_retries import retries_report
 from slurmtel.store.reports_taxonomy import capacity_report
+from slurmtel.store.retry_links import FULL_LINKS_MIN_REGIONS, refresh_retry_links, retry_links_current
 from slurmtel.store.usage import JobFilter
 from tests.factories import at, attempt
 

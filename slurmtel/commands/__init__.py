@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from slurmtel.commands import (
-    admin_reports,
     budget,
     collect,
     cost,
@@ -16,21 +15,22 @@ from slurmtel.commands import (
     fabric,
     finance,
     operations,
+    reports,
     researcher,
-    usage,
+    serve,
 )
 
 COMMAND_MODULES = (
     collect,
     db,
-    usage,
+    reports,
     operations,
     demo,
     researcher,
     finance,
-    admin_reports,
     budget,
     cost,
     fabric,
     daemon,
+    serve,
 )

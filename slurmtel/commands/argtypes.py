@@ -13,6 +13,7 @@ from slurmtel.commands.common import EXIT_ERROR, EXIT_USAGE
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SlurmtelError
 from slurmtel.store.jobview import JOB_ID
+from slurmtel.store.roles import GROUPS, ROLE_NAME
 from slurmtel.timeparse import parse_slurm_time
 
 # a count a command hands to SQL (LIMIT, top N): well inside what PostgreSQL's bigint holds
@@ -34,6 +35,17 @@ def positive_int(value: str) -> int:
     if not 1 <= number <= MAX_COUNT:
         raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_COUNT}, not {value}")
     return number
+
+
+def role_name(value: str) -> str:
+    """argparse type: a role name as slurmtel makes it (lower case, digits, underscores)."""
+    if not ROLE_NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"'{value}' is not a role name: lower-case letters, digits and _, at most 63, not starting with a digit"
+        )
+    if value in GROUPS:
+        raise argparse.ArgumentTypeError(f"'{value}' is a group role; name the login role that joins it")
+    return value
 
 
 def check_job_id(text: str) -> None:

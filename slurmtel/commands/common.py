@@ -14,7 +14,7 @@ from sqlalchemy import Connection
 
 from slurmtel.access import Action, Identity, Role, Scope, allowed
 from slurmtel.config import Config
-from slurmtel.errors import ConfigError, ParseError, SlurmtelError, SourceUnavailable
+from slurmtel.errors import AccessDenied, ConfigError, ParseError, SourceUnavailable
 from slurmtel.parsers.sacctmgr import (
     ACCOUNT_TREE_ARGS,
     COORDINATORS_ARGS,
@@ -31,10 +31,6 @@ from slurmtel.timeparse import parse_slurm_time
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 
 log = logging.getLogger(__name__)
-
-
-class AccessDenied(SlurmtelError):
-    kind = "access_denied"
 
 
 def add_window_arguments(parser: argparse.ArgumentParser, what: str = "the 1st of this month") -> None:

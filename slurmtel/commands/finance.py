@@ -99,6 +99,8 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
     if args.format == "parquet" and args.output is None:
         raise ConfigError("--format parquet writes a file: give --output FILE")
+    if config.api.url:
+        return _through_api(args, config)
     if args.void:
         return _void(args, config)
     if args.list or args.audit:
@@ -168,6 +170,27 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
         write_parquet(statement_records(statement), LINE_COLUMNS, args.output, statement.currency)
     else:
         _write(args.output, render_csv(statement) if args.format == "csv" else render_json(statement))
+    return EXIT_OK
+
+
+def _through_api(args: argparse.Namespace, config: Config) -> int:
+    """A login node (`[api] url`): the month's CSV or JSON from `slurmtel serve`, closed first
+    with --close; the server decides who may (finance, admins)."""
+    from slurmtel.api.client import ApiClient, say
+
+    other = args.list or args.audit or args.void or args.diff or args.completed_jobs or args.by
+    if other or args.format not in ("csv", "json"):
+        raise ConfigError(
+            "through the read API (api.url) chargeback exports a --month as csv or json and closes it "
+            "(--close); run the others on the head node"
+        )
+    if not args.month:
+        raise ConfigError("--month YYYY-MM is required")
+    data, notices, refused = ApiClient(config).statement(args.month, fmt=args.format, close=args.close)
+    say(notices)
+    if refused:
+        return EXIT_ERROR
+    _write(args.output, data)
     return EXIT_OK
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from slurmtel.rows import UtilWindow
 
@@ -97,10 +97,15 @@ PANELS: tuple[tuple[str, Callable[[SeriesPoint], float | None]], ...] = (
 IDLE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
-def plot_job(series: Sequence[GpuSeries], path: Path, *, title: str, zone: tzinfo) -> Figure:
-    """Write SERIES to PATH as its extension names (.png, .svg or .pdf), times shown in ZONE;
-    the figure is returned (for tests)."""
-    fmt = path.suffix.lower().lstrip(".")
+def plot_job(
+    series: Sequence[GpuSeries], path: Path | BinaryIO, *, title: str, zone: tzinfo, fmt: str | None = None
+) -> Figure:
+    """Write SERIES to PATH as its extension names (.png, .svg or .pdf), or as FMT to a binary
+    file object; times shown in ZONE. The figure is returned (for tests)."""
+    if fmt is None:
+        if not isinstance(path, Path):
+            raise ValueError("plotting to a file object needs its format")
+        fmt = path.suffix.lower().lstrip(".")
     if fmt not in ("png", "svg", "pdf"):
         raise ValueError(f"cannot plot to {path}: the file name must end in .png, .svg or .pdf")
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -14,8 +14,7 @@ from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
 from slurmtel.rows import MonthSlice, RunningAttempt, UsageFigure
-from slurmtel.store.chargeback import MODEL_SQL, usage_figures
-from slurmtel.store.scope import SCOPE_SQL
+from slurmtel.store.chargeback import usage_figures
 
 
 def usage_by_month(
@@ -30,15 +29,15 @@ def usage_by_month(
 
 def running_attempts(conn: Connection, *, at: datetime, scope: Scope, billing: bool) -> list[RunningAttempt]:
     """Attempts running at AT (started, not ended by then) with GPUs (any with BILLING)."""
-    sql = f"""
-        SELECT account, partition, {MODEL_SQL} AS model, alloc_gpus,
+    sql = """
+        SELECT account, partition, slurmtel_gpu_model(alloc_gpus, gpu_model) AS model, alloc_gpus,
                coalesce(CAST(alloc_tres ->> 'billing' AS numeric), 0) AS billing,
                start_at, time_limit_seconds
         FROM job_attempt
         WHERE start_at IS NOT NULL AND start_at <= CAST(:at AS timestamptz)
           AND (end_at IS NULL OR end_at > CAST(:at AS timestamptz))
           AND (alloc_gpus > 0 OR CAST(:billing AS boolean))
-          AND {SCOPE_SQL}
+          AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
         ORDER BY account, start_at
     """
     params: dict[str, Any] = {"at": at, "billing": billing}

@@ -1,6 +1,6 @@
 """Chargeback SQL: a month's usage per statement key, completed jobs, stored statements.
 
-Usage comes from the same windowed-attempt query as `report usage` (WINDOWED_ATTEMPTS_SQL),
+Usage comes from the same windowed-attempt query as `report usage` (slurmtel_windowed_attempts),
 so a statement's GPU-hours equal the usage report's for the same month. Seconds stay SQL
 `numeric` (psycopg returns Decimal): money is never computed from a float.
 """
@@ -18,11 +18,7 @@ from sqlalchemy import Connection, text
 
 from slurmtel.access import EVERYTHING, Scope
 from slurmtel.rows import ClosedStatement, UsageFigure, line_from_data, line_to_data
-from slurmtel.store.scope import SCOPE_SQL
-from slurmtel.store.usage import WINDOWED_ATTEMPTS_SQL, JobFilter
-
-# gpu_model of a statement key: '' (no single typed GPU TRES) is 'unknown', no GPU is 'none'
-MODEL_SQL = "CASE WHEN alloc_gpus = 0 THEN 'none' WHEN gpu_model = '' THEN 'unknown' ELSE gpu_model END"
+from slurmtel.store.usage import JobFilter
 
 
 def usage_figures(
@@ -30,10 +26,10 @@ def usage_figures(
 ) -> list[UsageFigure]:
     """Per (cluster, account, user, partition, GPU model): exact GPU- and billing-seconds in
     [START, END), and those of system_failure attempts. GPU attempts only unless BILLING."""
-    sql = f"""
-        WITH w AS ({WINDOWED_ATTEMPTS_SQL}),
+    sql = """
+        WITH w AS (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)),
         x AS (
-            SELECT cluster, account, user_name, partition, {MODEL_SQL} AS model, outcome, gpu_seconds,
+            SELECT cluster, account, user_name, partition, slurmtel_gpu_model(alloc_gpus, gpu_model) AS model, outcome, gpu_seconds,
                    CASE WHEN start_at IS NULL THEN 0
                         ELSE coalesce(CAST(alloc_tres ->> 'billing' AS numeric), 0) * greatest(0, extract(epoch FROM
                             least(coalesce(end_at, CAST(:now AS timestamptz)), CAST(:end AS timestamptz))
@@ -104,7 +100,7 @@ def completed_jobs_by(
         WHERE a.outcome = 'completed'
           AND a.end_at >= CAST(:start AS timestamptz) AND a.end_at < CAST(:end AS timestamptz)
           AND (a.alloc_gpus > 0 OR CAST(:billing AS boolean))
-          AND {SCOPE_SQL}
+          AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
           AND (r.last_submit_at IS NULL OR r.last_submit_at = a.submit_at)
         GROUP BY {columns}
     """

@@ -27,7 +27,7 @@ from sqlalchemy import Connection, text
 
 from slurmtel.access import EVERYTHING
 from slurmtel.store.chargeback import completed_jobs_by
-from slurmtel.store.reports_admin import FAILED_SQL, no_jit
+from slurmtel.store.reports_admin import no_jit
 from slurmtel.store.reports_retries import DEFAULT_RESUBMISSION_WINDOW_SECONDS, retry_ctes
 from slurmtel.store.reports_taxonomy import DEFAULT_POLL_INTERVAL_SECONDS, _bind, _parts_ctes
 
@@ -121,7 +121,7 @@ def measured_rows(
                sum(no_process) AS allocated_no_process, sum(idle) AS allocated_idle,
                sum(active) AS active, sum(unmeasured) AS unmeasured,
                coalesce(sum(active) FILTER (WHERE outcome = 'completed'), 0) AS useful,
-               coalesce(sum(no_process + idle + active + unmeasured) FILTER (WHERE outcome IN {FAILED_SQL}), 0)
+               coalesce(sum(no_process + idle + active + unmeasured) FILTER (WHERE slurmtel_failed(outcome)), 0)
                    AS failed,
                CAST(0 AS numeric) AS retry
         FROM part_row
@@ -133,7 +133,7 @@ def measured_rows(
                sum(p.active * coalesce(f.k, 1)), sum(p.unmeasured * coalesce(f.k, 1)),
                coalesce(sum(p.active * coalesce(f.k, 1)) FILTER (WHERE p.outcome = 'completed'), 0),
                coalesce(sum((p.no_process + p.idle + p.active + p.unmeasured) * coalesce(f.k, 1))
-                   FILTER (WHERE p.outcome IN {FAILED_SQL}), 0),
+                   FILTER (WHERE slurmtel_failed(p.outcome)), 0),
                coalesce(sum(p.allocated_seconds * coalesce(f.k, 1)) FILTER (WHERE p.is_retry), 0)
         FROM attempt_part p LEFT JOIN fit f USING (cluster, node, day)
         GROUP BY p.cluster, p.partition, p.account

@@ -24,7 +24,6 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
-from slurmtel.store.scope import SCOPE_SQL
 
 MIB = 1024 * 1024
 
@@ -52,13 +51,11 @@ class AttemptEfficiency:
 
 # the columns efficiency_from_row reads, from job_attempt (or job_attempt_outcome) aliased a;
 # :now is the end of a running attempt
-EFFICIENCY_COLUMNS_SQL = """
+_COLUMNS = """
     a.cluster, a.job_id_raw, a.submit_at, a.job_id, a.state, a.alloc_cpus, a.time_limit_seconds,
     a.cpu_time_seconds, a.mem_peak_task_bytes, a.mem_peak_step_bytes, a.usage_steps,
     (a.alloc_tres->>'mem')::bigint AS mem_mb,
-    CASE WHEN a.start_at IS NULL THEN NULL
-         ELSE extract(epoch FROM coalesce(a.end_at, CAST(:now AS timestamptz)) - a.start_at) END
-        AS elapsed
+    slurmtel_elapsed_seconds(a.start_at, a.end_at, :now) AS elapsed
 """
 
 
@@ -70,11 +67,11 @@ def attempt_efficiency(
     rows = conn.execute(
         text(
             f"""
-            SELECT {EFFICIENCY_COLUMNS_SQL}
+            SELECT {_COLUMNS}
             FROM job_attempt a
             WHERE cluster = :cluster AND job_id_raw = :raw
               AND coalesce(job_submit_at, submit_at) = :job_submit_at
-              AND {SCOPE_SQL}
+              AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
             ORDER BY submit_at
             """
         ),
@@ -90,7 +87,8 @@ def attempt_efficiency(
 
 
 def efficiency_from_row(r: Mapping[Any, Any]) -> AttemptEfficiency:
-    """One attempt's figures from a row with EFFICIENCY_COLUMNS_SQL."""
+    """One attempt's figures from a row with _COLUMNS (slurmtel.store.jobview.user_attempts
+    selects the same names)."""
     elapsed = float(r["elapsed"]) if r["elapsed"] is not None else None
     requested = int(r["mem_mb"]) * MIB if r["mem_mb"] else None
     cpu = r["cpu_time_seconds"]
@@ -124,7 +122,7 @@ def attempts_efficiency(
     rows = conn.execute(
         text(
             f"""
-            SELECT {EFFICIENCY_COLUMNS_SQL}
+            SELECT {_COLUMNS}
             FROM job_attempt a
             JOIN unnest(CAST(:clusters AS text[]), CAST(:jobs AS bigint[]), CAST(:submits AS timestamptz[]))
                 AS k(cluster, job_id_raw, submit_at)

@@ -1,6 +1,6 @@
 """The researcher's views: one job (`slurmtel job`) and one user's month (`slurmtel me`).
 
-Every query takes the caller's Scope (SCOPE_SQL): a job outside it is not found, exactly like a
+Every query takes the caller's Scope (slurmtel_in_scope): a job outside it is not found, exactly like a
 job that does not exist.
 """
 
@@ -16,8 +16,7 @@ from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
 from slurmtel.rows import GpuFigures, UtilWindow
-from slurmtel.store.scope import SCOPE_SQL
-from slurmtel.store.usage import WINDOWED_ATTEMPTS_SQL, JobFilter
+from slurmtel.store.usage import JobFilter
 
 # "123", array task "10_4", heterogeneous job component "123+1"
 JOB_ID = re.compile(r"\d+(?:[_+]\d+)?")
@@ -65,19 +64,19 @@ def find_attempts(
     raw = int(job_id) if job_id.isdigit() else None
     rows = conn.execute(
         text(
-            f"""
+            """
             WITH matched AS (
                 SELECT DISTINCT cluster, job_id_raw, coalesce(job_submit_at, submit_at) AS job_submit_at
                 FROM job_attempt_outcome
                 WHERE (job_id = :job_id OR job_id_raw = CAST(:raw AS bigint))
                   AND (cardinality(CAST(:clusters AS text[])) = 0 OR cluster = ANY(CAST(:clusters AS text[])))
-                  AND {SCOPE_SQL}
+                  AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
             )
             SELECT a.*, count(*) OVER (PARTITION BY a.cluster, a.job_id_raw, m.job_submit_at) AS attempts
             FROM job_attempt_outcome a
             JOIN matched m ON m.cluster = a.cluster AND m.job_id_raw = a.job_id_raw
                           AND m.job_submit_at = coalesce(a.job_submit_at, a.submit_at)
-            WHERE {SCOPE_SQL}
+            WHERE slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
             ORDER BY a.submit_at DESC, a.cluster
             """
         ),
@@ -236,7 +235,7 @@ def util_windows(
 def _user_window_params(
     user: str, start: datetime, end: datetime, first_day: date, end_day: date, now: datetime, scope: Scope
 ) -> dict[str, Any]:
-    """The parameters of WINDOWED_ATTEMPTS_SQL for USER's attempts in [START, END), the site
+    """The parameters of slurmtel_windowed_attempts for USER's attempts in [START, END), the site
     days [FIRST_DAY, END_DAY) as :first and :end_day, and USER as :user."""
     params: dict[str, Any] = {
         "start": start,
@@ -267,8 +266,8 @@ def month_summary(
     usage = (
         conn.execute(
             text(
-                f"""
-            WITH w AS ({WINDOWED_ATTEMPTS_SQL})
+                """
+            WITH w AS (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters))
             SELECT count(DISTINCT (cluster, job_id_raw, coalesce(job_submit_at, submit_at))) AS jobs,
                    count(*) AS attempts,
                    coalesce(sum(gpu_seconds), 0) AS gpu_seconds,
@@ -285,7 +284,7 @@ def month_summary(
     telemetry = (
         conn.execute(
             text(
-                f"""
+                """
             SELECT coalesce(sum(g.allocated_seconds), 0) AS allocated,
                    coalesce(sum(g.covered_seconds), 0) AS covered,
                    coalesce(sum(g.idle_seconds), 0) AS idle,
@@ -293,7 +292,7 @@ def month_summary(
                    coalesce(sum(g.util_weighted_sum), 0) AS util_weighted
             FROM gpu_attribution g
             JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
-            WHERE g.day >= :first AND g.day < :end_day AND a.user_name = :user AND {SCOPE_SQL}
+            WHERE g.day >= :first AND g.day < :end_day AND a.user_name = :user AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
             """
             ),
             params,
@@ -320,8 +319,8 @@ def top_jobs(
     params = {**_user_window_params(user, start, end, first_day, end_day, now, scope), "limit": limit}
     rows = conn.execute(
         text(
-            f"""
-            WITH w AS ({WINDOWED_ATTEMPTS_SQL}),
+            """
+            WITH w AS (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)),
             jobs AS (
                 SELECT cluster, job_id_raw, coalesce(job_submit_at, submit_at) AS jsa,
                        (array_agg(job_id ORDER BY submit_at DESC))[1] AS job_id,
@@ -369,13 +368,13 @@ def user_attempts(
     """Every attempt of USER that overlaps [START, END), oldest first: its GPU-seconds inside the
     window, its telemetry there (site days [FIRST_DAY, END_DAY)) and, as "efficiency", its
     host-side figures (whole attempt; slurmtel.store.efficiency)."""
-    from slurmtel.store.efficiency import EFFICIENCY_COLUMNS_SQL, efficiency_from_row
+    from slurmtel.store.efficiency import efficiency_from_row
 
     params = _user_window_params(user, start, end, first_day, end_day, now, scope)
     rows = conn.execute(
         text(
-            f"""
-            WITH w AS ({WINDOWED_ATTEMPTS_SQL}),
+            """
+            WITH w AS (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)),
             telemetry AS (
                 SELECT g.cluster, g.job_id_raw, g.submit_at,
                        sum(g.allocated_seconds) AS allocated, sum(g.covered_seconds) AS covered,
@@ -384,7 +383,10 @@ def user_attempts(
                 WHERE g.day >= :first AND g.day < :end_day
                 GROUP BY g.cluster, g.job_id_raw, g.submit_at
             )
-            SELECT {EFFICIENCY_COLUMNS_SQL}, a.name, a.account, a.partition, a.start_at, a.end_at,
+            SELECT a.cluster, a.job_id_raw, a.submit_at, a.job_id, a.state, a.alloc_cpus,
+                   a.time_limit_seconds, a.cpu_time_seconds, a.mem_peak_task_bytes,
+                   a.mem_peak_step_bytes, a.usage_steps, (a.alloc_tres->>'mem')::bigint AS mem_mb,
+                   slurmtel_elapsed_seconds(a.start_at, a.end_at, :now) AS elapsed, a.name, a.account, a.partition, a.start_at, a.end_at,
                    a.attempt_number, a.alloc_gpus, a.gpu_seconds,
                    t.allocated, t.covered, t.idle, t.util_weighted
             FROM w a LEFT JOIN telemetry t USING (cluster, job_id_raw, submit_at)

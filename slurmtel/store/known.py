@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
-from slurmtel.store.scope import SCOPE_SQL
 
 # filter kind -> column of job_attempt and pending_job
 COLUMNS = {"account": "account", "user": "user_name", "partition": "partition", "cluster": "cluster"}
@@ -36,8 +35,8 @@ def unknown_values(conn: Connection, kind: str, values: Sequence[str], scope: Sc
         SELECT t.v
         FROM unnest(CAST(:values AS text[])) WITH ORDINALITY AS t(v, i)
         WHERE NOT (
-            EXISTS (SELECT 1 FROM job_attempt WHERE {column} = t.v AND {SCOPE_SQL})
-            OR EXISTS (SELECT 1 FROM pending_job WHERE {column} = t.v AND {SCOPE_SQL})
+            EXISTS (SELECT 1 FROM job_attempt WHERE {column} = t.v AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts))
+            OR EXISTS (SELECT 1 FROM pending_job WHERE {column} = t.v AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts))
             {node_clause}
         )
         ORDER BY t.i

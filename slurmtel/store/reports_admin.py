@@ -20,10 +20,6 @@ from sqlalchemy import Connection, text
 from slurmtel.access import Scope
 from slurmtel.store.usage import JobFilter
 
-# outcome classes whose GPU-hours are "failed GPU-hours" (DESIGN §4)
-FAILED_OUTCOMES = ("user_failure", "system_failure")
-FAILED_SQL = "('user_failure', 'system_failure')"
-
 # a 30-day month, for useful work per GPU and month (DESIGN §1)
 HOURS_PER_MONTH = 30 * 24
 

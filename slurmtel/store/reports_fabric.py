@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
-from slurmtel.store.reports_admin import FAILED_SQL, no_jit
+from slurmtel.store.reports_admin import no_jit
 from slurmtel.store.usage import JobFilter
 
 # ---------------------------------------------------------------- acceptance runs
@@ -332,9 +332,9 @@ def _sum(counters: Sequence[str]) -> str:
     return " + ".join(f"coalesce(sum((w.deltas->>'{c}')::bigint), 0)" for c in counters)
 
 
-_NODE_ATTEMPTS_SQL = f"""
+_NODE_ATTEMPTS_SQL = """
     SELECT n.node,
-           count(*) FILTER (WHERE a.outcome IN {FAILED_SQL}) AS failed,
+           count(*) FILTER (WHERE slurmtel_failed(a.outcome)) AS failed,
            count(*) FILTER (WHERE a.state = 'NODE_FAIL') AS node_fail
     FROM job_attempt_outcome a CROSS JOIN LATERAL unnest(a.nodes) AS n(node)
     WHERE a.start_at IS NOT NULL AND a.start_at < :end AND coalesce(a.end_at, :now) > :start

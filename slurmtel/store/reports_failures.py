@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
-from slurmtel.store.reports_admin import FAILED_SQL, hours, no_jit, params, share
+from slurmtel.store.reports_admin import hours, no_jit, params, share
 from slurmtel.store.reports_retries import (
     DEFAULT_RESUBMISSION_WINDOW_SECONDS,
     job_scope_params,
@@ -24,9 +24,9 @@ from slurmtel.store.usage import JobFilter
 
 SECTIONS = ("by_account", "by_user", "by_partition", "by_node", "top_attempts")
 
-_SUMS = f"""
-    count(*) FILTER (WHERE outcome IN {FAILED_SQL}) AS failed_attempts,
-    coalesce(sum(gpu_seconds) FILTER (WHERE outcome IN {FAILED_SQL}), 0) AS failed,
+_SUMS = """
+    count(*) FILTER (WHERE slurmtel_failed(outcome)) AS failed_attempts,
+    coalesce(sum(gpu_seconds) FILTER (WHERE slurmtel_failed(outcome)), 0) AS failed,
     coalesce(sum(gpu_seconds) FILTER (WHERE outcome = 'user_failure'), 0) AS user_failure,
     coalesce(sum(gpu_seconds) FILTER (WHERE outcome = 'system_failure'), 0) AS system_failure,
     coalesce(sum(gpu_seconds) FILTER (WHERE outcome = 'cancelled'), 0) AS cancelled,
@@ -78,7 +78,7 @@ def failures_report(
         ),
         top_attempt AS (
             SELECT * FROM fw
-            WHERE outcome IN {FAILED_SQL}
+            WHERE slurmtel_failed(outcome)
               AND (CAST(:job_scope_all AS boolean) OR user_name = ANY(CAST(:job_scope_users AS text[]))
                    OR account = ANY(CAST(:job_scope_accounts AS text[])))
             ORDER BY gpu_seconds DESC, cluster, job_id_raw, submit_at

@@ -18,8 +18,7 @@ from sqlalchemy import Connection, text
 from slurmtel.access import Scope
 from slurmtel.store.reports_admin import hours, no_jit, params, share
 from slurmtel.store.reports_retries import job_scope_params
-from slurmtel.store.scope import SCOPE_SQL
-from slurmtel.store.usage import FILTER_SQL, JobFilter
+from slurmtel.store.usage import JobFilter
 
 SECTIONS = ("by_account", "by_user", "by_partition", "top_jobs", "unmapped")
 
@@ -66,8 +65,8 @@ def idle_report(
                 GROUP BY cluster, job_id_raw, submit_at
             ) g
             JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
-            WHERE {SCOPE_SQL}
-              AND {FILTER_SQL}
+            WHERE slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
+              AND slurmtel_job_filter(cluster, account, user_name, partition, :f_accounts, :f_users, :f_partitions, :f_clusters)
         ),
         top_attempt AS (
             SELECT * FROM per_attempt

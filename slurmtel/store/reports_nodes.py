@@ -18,8 +18,8 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
-from slurmtel.store.reports_admin import FAILED_SQL, hours, no_jit, params
-from slurmtel.store.usage import WINDOWED_ATTEMPTS_SQL, JobFilter
+from slurmtel.store.reports_admin import hours, no_jit, params
+from slurmtel.store.usage import JobFilter
 
 
 def nodes_report(
@@ -40,8 +40,8 @@ def nodes_report(
         return []
     f = job_filter or JobFilter()
     # attempts are not filtered by partition here: -r selects nodes (below), not attempts
-    sql = f"""
-        WITH w AS ({WINDOWED_ATTEMPTS_SQL}),
+    sql = """
+        WITH w AS (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)),
         on_node AS (
             SELECT w.cluster, n.node, w.partition, w.outcome, w.state,
                    w.gpu_seconds / cardinality(w.nodes) AS gpu_seconds
@@ -50,9 +50,9 @@ def nodes_report(
         ),
         attempts AS (
             SELECT cluster, node, count(*) AS attempts,
-                   count(*) FILTER (WHERE outcome IN {FAILED_SQL}) AS failed,
+                   count(*) FILTER (WHERE slurmtel_failed(outcome)) AS failed,
                    count(*) FILTER (WHERE state = 'NODE_FAIL') AS node_fail,
-                   coalesce(sum(gpu_seconds) FILTER (WHERE outcome IN {FAILED_SQL}), 0) AS failed_seconds,
+                   coalesce(sum(gpu_seconds) FILTER (WHERE slurmtel_failed(outcome)), 0) AS failed_seconds,
                    coalesce(sum(gpu_seconds), 0) AS allocated_seconds,
                    array_agg(DISTINCT partition) AS partitions
             FROM on_node GROUP BY cluster, node

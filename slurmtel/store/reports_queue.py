@@ -17,16 +17,15 @@ from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
 from slurmtel.store.reports_admin import no_jit, params, seconds_value
-from slurmtel.store.scope import SCOPE_SQL
-from slurmtel.store.usage import FILTER_SQL, WINDOWED_ATTEMPTS_SQL, JobFilter
+from slurmtel.store.usage import JobFilter
 
 SECTIONS = ("wait_by_partition", "wait_by_account", "pending", "quota")
 QUOTA_REASON_PREFIXES = ("AssocGrp", "AssocMax", "QOSGrp", "QOSMax")
 
 # the attempts whose wait `report usage` counts (keep the two in step: tests compare them)
-WAITS_SQL = f"""
+WAITS_SQL = """
     SELECT cluster, partition, account, extract(epoch FROM start_at - eligible_at) AS wait_seconds
-    FROM ({WINDOWED_ATTEMPTS_SQL}) w
+    FROM (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)) w
     WHERE start_at >= CAST(:start AS timestamptz) AND start_at < CAST(:end AS timestamptz)
       AND eligible_at IS NOT NULL AND start_at >= eligible_at
 """
@@ -72,8 +71,8 @@ def queue_report(
                        AS wait_seconds
             FROM pending_job p JOIN controller_snapshot s USING (cluster)
             WHERE p.last_seen_at = s.observed_at
-              AND {SCOPE_SQL}
-              AND {FILTER_SQL}
+              AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
+              AND slurmtel_job_filter(cluster, account, user_name, partition, :f_accounts, :f_users, :f_partitions, :f_clusters)
         ) q
         GROUP BY q.quota, q.cluster, q.partition, q.reason, CASE WHEN q.quota THEN q.account END
     """

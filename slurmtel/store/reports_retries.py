@@ -30,16 +30,15 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
-from slurmtel.store.attribution import (
+from slurmtel.store.reports_admin import hours, no_jit, params
+from slurmtel.store.retry_links import (
     RESUBMISSION_WINDOW,
     bucket_sql,
     link_ctes,
     requeued_sql,
     retry_links_current,
 )
-from slurmtel.store.reports_admin import FAILED_SQL, hours, no_jit, params
-from slurmtel.store.scope import SCOPE_SQL
-from slurmtel.store.usage import FILTER_SQL, WINDOWED_ATTEMPTS_SQL, JobFilter
+from slurmtel.store.usage import JobFilter
 
 DEFAULT_RESUBMISSION_WINDOW_SECONDS = 21600
 
@@ -50,8 +49,6 @@ _NEAR_COLUMNS = (
 )
 # what the failures report shows of single attempts besides
 _DETAIL_COLUMNS = "job_id, exit_code, nodelist, nodes"
-_FROM_ATTEMPTS = "FROM job_attempt_outcome a"
-assert _FROM_ATTEMPTS in WINDOWED_ATTEMPTS_SQL
 
 
 def _columns(detail: bool) -> str:
@@ -70,12 +67,15 @@ def windowed_ctes(*, detail: bool = False) -> str:
         SELECT {columns} FROM job_attempt_outcome a
         WHERE a.submit_at <= CAST(:retry_hi AS timestamptz)
           AND coalesce(a.end_at, CAST(:now AS timestamptz)) >= CAST(:retry_lo AS timestamptz)
-          AND {SCOPE_SQL}
-          AND {FILTER_SQL}
+          AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
+          AND slurmtel_job_filter(cluster, account, user_name, partition, :f_accounts, :f_users, :f_partitions, :f_clusters)
     ),
     windowed AS (
-        SELECT {columns}, CAST(gpu_seconds AS float8) AS gpu_seconds
-        FROM ({WINDOWED_ATTEMPTS_SQL.replace(_FROM_ATTEMPTS, "FROM near a")}) windowed
+        SELECT {columns},
+               CAST(slurmtel_window_gpu_seconds(alloc_gpus, start_at, end_at, :start, :end, :now) AS float8)
+                   AS gpu_seconds
+        FROM near
+        WHERE slurmtel_attempt_in_window(start_at, end_at, submit_at, :start, :end, :now)
     )
 """
 
@@ -99,7 +99,7 @@ RETRY_CTES = f"""
                a.user_name, a.account, a.partition, a.name, a.end_at,
                unnest(ARRAY[{bucket_sql("a.end_at")}, {bucket_sql("a.end_at")} + 1]) AS bucket
         FROM near a
-        WHERE a.outcome IN {FAILED_SQL} AND a.end_at <= CAST(:retry_hi AS timestamptz)
+        WHERE slurmtel_failed(a.outcome) AND a.end_at <= CAST(:retry_hi AS timestamptz)
           AND NOT {requeued_sql("a")}
     ),
     {link_ctes(starts="retry_job_start", failed="retry_failed_job", prefix="chain")},
@@ -115,7 +115,7 @@ RETRY_CTES = f"""
         FROM windowed w JOIN chain_member k
           ON k.cluster = w.cluster AND k.job_id_raw = w.job_id_raw
          AND k.job_submit_at = coalesce(w.job_submit_at, w.submit_at)
-        WHERE w.outcome IN {FAILED_SQL}
+        WHERE slurmtel_failed(w.outcome)
     ),
     w AS (
         SELECT windowed.*, {requeued_sql("windowed")} AS requeued, (r.job_id_raw IS NOT NULL) AS is_retry
@@ -126,10 +126,10 @@ RETRY_CTES = f"""
 
 # the jobs at either end of a stored link, in scope and filter (a link's jobs share its
 # user, account, partition and cluster)
-_LINKED_JOBS = f"""
-    SELECT cluster, job_id_raw, job_submit_at FROM retry_link WHERE {SCOPE_SQL} AND {FILTER_SQL}
+_LINKED_JOBS = """
+    SELECT cluster, job_id_raw, job_submit_at FROM retry_link WHERE slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts) AND slurmtel_job_filter(cluster, account, user_name, partition, :f_accounts, :f_users, :f_partitions, :f_clusters)
     UNION ALL
-    SELECT cluster, prev_job_id_raw, prev_job_submit_at FROM retry_link WHERE {SCOPE_SQL} AND {FILTER_SQL}
+    SELECT cluster, prev_job_id_raw, prev_job_submit_at FROM retry_link WHERE slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts) AND slurmtel_job_filter(cluster, account, user_name, partition, :f_accounts, :f_users, :f_partitions, :f_clusters)
 """
 
 
@@ -143,13 +143,13 @@ def stored_retry_ctes(*, detail: bool = False, name: str = "w") -> str:
     {name} AS (
         SELECT r.*,
                (r.requeued
-                OR (r.outcome IN {FAILED_SQL}
+                OR (slurmtel_failed(r.outcome)
                     AND (r.cluster, r.job_id_raw, coalesce(r.job_submit_at, r.submit_at)) IN ({_LINKED_JOBS})))
                    AS is_retry
         FROM (
             SELECT {_columns(detail)}, CAST(gpu_seconds AS float8) AS gpu_seconds,
                    {requeued_sql("a")} AS requeued
-            FROM ({WINDOWED_ATTEMPTS_SQL}) a
+            FROM (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)) a
         ) r
     )"""
 
@@ -167,7 +167,7 @@ STORED_CHAIN_CTES = f"""
         SELECT l.cluster, l.job_id_raw, l.job_submit_at, l.prev_job_id_raw, l.prev_job_submit_at
         FROM retry_link l CROSS JOIN chain_reach r
         WHERE l.job_submit_at >= r.lo AND l.job_submit_at <= r.hi AND l.prev_end_at >= r.lo
-          AND {SCOPE_SQL} AND {FILTER_SQL}
+          AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts) AND slurmtel_job_filter(cluster, account, user_name, partition, :f_accounts, :f_users, :f_partitions, :f_clusters)
     ),
     chain_member AS (
         SELECT cluster, job_id_raw, job_submit_at FROM chain_link
@@ -198,9 +198,6 @@ def retry_ctes(conn: Connection, bind: dict[str, Any], *, detail: bool = False) 
     return f"{windowed_ctes(detail=detail)}, {RETRY_CTES}"
 
 
-_JOB_SCOPE_SQL = SCOPE_SQL.replace(":scope_", ":job_scope_")
-
-
 def prepare_retries(conn: Connection, bind: dict[str, Any]) -> dict[str, Any]:
     """:retry_lo and :retry_hi for windowed_ctes() and RETRY_CTES: from one resubmission window
     before the earliest submission of a job active in the window to one after the latest end of
@@ -214,7 +211,7 @@ def prepare_retries(conn: Connection, bind: dict[str, Any]) -> dict[str, Any]:
             f"""
             SELECT least(CAST(:start AS timestamptz), min(coalesce(job_submit_at, submit_at))) - {_W},
                    greatest(CAST(:end AS timestamptz), max(coalesce(end_at, CAST(:now AS timestamptz)))) + {_W}
-            FROM ({WINDOWED_ATTEMPTS_SQL}) w
+            FROM (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)) w
             """
         ),
         bind,
@@ -271,14 +268,14 @@ def retries_report(
             SELECT cluster, job_id_raw, coalesce(job_submit_at, submit_at) AS job_submit_at, user_name,
                    account, CAST(0 AS bigint) AS requeues,
                    CASE WHEN is_retry THEN gpu_seconds ELSE 0 END AS retry_gpu_seconds,
-                   CASE WHEN outcome IN {FAILED_SQL} THEN gpu_seconds ELSE 0 END AS failed_gpu_seconds,
+                   CASE WHEN slurmtel_failed(outcome) THEN gpu_seconds ELSE 0 END AS failed_gpu_seconds,
                    coalesce(end_at, CAST(:now AS timestamptz)) AS last_end_at
             FROM w WHERE attempt_number = 1 AND NOT requeued
             UNION ALL
             SELECT cluster, job_id_raw, coalesce(job_submit_at, submit_at), min(user_name), min(account),
                    count(*) FILTER (WHERE coalesce(attempt_number, 1) > 1),
                    coalesce(sum(gpu_seconds) FILTER (WHERE is_retry), 0),
-                   coalesce(sum(gpu_seconds) FILTER (WHERE outcome IN {FAILED_SQL}), 0),
+                   coalesce(sum(gpu_seconds) FILTER (WHERE slurmtel_failed(outcome)), 0),
                    max(coalesce(end_at, CAST(:now AS timestamptz)))
             FROM w_again WHERE attempt_number IS DISTINCT FROM 1 OR requeued
             GROUP BY cluster, job_id_raw, coalesce(job_submit_at, submit_at)
@@ -287,7 +284,7 @@ def retries_report(
             SELECT DISTINCT ON (k.cluster, k.job_id_raw, k.job_submit_at)
                    k.cluster, k.job_id_raw, k.job_submit_at, a.job_id, a.user_name, a.account,
                    a.partition, a.name, a.outcome, a.end_at, coalesce(a.attempt_number, 1) AS attempts,
-                   {_JOB_SCOPE_SQL} AS visible
+                   slurmtel_in_scope(user_name, account, :job_scope_all, :job_scope_users, :job_scope_accounts) AS visible
             FROM chain_member k
             JOIN job_attempt_outcome a
               ON a.cluster = k.cluster AND a.job_id_raw = k.job_id_raw
@@ -324,7 +321,7 @@ def retries_report(
                    (array_agg(c.visible ORDER BY k.position))[1] AS visible,
                    array_agg(c.job_id ORDER BY k.position) AS job_ids,
                    array_agg(c.outcome ORDER BY k.position) AS outcomes,
-                   count(*) FILTER (WHERE c.outcome IN {FAILED_SQL}) AS failed_jobs,
+                   count(*) FILTER (WHERE slurmtel_failed(c.outcome)) AS failed_jobs,
                    sum(c.attempts - 1) AS requeues,
                    CASE WHEN (array_agg(c.end_at ORDER BY k.position DESC))[1] IS NOT NULL
                         THEN max(c.end_at) END AS last_end_at,

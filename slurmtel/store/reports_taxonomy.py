@@ -46,7 +46,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
-from slurmtel.store.reports_admin import FAILED_SQL, HOURS_PER_MONTH, apportion_hours, no_jit, params
+from slurmtel.store.reports_admin import HOURS_PER_MONTH, apportion_hours, no_jit, params
 from slurmtel.store.reports_retries import DEFAULT_RESUBMISSION_WINDOW_SECONDS, retry_ctes
 from slurmtel.store.usage import JobFilter
 
@@ -373,11 +373,11 @@ def capacity_report(
                sum(unavailable) AS unavailable, sum(unallocated) AS unallocated,
                coalesce(sum(active) FILTER (WHERE outcome = 'completed'), 0) AS useful,
                coalesce(sum(no_process + idle + active + unmeasured)
-                   FILTER (WHERE outcome IN {FAILED_SQL}), 0) AS failed,
-               coalesce(sum(idle) FILTER (WHERE outcome NOT IN {FAILED_SQL}), 0) AS allocated_idle,
-               coalesce(sum(no_process) FILTER (WHERE outcome NOT IN {FAILED_SQL}), 0) AS allocated_no_process,
-               coalesce(sum(unmeasured) FILTER (WHERE outcome NOT IN {FAILED_SQL}), 0) AS unmeasured,
-               coalesce(sum(active) FILTER (WHERE outcome NOT IN {FAILED_SQL} AND outcome <> 'completed'), 0)
+                   FILTER (WHERE slurmtel_failed(outcome)), 0) AS failed,
+               coalesce(sum(idle) FILTER (WHERE NOT slurmtel_failed(outcome)), 0) AS allocated_idle,
+               coalesce(sum(no_process) FILTER (WHERE NOT slurmtel_failed(outcome)), 0) AS allocated_no_process,
+               coalesce(sum(unmeasured) FILTER (WHERE NOT slurmtel_failed(outcome)), 0) AS unmeasured,
+               coalesce(sum(active) FILTER (WHERE NOT slurmtel_failed(outcome) AND outcome <> 'completed'), 0)
                    AS active_not_completed,
                sum(capacity_unknown) AS capacity_unknown,
                coalesce((SELECT r.seconds FROM retry r WHERE r.cluster = part_row.cluster), 0) AS retry

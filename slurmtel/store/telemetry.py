@@ -119,15 +119,13 @@ def ensure_day_partitions(conn: Connection, wanted: Iterable[date]) -> list[str]
     created = []
     for day in days:
         name = partition_name(day)
-        if name not in existing:
-            lo = datetime(day.year, day.month, day.day, tzinfo=UTC)
-            hi = lo + timedelta(days=1)
-            conn.execute(
-                text(
-                    f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {PARTITIONED_TABLE} "
-                    f"FOR VALUES FROM ('{lo.isoformat()}') TO ('{hi.isoformat()}')"
-                )
-            )
+        # the owner's function (migration 0010) makes it: the daemon's role owns no table
+        if (
+            name not in existing
+            and conn.execute(
+                text("SELECT slurmtel_create_summary_partition(:day)"), {"day": day}
+            ).scalar_one()
+        ):
             created.append(name)
     return created
 
@@ -136,8 +134,10 @@ def drop_partitions_before(conn: Connection, cutoff: date) -> list[str]:
     """Drop the daily partitions that end on or before CUTOFF (retention)."""
     dropped = []
     for name, day in sorted(existing_partitions(conn).items(), key=lambda kv: kv[1]):
-        if day + timedelta(days=1) <= cutoff:
-            conn.execute(text(f"DROP TABLE {name}"))
+        if (
+            day + timedelta(days=1) <= cutoff
+            and conn.execute(text("SELECT slurmtel_drop_summary_partition(:day)"), {"day": day}).scalar_one()
+        ):
             dropped.append(name)
     return dropped
 

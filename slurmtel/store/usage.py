@@ -2,7 +2,9 @@
 
 allocated GPU-seconds of an attempt = AllocTRES gres/gpu x the part of [start, end) inside the
 window (running attempts up to `now`), so a window's figures add up exactly across adjacent
-windows and agree with sreport on the same slurmdbd.
+windows and agree with sreport on the same slurmdbd. The windowing, the scope and the filter are
+the database functions slurmtel_windowed_attempts, slurmtel_in_scope and slurmtel_job_filter
+(migrations/versions/0011_report_functions.py), which every report calls.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
-from slurmtel.store.scope import SCOPE_SQL
 
 GROUPS = {"account": "account", "user": "user_name", "partition": "partition"}
 OUTCOME_CLASSES = (
@@ -47,30 +48,6 @@ class JobFilter:
         }
 
 
-FILTER_SQL = """
-    (cardinality(CAST(:f_accounts AS text[])) = 0 OR account = ANY(CAST(:f_accounts AS text[])))
-    AND (cardinality(CAST(:f_users AS text[])) = 0 OR user_name = ANY(CAST(:f_users AS text[])))
-    AND (cardinality(CAST(:f_partitions AS text[])) = 0 OR partition = ANY(CAST(:f_partitions AS text[])))
-    AND (cardinality(CAST(:f_clusters AS text[])) = 0 OR cluster = ANY(CAST(:f_clusters AS text[])))
-"""
-
-# Attempts active in [:start, :end): ran during it, or (never started) ended or wait inside it.
-# gpu_seconds is the exact overlap of [start_at, end_at or :now) with the window.
-WINDOWED_ATTEMPTS_SQL = f"""
-    SELECT a.*,
-           CASE WHEN a.start_at IS NULL THEN 0
-                ELSE a.alloc_gpus * greatest(0, extract(epoch FROM
-                    least(coalesce(a.end_at, CAST(:now AS timestamptz)), CAST(:end AS timestamptz))
-                    - greatest(a.start_at, CAST(:start AS timestamptz))))
-           END AS gpu_seconds
-    FROM job_attempt_outcome a
-    WHERE coalesce(a.start_at, a.end_at, a.submit_at) < CAST(:end AS timestamptz)
-      AND coalesce(a.end_at, CAST(:now AS timestamptz)) >= CAST(:start AS timestamptz)
-      AND {SCOPE_SQL}
-      AND {FILTER_SQL}
-"""
-
-
 def usage_report(
     conn: Connection,
     *,
@@ -92,7 +69,7 @@ def usage_report(
         for c in OUTCOME_CLASSES
     )
     sql = f"""
-        WITH w AS ({WINDOWED_ATTEMPTS_SQL}),
+        WITH w AS (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)),
         waits AS (
             SELECT cluster, {column} AS grp,
                    extract(epoch FROM start_at - eligible_at) AS wait_seconds

@@ -1,0 +1,173 @@
+"""The read API under load on loopback: requests/s and p95 latency of `/v1/me` and
+`/v1/reports/usage`, against the same query run directly, in one run.
+
+Loads N synthetic jobs (slurmtel.simulate -> sacct --json -> the real parser and writer) into a
+scratch database, starts a munged of its own (tests/munge_lab.py) and `slurmtel serve`'s app
+on uvicorn (loopback, a free port), connected as the database owner with the row-level
+security settings set per request as in production. Credentials are made beforehand with the
+real `munge` (that cost is the client's), then --threads clients send --requests requests per
+endpoint; the direct figure is the same store function in a loop on one connection. Bounded:
+--requests per endpoint, and every request has a timeout.
+
+    python benchmarks/api.py [--jobs 20000] [--requests 400] [--threads 8] [--dsn URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+import uvicorn
+from scratch import scratch_database
+from sqlalchemy import Engine
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from slurmtel.access import Identity, Role, allowed
+from slurmtel.api.app import build_app
+from slurmtel.auth.identity import AuthSettings
+from slurmtel.auth.replay import ReplayCache
+from slurmtel.config import Config, config_from_dict
+from slurmtel.parsers.sacct_json import parse_sacct_json
+from slurmtel.records import JobAttempt
+from slurmtel.reports.catalog import REPORTS
+from slurmtel.reports.researcher import me_document
+from slurmtel.reports.spec import build_query, run_report
+from slurmtel.simulate import USERS, render_sacct_json, synthetic_jobs
+from slurmtel.store.jobs import sync_outcome_classes, write_attempts
+from slurmtel.store.rls import set_transaction_scope
+from slurmtel.timeparse import month_bounds
+from tests import munge_lab
+
+START = datetime(2026, 11, 1, tzinfo=UTC)
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+MONTH = "2026-11"
+
+
+def load(engine: Engine, jobs: int) -> None:
+    with engine.begin() as conn:
+        sync_outcome_classes(conn, Config().outcomes.mapping())
+        sims = list(synthetic_jobs(jobs, start=START))
+        for i in range(0, len(sims), 10_000):
+            records = parse_sacct_json(render_sacct_json(sims[i : i + 10_000]), origin="benchmark")
+            write_attempts(conn, [r for r in records if isinstance(r, JobAttempt)])
+
+
+def p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=20)[18] if len(values) >= 20 else max(values)
+
+
+def direct(engine: Engine, run: Callable[[object], object], scope: object, count: int) -> list[float]:
+    times = []
+    for _ in range(count):
+        begun = time.perf_counter()
+        with engine.begin() as conn:
+            set_transaction_scope(conn, scope)  # type: ignore[arg-type]
+            run(conn)
+        times.append(time.perf_counter() - begun)
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--requests", type=int, default=400, help="requests per endpoint")
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--dsn", default=None)
+    args = parser.parse_args()
+    munge_lab.ensure_munge()
+    user = next(iter(USERS.values()))[0]
+    with munge_lab.running() as daemon, scratch_database(args.dsn, prefix="slurmtel_bench_api") as engine:
+        began = time.perf_counter()
+        load(engine, args.jobs)
+        print(f"loaded {args.jobs:,} synthetic jobs in {time.perf_counter() - began:.1f} s")
+        config = config_from_dict(
+            {"site": {"timezone": "UTC", "clock": NOW.isoformat()}, "api": {"munge_socket": daemon.socket}}
+        )
+        root = Identity("root", Role.ADMIN)
+        settings = AuthSettings(
+            methods=("munge",),
+            access=config.access,
+            munge_socket=daemon.socket,
+            replay_cache=ReplayCache(),
+        )
+        app = build_app(config, engine, settings, lambda: NOW)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        while not server.started:
+            time.sleep(0.05)
+        # as root (an admin): `me -u USER` and usage over every job of the month
+        endpoints = {
+            "/v1/me": f"user={user}&month={MONTH}",
+            "/v1/reports/usage": "start=2026-11-01&end=2026-12-01",
+        }
+        start, end = month_bounds(MONTH, config.zone)
+        usage = REPORTS["usage"]
+        query = build_query(usage, root, start=START, end=NOW, now=NOW, zone=config.zone)
+        directs = {
+            "/v1/me": lambda conn: me_document(
+                conn,
+                user=user,
+                month=MONTH,
+                start=start,
+                end=end,
+                now=NOW,
+                zone=config.zone,
+                scope=allowed(root, usage.action),
+                jobs=False,
+                top=10,
+            ),
+            "/v1/reports/usage": lambda conn: run_report(conn, usage, query),
+        }
+        print(f"{args.requests} requests per endpoint, {args.threads} client threads, loopback, as an admin")
+        for path, qs in endpoints.items():
+            credentials = [
+                daemon.credential(f"GET {path} {os.urandom(16).hex()}") for _ in range(args.requests)
+            ]
+
+            def one(credential: str, path: str = path, qs: str = qs) -> float:
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}{path}?{qs}", headers={"Authorization": f"MUNGE {credential}"}
+                )
+                begun = time.perf_counter()
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    response.read()
+                    assert response.status == 200
+                return time.perf_counter() - begun
+
+            began = time.perf_counter()
+            with ThreadPoolExecutor(args.threads) as pool:
+                latencies = list(pool.map(one, credentials))
+            wall = time.perf_counter() - began
+            local = direct(engine, directs[path], allowed(root, usage.action), min(args.requests, 100))
+            print(
+                f"{path:<20} API {args.requests / wall:7.1f} req/s, p50 {statistics.median(latencies) * 1000:6.1f} ms, "
+                f"p95 {p95(latencies) * 1000:6.1f} ms | direct query p50 {statistics.median(local) * 1000:6.1f} ms, "
+                f"p95 {p95(local) * 1000:6.1f} ms ({1 / statistics.median(local):.1f}/s on one connection) | "
+                f"API p50 / direct p50 = {statistics.median(latencies) / statistics.median(local):.1f}"
+            )
+        server.should_exit = True
+        thread.join(timeout=30)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The read API (`slurmtel serve`) and its client (the CLI on a login node)."""

@@ -1,0 +1,395 @@
+"""`slurmtel serve`: the read API (DESIGN §7–§8). Every view the CLI computes from the database,
+served as JSON to callers who prove who they are.
+
+Starlette on uvicorn: a maintained ASGI stack that parses HTTP for us (uvicorn's h11/httptools)
+and routes without a framework's ORM or templating; endpoints are plain functions run in a
+thread pool, since each does blocking work (unmunge, one database transaction).
+
+Per request, in this order, deny by default:
+1. slurmtel.auth.authenticate: MUNGE, Slurm JWT or a trusted proxy's header -> Identity, or
+   401/403/503 with the reason;
+2. slurmtel.access.allowed for the view's action -> Scope, or 403;
+3. one database transaction whose row-level security settings are that scope
+   (slurmtel.store.rls), so the reader role returns no row outside it even if a query forgot;
+4. the same function the CLI runs (reports.spec.run_report, reports.researcher, chargeback).
+
+A job outside the caller's scope answers 404 "not found or not yours", exactly like a job that
+does not exist. /healthz and /v1/openapi.json hold no data and need no credential.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import Connection, Engine
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from slurmtel.access import Action, Identity, Scope, allowed
+from slurmtel.auth.identity import AuthSettings, Denied, RequestView, authenticate
+from slurmtel.config import Config
+from slurmtel.errors import AccessDenied, ChargebackError, ConfigError, SlurmtelError
+from slurmtel.reports.catalog import REPORTS
+from slurmtel.reports.spec import build_query, report_document, run_report
+from slurmtel.store.usage import JobFilter
+from slurmtel.timeparse import parse_slurm_time
+
+log = logging.getLogger(__name__)
+
+PLOT_TYPES = {"png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
+# coordinators are looked up with sacctmgr: remembered this long per user
+COORDINATORS_TTL_SECONDS = 60.0
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def wire(value: Any) -> Any:
+    """JSON for what a JSON encoder does not know: exact decimals and instants as text."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, frozenset | set):
+        return sorted(value)
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def json_response(document: Any, status: int = HTTPStatus.OK) -> Response:
+    body = json.dumps(document, default=wire, separators=(",", ":")).encode()
+    return Response(body, status_code=status, media_type="application/json")
+
+
+def _split(value: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+
+
+class CoordinatorCache:
+    """user -> accounts they coordinate (sub-accounts included), asked of sacctmgr at most once
+    a minute per user: a request must not cost a slurmdbd round trip."""
+
+    def __init__(
+        self, lookup: Callable[[str], frozenset[str]], ttl_seconds: float = COORDINATORS_TTL_SECONDS
+    ):
+        self._lookup = lookup
+        self._ttl = ttl_seconds
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[float, frozenset[str]]] = {}
+
+    def __call__(self, user: str) -> frozenset[str]:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._entries.get(user)
+            if hit is not None and now - hit[0] < self._ttl:
+                return hit[1]
+        accounts = self._lookup(user)
+        with self._lock:
+            self._entries[user] = (now, accounts)
+        return accounts
+
+
+class ReadApi:
+    """The endpoints, over one engine, one set of auth settings and one clock."""
+
+    def __init__(
+        self,
+        config: Config,
+        engine: Engine,
+        settings: AuthSettings,
+        clock: Callable[[], datetime],
+        statements_engine: Engine | None = None,
+        auth_clock: Callable[[], datetime] | None = None,
+    ):
+        self.config = config
+        self.engine = engine
+        # statements and closings: every row (finance and admins only), and a role that may
+        # store a closed statement
+        self.statements_engine = statements_engine or engine
+        self.settings = settings
+        self.clock = clock
+        # credentials are fresh or not by the wall clock, whatever site.clock says of the data
+        self.auth_clock = auth_clock or (lambda: datetime.now(UTC))
+
+    # --- the steps every endpoint takes
+
+    def identity(self, request: Request) -> Identity:
+        view = RequestView(
+            method=request.method,
+            path=request.url.path,
+            headers=tuple((k, v) for k, v in request.headers.items()),
+            peer_address=request.client.host if request.client else "",
+        )
+        result = authenticate(view, self.settings, self.auth_clock())
+        if isinstance(result, Denied):
+            raise ApiError(int(result.status), result.reason)
+        return result
+
+    @staticmethod
+    def scope(identity: Identity, action: Action) -> Scope:
+        scope = allowed(identity, action)
+        if scope.is_empty:
+            raise ApiError(
+                HTTPStatus.FORBIDDEN,
+                f"{identity.user} ({identity.role.value}) may not {action.value.replace('_', ' ')}",
+            )
+        return scope
+
+    def transaction(self, scope: Scope) -> Any:
+        """A transaction whose row-level security admits SCOPE's rows only."""
+        from slurmtel.store.rls import set_transaction_scope
+
+        class _Scoped:
+            def __enter__(inner) -> Connection:
+                inner.cm = self.engine.begin()
+                conn = inner.cm.__enter__()
+                set_transaction_scope(conn, scope)
+                return conn
+
+            def __exit__(inner, *exc: Any) -> Any:
+                return inner.cm.__exit__(*exc)
+
+        return _Scoped()
+
+    # --- endpoints
+
+    def whoami(self, request: Request) -> Response:
+        who = self.identity(request)
+        return json_response(
+            {
+                "user": who.user,
+                "role": who.role.value,
+                "coordinated_accounts": sorted(who.coordinated_accounts),
+            }
+        )
+
+    def report(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        spec = REPORTS.get(name)
+        if spec is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"no report '{name}' (reports: {', '.join(REPORTS)})")
+        who = self.identity(request)
+        q = request.query_params
+        known = {
+            "start",
+            "end",
+            "accounts",
+            "users",
+            "partitions",
+            "clusters",
+            *(p.name for p in spec.parameters),
+        }
+        unknown = sorted(set(q.keys()) - known)
+        if unknown:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"report {name} takes no parameter {', '.join(unknown)}")
+        now = self.clock()
+        start, end = self._window(q.get("start"), q.get("end"), now)
+        wanted = JobFilter(
+            accounts=_split(q.get("accounts")),
+            users=_split(q.get("users")),
+            partitions=_split(q.get("partitions")),
+            clusters=_split(q.get("clusters")),
+        )
+        query = build_query(
+            spec,
+            who,
+            start=start,
+            end=end,
+            now=now,
+            zone=self.config.zone,
+            job_filter=wanted,
+            options={p.name: q[p.name] for p in spec.parameters if p.name in q},
+            resubmission_window_seconds=self.config.attribution.resubmission_window_seconds,
+            poll_interval_seconds=self.config.sources.slurmctld.interval_seconds,
+        )
+        with self.transaction(query.scope) as conn:
+            result = run_report(conn, spec, query)
+        return json_response(report_document(result))
+
+    def job(self, request: Request) -> Response:
+        from slurmtel.reports.researcher import job_document
+
+        query = self._job_query(request)
+        with self.transaction(query.scope) as conn:
+            document = job_document(conn, query)
+        if not document:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"job {query.jobid} not found or not yours")
+        return json_response(document)
+
+    def job_plot(self, request: Request) -> Response:
+        from slurmtel.reports.researcher import job_plot
+
+        fmt = request.path_params["fmt"]
+        if fmt not in PLOT_TYPES:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"plots are {', '.join(PLOT_TYPES)}, not {fmt}")
+        query = self._job_query(request)
+        with self.transaction(query.scope) as conn:
+            plot = job_plot(conn, query, fmt)
+        if plot is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"job {query.jobid} not found or not yours")
+        data, has_points = plot
+        return Response(
+            data, media_type=PLOT_TYPES[fmt], headers={"X-Slurmtel-Plot-Empty": str(not has_points).lower()}
+        )
+
+    def _job_query(self, request: Request) -> Any:
+        from slurmtel.reports.researcher import job_query
+
+        jobid = self._jobid(request)
+        who = self.identity(request)
+        clusters = _split(request.query_params.get("clusters"))
+        return job_query(who, jobid, clusters=clusters, now=self.clock(), zone=self.config.zone)
+
+    def me(self, request: Request) -> Response:
+        from slurmtel.reports.researcher import me_document, me_query
+
+        who = self.identity(request)
+        q = request.query_params
+        query = me_query(
+            who,
+            user=q.get("user") or None,
+            month=q.get("month") or None,
+            now=self.clock(),
+            zone=self.config.zone,
+            jobs=q.get("jobs") in ("1", "true", "yes"),
+            top=self._positive(q.get("top", "10"), "top"),
+        )
+        with self.transaction(query.scope) as conn:
+            document = me_document(conn, query)
+        return json_response(document)
+
+    def statement(self, request: Request) -> Response:
+        return self._statement(request, close=False)
+
+    def close(self, request: Request) -> Response:
+        return self._statement(request, close=True)
+
+    def _statement(self, request: Request, *, close: bool) -> Response:
+        from slurmtel.chargeback.export import export_statement
+
+        who = self.identity(request)
+        scope = self.scope(who, Action.CLOSE_STATEMENTS if close else Action.VIEW_STATEMENTS)
+        fmt = request.query_params.get("format", "csv")
+        if fmt not in ("csv", "json"):
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"format must be csv or json, not {fmt}")
+        exported = export_statement(
+            self.statements_engine,
+            self.config,
+            request.path_params["month"],
+            self.clock(),
+            scope=scope,
+            fmt=fmt,
+            close=close,
+            closed_by=who.user,
+        )
+        media = "text/csv; charset=utf-8" if fmt == "csv" else "application/json"
+        # what the CLI says on stderr beside the statement; percent-encoded (headers are latin-1)
+        headers = {f"X-Slurmtel-Notice-{i}": quote(n) for i, n in enumerate(exported.notices)}
+        status = HTTPStatus.CONFLICT if exported.refused else HTTPStatus.OK
+        return Response(exported.data, status_code=status, media_type=media, headers=headers)
+
+    # --- helpers
+
+    def _window(self, start: str | None, end: str | None, now: datetime) -> tuple[datetime, datetime]:
+        zone = self.config.zone
+        try:
+            if start:
+                begin = parse_slurm_time(start, now=now, zone=zone)
+            else:
+                local = now.astimezone(zone)
+                begin = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0).astimezone(now.tzinfo)
+            finish = parse_slurm_time(end, now=now, zone=zone) if end else now
+        except ValueError as exc:
+            raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        return begin, finish
+
+    @staticmethod
+    def _jobid(request: Request) -> str:
+        from slurmtel.commands.argtypes import check_job_id
+
+        jobid = request.path_params["job_id"]
+        try:
+            check_job_id(jobid)
+        except (ConfigError, ValueError) as exc:
+            raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        return jobid
+
+    @staticmethod
+    def _positive(value: str, name: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"{name} must be a whole number") from None
+        if number < 1:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"{name} must be 1 or more")
+        return number
+
+
+def _guarded(endpoint: Callable[[Request], Response]) -> Callable[[Request], Response]:
+    """Errors as JSON with their status; the reason is said, internals are not."""
+
+    def handle(request: Request) -> Response:
+        try:
+            return endpoint(request)
+        except ApiError as exc:
+            headers = {"WWW-Authenticate": "MUNGE"} if exc.status == HTTPStatus.UNAUTHORIZED else None
+            return JSONResponse({"error": exc.message}, status_code=exc.status, headers=headers)
+        except AccessDenied as exc:
+            return JSONResponse({"error": str(exc)}, status_code=HTTPStatus.FORBIDDEN)
+        except (ConfigError, ChargebackError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=HTTPStatus.BAD_REQUEST)
+        except SlurmtelError as exc:
+            log.warning("%s %s: %s", request.method, request.url.path, exc)
+            return JSONResponse({"error": f"{exc.kind}: {exc}"}, status_code=HTTPStatus.SERVICE_UNAVAILABLE)
+
+    return handle
+
+
+def build_app(
+    config: Config,
+    engine: Engine,
+    settings: AuthSettings,
+    clock: Callable[[], datetime],
+    statements_engine: Engine | None = None,
+    auth_clock: Callable[[], datetime] | None = None,
+) -> Starlette:
+    """The app over ENGINE (the reader role, scoped per transaction) and STATEMENTS_ENGINE
+    (every row: see slurmtel.store.rls.scope_sessions_to_everything). CLOCK is the data's now
+    (site.clock); AUTH_CLOCK the wall clock credentials are checked against."""
+    from slurmtel.api.openapi import openapi_document
+
+    api = ReadApi(config, engine, settings, clock, statements_engine, auth_clock)
+    spec_document = openapi_document()
+
+    def healthz(request: Request) -> Response:
+        return Response(b"ok\n", media_type="text/plain")
+
+    def openapi(request: Request) -> Response:
+        return json_response(spec_document)
+
+    routes = [
+        Route("/healthz", healthz),
+        Route("/v1/openapi.json", openapi),
+        Route("/v1/whoami", _guarded(api.whoami)),
+        Route("/v1/reports/{name}", _guarded(api.report)),
+        Route("/v1/jobs/{job_id}", _guarded(api.job)),
+        Route("/v1/jobs/{job_id}/plot.{fmt}", _guarded(api.job_plot)),
+        Route("/v1/me", _guarded(api.me)),
+        Route("/v1/chargeback/{month}", _guarded(api.statement)),
+        Route("/v1/chargeback/{month}/close", _guarded(api.close), methods=["POST"]),
+    ]
+    return Starlette(routes=routes)

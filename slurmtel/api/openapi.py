@@ -1,0 +1,219 @@
+"""The read API's OpenAPI 3.1 document, generated from the report specs: a report added to
+slurmtel.reports.catalog.REPORTS appears here with its parameters and row schemas, and
+tests/test_api.py checks every path here is served."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from slurmtel import __version__
+from slurmtel.reports.catalog import REPORTS
+from slurmtel.reports.spec import ReportSpec, field_type, json_type
+
+SECURITY: list[dict[str, list[str]]] = [{"munge": []}, {"slurmJwt": []}]
+ERROR = {
+    "description": "refused or failed; the reason is in `error`",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
+
+
+def _query(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema or {"type": "string"},
+    }
+
+
+WINDOW_PARAMETERS = [
+    _query("start", "window start in the site's zone, sacct forms (default: the 1st of this month)"),
+    _query("end", "window end (default: now)"),
+    _query("accounts", "comma-separated accounts (-A)"),
+    _query("users", "comma-separated users (-u)"),
+    _query("partitions", "comma-separated partitions (-r)"),
+    _query("clusters", "comma-separated clusters (-M)"),
+]
+
+
+def _row_schema(columns: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {c: json_type(field_type(c)) for c in columns},
+        "required": list(columns),
+    }
+
+
+def _report_path(spec: ReportSpec) -> dict[str, Any]:
+    parameters = list(WINDOW_PARAMETERS)
+    for p in spec.parameters:
+        schema: dict[str, Any] = {
+            "type": {int: "integer", float: "number", bool: "boolean"}.get(p.kind, "string")
+        }
+        if p.choices:
+            schema["enum"] = list(p.choices)
+        if p.minimum is not None:
+            schema["minimum"] = p.minimum
+        if p.default is not None:
+            schema["default"] = p.default
+        parameters.append(_query(p.name, p.help, schema))
+    sections = []
+    for section in spec.sections:
+        if isinstance(section.row, type):
+            rows = _row_schema(tuple(f.name for f in dataclasses.fields(section.row)))
+        else:
+            # the row type follows an option (report usage --by): one schema per choice
+            from slurmtel.reports.catalog import USAGE_ROWS
+
+            rows = {
+                "oneOf": [
+                    _row_schema(tuple(f.name for f in dataclasses.fields(t))) for t in USAGE_ROWS.values()
+                ]
+            }
+        sections.append(
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"const": section.name},
+                    "title": {"type": "string"},
+                    "columns": {"type": "array", "items": {"type": "string"}},
+                    "table_columns": {"type": "array", "items": {"type": "string"}},
+                    "rows": {"type": "array", "items": rows},
+                },
+            }
+        )
+    return {
+        "get": {
+            "operationId": f"report_{spec.name}",
+            "summary": spec.help,
+            "description": f"Access: {spec.action.value} (slurmtel.access.allowed); rows outside the caller's scope are never read.",
+            "parameters": parameters,
+            "security": SECURITY,
+            "responses": {
+                "200": {
+                    "description": f"report {spec.name}",
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "report": {"const": spec.name},
+                                    "single": {"type": "boolean"},
+                                    "start": {"type": "string", "format": "date-time"},
+                                    "end": {"type": "string", "format": "date-time"},
+                                    "now": {"type": "string", "format": "date-time"},
+                                    "sections": {"type": "array", "prefixItems": sections, "items": False},
+                                },
+                            }
+                        }
+                    },
+                },
+                "400": ERROR,
+                "401": ERROR,
+                "403": ERROR,
+            },
+        }
+    }
+
+
+def _simple(
+    operation: str,
+    summary: str,
+    parameters: list[dict[str, Any]],
+    media: str = "application/json",
+    method: str = "get",
+) -> dict[str, Any]:
+    return {
+        method: {
+            "operationId": operation,
+            "summary": summary,
+            "parameters": parameters,
+            "security": SECURITY,
+            "responses": {
+                "200": {"description": summary, "content": {media: {}}},
+                "401": ERROR,
+                "403": ERROR,
+                "404": ERROR,
+            },
+        }
+    }
+
+
+def _path(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string"},
+    }
+
+
+def openapi_document() -> dict[str, Any]:
+    paths: dict[str, Any] = {f"/v1/reports/{name}": _report_path(spec) for name, spec in REPORTS.items()}
+    job = _path("job_id", "123, array task 10_4, het component 123+1")
+    clusters = _query("clusters", "comma-separated clusters")
+    paths["/v1/jobs/{job_id}"] = _simple(
+        "job", "one job's attempts, GPUs and advice (slurmtel job)", [job, clusters]
+    )
+    paths["/v1/jobs/{job_id}/plot.{fmt}"] = _simple(
+        "job_plot",
+        "one job's GPU utilisation, memory and power over time (slurmtel job --plot)",
+        [job, _path("fmt", "png, svg or pdf"), clusters],
+        media="image/png",
+    )
+    paths["/v1/me"] = _simple(
+        "me",
+        "the caller's month: GPU-hours, idle share, failures, top jobs (slurmtel me)",
+        [
+            _query("user", "another user (admins; coordinators for their accounts)"),
+            _query("month", "YYYY-MM (default: this month)"),
+            _query("jobs", "1: every attempt of the month instead", {"type": "boolean"}),
+            _query("top", "top jobs listed (default 10)", {"type": "integer", "minimum": 1}),
+        ],
+    )
+    month = _path("month", "YYYY-MM")
+    fmt = _query("format", "csv (default) or json", {"enum": ["csv", "json"]})
+    paths["/v1/chargeback/{month}"] = _simple(
+        "statement", "a month's chargeback statement (finance, admins)", [month, fmt], media="text/csv"
+    )
+    paths["/v1/chargeback/{month}/close"] = _simple(
+        "close_month",
+        "close a month: store its statement once (finance, admins)",
+        [month, fmt],
+        media="text/csv",
+        method="post",
+    )
+    paths["/v1/whoami"] = _simple(
+        "whoami", "who the server takes the caller for: user, role, coordinated accounts", []
+    )
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "slurmtel read API", "version": __version__},
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                "munge": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "Authorization",
+                    "description": "'MUNGE <credential>', payload 'METHOD PATH NONCE' of the request",
+                },
+                "slurmJwt": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "X-SLURM-USER-TOKEN",
+                    "description": "scontrol token (HS256)",
+                },
+            },
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "properties": {"error": {"type": "string"}},
+                    "required": ["error"],
+                }
+            },
+        },
+    }

@@ -1,0 +1,97 @@
+"""A month's statement as the bytes finance downloads (CSV or JSON), closing it first when
+asked: what `slurmtel chargeback --month M [--close]` writes and what the read API serves at
+`/v1/chargeback/{month}`, with the notes the CLI prints beside it.
+
+A closed month is its stored bytes, unchanged (checksums verified on read); an open month is
+computed now. ENGINE must read every row: the read API passes an engine whose transactions are
+scoped to everything (only finance and admins reach this).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import Engine
+
+from slurmtel.access import Scope
+from slurmtel.chargeback.closing import build_statement, close_month, closed_statement
+from slurmtel.chargeback.pricing import check_month, rate_notices
+from slurmtel.chargeback.render import render_csv, render_json
+from slurmtel.config import Config
+from slurmtel.errors import ConfigError
+from slurmtel.store.chargeback import closed_settings
+from slurmtel.timeparse import month_bounds
+
+
+@dataclass(frozen=True)
+class ExportedStatement:
+    data: bytes
+    # what the CLI says on stderr beside the statement, in order
+    notices: tuple[str, ...]
+    # asked to close a month that already was: nothing was done, DATA is empty
+    refused: bool = False
+
+
+def unpriced_notice(unpriced_gpu_hours: str) -> str | None:
+    if Decimal(unpriced_gpu_hours or "0") == 0:
+        return None
+    return (
+        f"warning: {unpriced_gpu_hours} GPU-hours match no [[chargeback.rates]] entry: "
+        "they are listed unpriced (priced=false), not charged"
+    )
+
+
+def export_statement(
+    engine: Engine,
+    config: Config,
+    month: str,
+    now: datetime,
+    *,
+    scope: Scope,
+    fmt: str,
+    close: bool = False,
+    closed_by: str = "",
+) -> ExportedStatement:
+    """MONTH's statement as FMT ("csv" or "json") bytes; CLOSE freezes it first."""
+    if not scope.everything:
+        raise ConfigError("a statement covers every account: only finance and admins export it")
+    month = check_month(month)
+    try:
+        start, _ = month_bounds(month, config.zone)
+    except ValueError as exc:
+        raise ConfigError(f"--month: {exc}") from exc
+    if start > now:
+        raise ConfigError(
+            f"{month} has not begun yet (it starts {start.isoformat()}): there is nothing to bill"
+        )
+    with engine.connect() as conn:
+        closed = closed_settings(conn)
+    notices = [f"note: {n}" for n in rate_notices(config, closed)]
+    stored = closed_statement(engine, month)
+    if close:
+        if stored is not None:
+            notices.append(
+                f"{month} is already closed (at {stored.closed_at.isoformat()}, CSV sha256 "
+                f"{stored.csv_sha256}); it is not closed twice — data that arrives for it appears as "
+                "adjustments in the next open month"
+            )
+            return ExportedStatement(b"", tuple(notices), refused=True)
+        stored = close_month(engine, config, month, now, closed_by=closed_by)
+        notices.append(f"closed {month} at {stored.closed_at.isoformat()}")
+    if stored is not None:
+        unpriced = unpriced_notice(str(stored.totals.get("unpriced_gpu_hours", "0")))
+        notices.extend([unpriced] if unpriced else [])
+        digest = stored.csv_sha256 if fmt == "csv" else stored.json_sha256
+        notices.append(
+            f"{stored.month} closed at {stored.closed_at.isoformat()}; {fmt.upper()} sha256 {digest}"
+        )
+        return ExportedStatement(stored.csv if fmt == "csv" else stored.json, tuple(notices))
+    with engine.connect() as conn:
+        statement = build_statement(conn, config, month, now, scope)
+    unpriced = unpriced_notice(str(statement.totals.unpriced_gpu_hours))
+    notices.extend([unpriced] if unpriced else [])
+    return ExportedStatement(
+        render_csv(statement) if fmt == "csv" else render_json(statement), tuple(notices)
+    )

@@ -1,0 +1,130 @@
+"""`slurmtel report NAME` for every spec in slurmtel.reports.catalog.REPORTS: one handler.
+
+The arguments come from the spec (window, filters, its Parameters, --format), the query from
+reports.spec.build_query for the calling unix user, the rows from reports.spec.run_report.
+A report with one section prints a table, a CSV or a JSON list; one with several prints a titled
+table each, a JSON object {"section": [rows], ...}, or CSV blocks under "# section".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from slurmtel.commands import common
+from slurmtel.commands.argtypes import positive_int
+from slurmtel.commands.common import (
+    EXIT_OK,
+    add_filter_arguments,
+    add_format_argument,
+    add_window_arguments,
+    job_filter,
+    open_context,
+    resolve_window,
+    warn_unknown,
+)
+from slurmtel.commands.sections import json_numbers, render_sections
+from slurmtel.config import Config
+from slurmtel.reports.catalog import REPORTS
+from slurmtel.reports.render import render
+from slurmtel.reports.spec import Parameter, ReportSpec, build_query, report_document, run_report
+
+
+def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
+    for spec in REPORTS.values():
+        parser: argparse.ArgumentParser = reports.add_parser(spec.name, help=spec.help)
+        add_window_arguments(parser)
+        add_filter_arguments(parser)
+        for parameter in spec.parameters:
+            _add_parameter(parser, parameter)
+        add_format_argument(parser)
+        parser.set_defaults(handler=_handler(spec), report_spec=spec.name)
+    # `report nodes --drift` is the fabric plane's drift report under the nodes name
+    nodes = reports.choices["nodes"]
+    nodes.add_argument(
+        "--drift",
+        action="store_true",
+        help="instead: the nodes that differ from the majority of their partition (driver, CUDA, "
+        "VBIOS, GPU model, GPU memory, GPUs, topology), with since when",
+    )
+
+
+def _add_parameter(parser: argparse.ArgumentParser, p: Parameter) -> None:
+    flag = f"--{p.name.replace('_', '-')}"
+    if p.kind is bool:
+        parser.add_argument(flag, dest=p.name, action="store_true", help=p.help)
+        return
+    kind: Any = positive_int if p.kind is int and p.minimum == 1 else p.kind
+    parser.add_argument(
+        flag,
+        dest=p.name,
+        type=kind,
+        default=p.default,
+        choices=p.choices or None,
+        metavar=None if p.choices else "N" if p.kind in (int, float) else "TEXT",
+        help=p.help,
+    )
+
+
+def _handler(spec: ReportSpec) -> Any:
+    def handle(args: argparse.Namespace, config: Config) -> int:
+        if spec.name == "nodes" and args.drift:
+            from slurmtel.commands.fabric import cmd_report_drift
+
+            return cmd_report_drift(args, config)
+        return cmd_report(spec, args, config)
+
+    return handle
+
+
+def cmd_report(spec: ReportSpec, args: argparse.Namespace, config: Config) -> int:
+    wanted = job_filter(args)
+    options = {p.name: getattr(args, p.name) for p in spec.parameters}
+    if config.api.url:
+        from slurmtel.api.client import ApiClient
+
+        document = ApiClient(config).report(
+            spec.name, start=args.start, end=args.end, job_filter=wanted, options=options
+        )
+        write_report(document, sys.stdout, args.format)
+        return EXIT_OK
+    identity = common.current_identity(config)
+    ctx = open_context(config)
+    now = ctx.clock()
+    start, end = resolve_window(args, config, now)
+    query = build_query(
+        spec,
+        identity,
+        start=start,
+        end=end,
+        now=now,
+        zone=config.zone,
+        job_filter=wanted,
+        options=options,
+        resubmission_window_seconds=config.attribution.resubmission_window_seconds,
+        poll_interval_seconds=config.sources.slurmctld.interval_seconds,
+    )
+    with ctx.engine.connect() as conn:
+        warn_unknown(conn, query.scope, wanted)
+        result = run_report(conn, spec, query)
+    write_report(report_document(result), sys.stdout, args.format)
+    return EXIT_OK
+
+
+def write_report(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
+    """A report document (reports.spec.report_document, or the API's) as a table (each
+    section's table columns), CSV or JSON (every column)."""
+    sections = {s["name"]: s["rows"] for s in document["sections"]}
+    titles = {s["name"]: s["title"] for s in document["sections"]}
+    key = "table_columns" if fmt == "table" else "columns"
+    columns = {s["name"]: s[key] for s in document["sections"]}
+    if document["single"]:
+        (name,) = sections
+        rows = sections[name]
+        render(
+            json_numbers(rows) if fmt == "json" else rows, out, fmt, columns=columns[name], title=titles[name]
+        )
+        return
+    render_sections(sections, out, fmt, columns, titles)

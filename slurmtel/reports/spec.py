@@ -1,0 +1,384 @@
+"""A report is a spec: a name, its parameters, one frozen query object in, frozen typed rows out.
+
+The CLI (`slurmtel report NAME`, slurmtel.commands.reports) and the API (`slurmtel serve`) both
+take a spec from slurmtel.reports.catalog.REPORTS, build its ReportQuery for the caller and call
+`run_report`; neither has code of its own per report. A spec's SQL lives in one store module
+(slurmtel/store/reports_*.py); the spec only names the function that runs it.
+
+Row types are frozen dataclasses whose field types follow from the field names (the project's
+units-in-names rule): `*_gpu_hours` are hours, `*_seconds` seconds, `*_share` a fraction, `*_at`
+an instant, and so on; `row_type` refuses a name no rule covers, so every column says its unit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import Connection
+
+from slurmtel.access import Action, Identity, Scope, allowed
+from slurmtel.errors import AccessDenied, ConfigError
+from slurmtel.store.reports_admin import window_days
+from slurmtel.store.usage import JobFilter
+
+# --- typed rows -------------------------------------------------------------------------------
+
+# names that are text whatever they end in
+TEXT_FIELDS = frozenset(
+    {
+        "cluster",
+        "account",
+        "user",
+        "partition",
+        "node",
+        "state",
+        "reason",
+        "outcome",
+        "name",
+        "category",
+        "partitions",
+        "nodes",
+        "job_ids",
+        "outcomes",
+        "xid_codes",
+        "gpu_model",
+        "driver_version",
+        "cuda_version",
+        "job_id",
+        "exit_code",
+    }
+)
+# counts
+INTEGER_FIELDS = frozenset(
+    {
+        "jobs",
+        "attempts",
+        "requeues",
+        "resubmissions",
+        "chains",
+        "failed_attempts",
+        "failed_jobs",
+        "node_fail",
+        "xid_events",
+        "ecc_single_bit",
+        "ecc_double_bit",
+        "gpus",
+        "users",
+        "gpus_requested",
+        "count",
+        "queue_wait_count",
+        "gpus_installed_now",
+        "gpus_available_now",
+        "required_gpus",
+        "additional_gpus_needed",
+    }
+)
+# figures with a unit suffix: hours, seconds, fractions, percent; stored as exact Decimals or floats
+NUMBER_SUFFIXES = ("_hours", "_seconds", "_share", "_percent", "_per_gpu_month", "_per_month")
+NUMBER_FIELDS = frozenset({"coverage", "share", "average_gpus_installed"})
+FLAG_FIELDS = frozenset({"retry", "driver_drift", "cuda_drift"})
+DAY_FIELDS = frozenset({"day", "first_day", "last_day"})
+
+
+def field_type(name: str) -> Any:
+    """The type a column's name says it holds; ValueError for a name no rule covers."""
+    if name in TEXT_FIELDS:
+        return str | None
+    if name in INTEGER_FIELDS:
+        return int
+    if name in FLAG_FIELDS:
+        return bool | None
+    if name in DAY_FIELDS:
+        return date | None
+    if name.endswith("_at"):
+        return datetime | None
+    if name in NUMBER_FIELDS or name.endswith(NUMBER_SUFFIXES) or name.startswith("gpu_seconds_"):
+        return Decimal | float | int | None
+    raise ValueError(f"column '{name}' says no unit: name it with one (_gpu_hours, _seconds, ...)")
+
+
+def row_type(name: str, columns: Sequence[str]) -> type:
+    """A frozen dataclass NAME with one field per column, typed from the column's name."""
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"{name}: a column is named twice")
+    cls = dataclasses.make_dataclass(name, [(c, field_type(c)) for c in columns], frozen=True, slots=True)
+    cls.__module__ = __name__
+    return cls
+
+
+def as_mapping(row: Any) -> dict[str, Any]:
+    """A typed row as the renderer's column -> value mapping (shallow: values stay as they are)."""
+    return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
+
+
+def json_type(annotation: Any) -> dict[str, Any]:
+    """The OpenAPI/JSON-schema type of a row field's annotation."""
+    text = str(annotation)
+    if annotation is int:
+        return {"type": "integer"}
+    if "Decimal" in text:
+        return {"type": ["number", "null"]}
+    if "bool" in text:
+        return {"type": ["boolean", "null"]}
+    if "datetime" in text:
+        return {"type": ["string", "null"], "format": "date-time"}
+    if "date" in text:
+        return {"type": ["string", "null"], "format": "date"}
+    return {"type": ["string", "null"]}
+
+
+# --- the query --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportQuery:
+    """Everything a report's run needs, decided before it runs: the window and the instant it is
+    read at, the caller's scopes (from access.allowed), the Slurm-style filter and the report's
+    own options. Built by `build_query`; the same for the CLI and the API."""
+
+    start: datetime
+    end: datetime
+    now: datetime
+    zone: ZoneInfo
+    # rows of aggregates; single-job detail (top lists, chains) uses job_scope
+    scope: Scope
+    job_scope: Scope
+    job_filter: JobFilter = field(default_factory=JobFilter)
+    # the report's Parameters, by name (defaults filled in)
+    options: tuple[tuple[str, Any], ...] = ()
+    resubmission_window_seconds: int = 86400
+    poll_interval_seconds: int = 60
+
+    def option(self, name: str) -> Any:
+        for key, value in self.options:
+            if key == name:
+                return value
+        raise KeyError(f"report option '{name}' not declared")
+
+    def days(self) -> tuple[date, date]:
+        """The first and last site day [start, end) touches (reports of whole site days)."""
+        return window_days(self.start, self.end, self.zone)
+
+    def window_text(self) -> str:
+        return f"{self.start.isoformat()} .. {self.end.isoformat()}"
+
+    def days_text(self) -> str:
+        first, last = self.days()
+        return f"{first.isoformat()} .. {last.isoformat()} ({self.zone.key} days)"
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A report's own option: `--NAME` on the CLI, `?NAME=` on the API."""
+
+    name: str
+    kind: type  # int, float, str or bool
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    # smallest value an int/float may take
+    minimum: float | None = None
+
+    def parse(self, value: Any) -> Any:
+        """VALUE (a CLI or query-string text, or already typed) as this parameter's type;
+        ConfigError naming the parameter when it is not one."""
+        if value is None:
+            return self.default
+        try:
+            if self.kind is bool:
+                typed: Any = value if isinstance(value, bool) else _boolean(str(value))
+            elif self.kind is int:
+                typed = int(value)
+            elif self.kind is float:
+                typed = float(value)
+                if typed != typed or typed in (float("inf"), float("-inf")):
+                    raise ValueError(value)
+            else:
+                typed = str(value)
+        except ValueError:
+            raise ConfigError(
+                f"--{self.name.replace('_', '-')} must be a {self.kind.__name__}, not {value!r}"
+            ) from None
+        if self.choices and typed not in self.choices:
+            raise ConfigError(f"--{self.name.replace('_', '-')} must be one of {', '.join(self.choices)}")
+        if self.minimum is not None and typed < self.minimum:
+            raise ConfigError(
+                f"--{self.name.replace('_', '-')} must be {self.minimum:g} or more, not {value}"
+            )
+        return typed
+
+
+def _boolean(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+@dataclass(frozen=True)
+class Section:
+    """One table of a report. ROW_TYPE (a row_type) is its public shape, in column order;
+    TABLE_COLUMNS, when given, are the columns a terminal table shows (CSV and JSON show all)."""
+
+    name: str
+    row: type | Callable[[ReportQuery], type]
+    title: Callable[[ReportQuery, Sequence[Any]], str]
+    table_columns: tuple[str, ...] | Callable[[ReportQuery], tuple[str, ...]] | None = None
+
+    def row_type(self, query: ReportQuery) -> type:
+        return self.row if isinstance(self.row, type) else self.row(query)
+
+    def columns(self, query: ReportQuery) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(self.row_type(query)))
+
+    def table(self, query: ReportQuery) -> tuple[str, ...]:
+        if self.table_columns is None:
+            return self.columns(query)
+        return self.table_columns if isinstance(self.table_columns, tuple) else self.table_columns(query)
+
+
+# what a store function returns: rows as mappings by section name
+StoreSections = Mapping[str, Sequence[Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ReportSpec:
+    """A report: who may run it, its options, its sections and the store function it runs."""
+
+    name: str
+    help: str
+    # the access action whose scope bounds the rows (deny by default: an empty scope refuses)
+    action: Action
+    sections: tuple[Section, ...]
+    run: Callable[[Connection, ReportQuery], StoreSections]
+    parameters: tuple[Parameter, ...] = ()
+    # cluster-wide reports (nodes, capacity) take -r and -M only
+    account_user_filters: bool = True
+    # one section printed bare (no JSON object around it, no "# section" line in CSV)
+    single: bool = False
+
+    def section(self, name: str) -> Section:
+        for s in self.sections:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    spec: ReportSpec
+    query: ReportQuery
+    # section name -> its typed rows, in the spec's section order
+    sections: tuple[tuple[str, tuple[Any, ...]], ...]
+
+    def rows(self, section: str) -> tuple[Any, ...]:
+        return dict(self.sections)[section]
+
+    def titles(self) -> dict[str, str]:
+        return {name: self.spec.section(name).title(self.query, rows) for name, rows in self.sections}
+
+
+def build_query(
+    spec: ReportSpec,
+    identity: Identity,
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    zone: ZoneInfo,
+    job_filter: JobFilter | None = None,
+    options: Mapping[str, Any] | None = None,
+    resubmission_window_seconds: int = 86400,
+    poll_interval_seconds: int = 60,
+) -> ReportQuery:
+    """The query IDENTITY may run: AccessDenied when allowed() gives it no scope for the spec's
+    action; ConfigError for an empty window, an undeclared option or a value of the wrong kind."""
+    scope = allowed(identity, spec.action)
+    if scope.is_empty:
+        raise AccessDenied(
+            f"{identity.user} ({identity.role.value}) may not {spec.action.value.replace('_', ' ')}"
+        )
+    if end <= start:
+        raise ConfigError(f"empty window: -E {end.isoformat()} is not after -S {start.isoformat()}")
+    wanted = job_filter or JobFilter()
+    if not spec.account_user_filters and (wanted.accounts or wanted.users):
+        raise ConfigError(f"report {spec.name} is per cluster and partition: -A/-u do not apply")
+    given = dict(options or {})
+    unknown = sorted(set(given) - {p.name for p in spec.parameters})
+    if unknown:
+        raise ConfigError(f"report {spec.name} has no option {', '.join(unknown)}")
+    return ReportQuery(
+        start=start,
+        end=end,
+        now=now,
+        zone=zone,
+        scope=scope,
+        job_scope=allowed(identity, Action.VIEW_JOBS),
+        job_filter=wanted,
+        options=tuple((p.name, p.parse(given.get(p.name))) for p in spec.parameters),
+        resubmission_window_seconds=resubmission_window_seconds,
+        poll_interval_seconds=poll_interval_seconds,
+    )
+
+
+def run_report(conn: Connection, spec: ReportSpec, query: ReportQuery) -> ReportResult:
+    """Run SPEC's store function and type its rows. A store row lacking a declared column is an
+    error (KeyError); columns the store computes beyond the declared ones are its own helpers
+    and are not part of the report."""
+    raw = spec.run(conn, query)
+    typed = []
+    for section in spec.sections:
+        cls = section.row_type(query)
+        names = [f.name for f in dataclasses.fields(cls)]
+        typed.append((section.name, tuple(cls(**{n: r[n] for n in names}) for r in raw[section.name])))
+    return ReportResult(spec=spec, query=query, sections=tuple(typed))
+
+
+def report_document(result: ReportResult) -> dict[str, Any]:
+    """RESULT as one plain document, what `write_report` prints and the API sends: per section
+    its title, its columns (all, and those a terminal table shows) and its rows as mappings."""
+    spec, query = result.spec, result.query
+    titles = result.titles()
+    return {
+        "report": spec.name,
+        "single": spec.single,
+        "start": query.start,
+        "end": query.end,
+        "now": query.now,
+        "sections": [
+            {
+                "name": name,
+                "title": titles[name],
+                "columns": list(spec.section(name).columns(query)),
+                "table_columns": list(spec.section(name).table(query)),
+                "rows": [as_mapping(r) for r in rows],
+            }
+            for name, rows in result.sections
+        ],
+    }
+
+
+def decode_value(column: str, value: Any) -> Any:
+    """A value as JSON carried it (exact decimals and instants as text) back as the type its
+    column's name says: what the API sent prints exactly as the store's own value."""
+    if not isinstance(value, str):
+        return value
+    try:
+        kind = str(field_type(column))
+    except ValueError:
+        return value
+    if "Decimal" in kind:
+        return Decimal(value)
+    if "datetime" in kind:
+        return datetime.fromisoformat(value)
+    if "date" in kind:
+        return date.fromisoformat(value)
+    return value
