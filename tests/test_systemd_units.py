@@ -19,9 +19,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 UNITS = ROOT / "systemd"
-HEAD, AGENT = "slurmtel.service", "slurmtel-agent.service"
+HEAD, AGENT, SERVE = "slurmtel.service", "slurmtel-agent.service", "slurmtel-serve.service"
 # the highest "overall exposure level" each unit may have (0 = locked down, 10 = exposed)
-EXPOSURE_LIMIT = {HEAD: 2.0, AGENT: 2.5}
+EXPOSURE_LIMIT = {HEAD: 2.0, AGENT: 2.5, SERVE: 2.0}
 
 
 def systemd_analyze(min_version: int = 0) -> str:
@@ -75,7 +75,7 @@ def directives(name: str) -> dict[str, list[str]]:
     return result
 
 
-@pytest.mark.parametrize("name", [HEAD, AGENT])
+@pytest.mark.parametrize("name", [HEAD, AGENT, SERVE])
 def test_systemd_analyze_verify_accepts_the_unit(name: str, tmp_path: Path) -> None:
     analyze = systemd_analyze()
     unit = installed_unit(name, tmp_path)
@@ -91,7 +91,7 @@ def test_systemd_analyze_verify_would_catch_a_typo(tmp_path: Path) -> None:
     assert "ProtectSystm" in done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("name", [HEAD, AGENT])
+@pytest.mark.parametrize("name", [HEAD, AGENT, SERVE])
 def test_the_units_exposure_level_is_low(name: str, tmp_path: Path) -> None:
     analyze = systemd_analyze(min_version=250)
     unit = installed_unit(name, tmp_path)
@@ -153,3 +153,34 @@ def test_the_epilog_hook_is_valid_bash() -> None:
     hook = UNITS / "slurmtel-epilog.sh"
     assert os.access(hook, os.X_OK)
     subprocess.run(["bash", "-n", str(hook)], check=True)
+
+
+def test_the_read_api_is_hardened_like_the_daemon_and_reads_its_secrets_from_a_root_only_file() -> None:
+    serve, head = directives(SERVE), directives(HEAD)
+    assert serve["Service.ExecStart"][0].endswith(" serve") and serve["Service.User"] == ["slurmtel"]
+    hardening = {k: v for k, v in head.items() if k.startswith("Service.") and k.split(".")[1] in HARDENING}
+    assert hardening and all(serve.get(k) == v for k, v in hardening.items()), {
+        k: (serve.get(k), v) for k, v in hardening.items() if serve.get(k) != v
+    }
+    assert serve["Service.EnvironmentFile"] == ["-/etc/slurmtel/serve.environment"]
+
+
+HARDENING = (
+    "NoNewPrivileges",
+    "CapabilityBoundingSet",
+    "AmbientCapabilities",
+    "ProtectSystem",
+    "ProtectHome",
+    "PrivateTmp",
+    "PrivateDevices",
+    "ProtectKernelTunables",
+    "ProtectKernelModules",
+    "ProtectKernelLogs",
+    "ProtectControlGroups",
+    "RestrictAddressFamilies",
+    "RestrictNamespaces",
+    "LockPersonality",
+    "MemoryDenyWriteExecute",
+    "SystemCallFilter",
+    "SystemCallArchitectures",
+)
