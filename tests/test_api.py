@@ -554,3 +554,67 @@ def test_concurrent_callers_each_get_their_own_rows(
         assert jobs, f"{user} has jobs"
         owner = {"101": people.researcher, "102": people.coordinator}
         assert {owner.get(j["job_id"], "other") for j in jobs} == {user}
+
+
+# --- `slurmtel serve` itself, over TLS ------------------------------------------------------
+
+
+def test_slurmtel_serve_over_tls_answers_the_login_node_cli(
+    engine: Engine, database_url: str, site: munge_lab.Munged, people: People, tmp_path: Path
+) -> None:
+    """The real command (its own process, its config, uvicorn with TLS) and the real client."""
+    config = api_config(site, people, database_url)
+    load_data(engine, config, people)
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    head = tmp_path / "head.toml"
+    head.write_text(
+        f'[database]\nurl = "{database_url}"\n[site]\ntimezone = "UTC"\nclock = "{NOW.isoformat()}"\n'
+        f'[api]\nport = {port}\nmunge_socket = "{site.socket}"\n'
+        f'tls_cert_file = "{cert}"\ntls_key_file = "{key}"\n'
+    )
+    client = tmp_path / "client.toml"
+    client.write_text(f'[api]\nurl = "https://127.0.0.1:{port}"\nmunge_socket = "{site.socket}"\n')
+    server = subprocess.Popen(
+        [sys.executable, "-m", "slurmtel", "--config", str(head), "serve"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        for _ in range(600):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert server.poll() is None, server.stdout.read() if server.stdout else ""
+            time.sleep(0.1)
+        cli = [
+            sys.executable,
+            "-m",
+            "slurmtel",
+            "--config",
+            str(client),
+            "me",
+            "--month",
+            "2026-11",
+            "--format",
+            "json",
+        ]
+        trusted = subprocess.run(
+            cli, capture_output=True, text=True, timeout=120, env={**os.environ, "SSL_CERT_FILE": str(cert)}
+        )
+        assert trusted.returncode == 0, trusted.stderr
+        assert json.loads(trusted.stdout)["user"] == "root"  # root's uid: an admin, its own month
+        # a certificate the client does not trust: no answer, and it says why
+        untrusted = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+        assert untrusted.returncode == 1 and "cannot reach slurmtel serve" in untrusted.stderr
+        assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
