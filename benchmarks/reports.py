@@ -13,7 +13,7 @@ loads controller data sized like a 121-node, 8-GPU-per-node cluster:
 Then runs every admin report's store function over the month (first run and best of --repeat)
 and prints seconds per report against the target (< 1 s each).
 
-    python benchmarks/reports.py [--jobs 200000] [--repeat 3] [--dsn URL] [--keep | --reuse DB]
+    python benchmarks/reports.py [--jobs 200000] [--repeat 3] [--dsn URL] [--keep | --reuse DB] [--busy N]
 
 Without --dsn it uses $SLURMTEL_TEST_DSN / $SLURMTEL_DATABASE_URL, else an embedded PostgreSQL;
 it works in a scratch database it creates and drops (--keep keeps it, --reuse times the
@@ -24,6 +24,7 @@ are ANALYZEd after loading, as autovacuum would.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import time
 from collections.abc import Callable
@@ -206,6 +207,13 @@ def update_links(engine: Engine) -> None:
     print(f"computed {refresh.links:,} resubmission links in {time.perf_counter() - t0:.1f} s")
 
 
+def _burn() -> None:
+    """A second CPU-bound process, as another user's work on the head node."""
+    value = 0
+    while True:
+        value = (value * 1103515245 + 12345) % 2**31
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -217,7 +225,19 @@ def main() -> int:
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database (prints its name)")
     parser.add_argument("--reuse", metavar="DATABASE", help="time the reports on a database kept by --keep")
+    parser.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="time the reports while N other processes burn a CPU each (the machine is busy)",
+    )
     args = parser.parse_args()
+    if args.busy:
+        burners = [multiprocessing.Process(target=_burn, daemon=True) for _ in range(args.busy)]
+        for burner in burners:
+            burner.start()
+        print(f"{args.busy} CPU-bound process(es) running beside the reports")
 
     if args.reuse:
         with server_url(args.dsn) as base:
