@@ -141,6 +141,13 @@ def encode_credential(
     return credential
 
 
+def authorization_header(method: str, path: str, socket: str | None = None, *, command: str = "munge") -> str:
+    """The client's `Authorization` value for one request: `MUNGE <credential>` bound to
+    METHOD, PATH (query string dropped) and a fresh nonce. AuthUnavailable without munged."""
+    payload = request_payload(method, path.split("?", 1)[0], new_nonce())
+    return f"{AUTH_SCHEME} {encode_credential(payload, socket, command=command)}"
+
+
 def decode_credential(
     credential: str,
     socket: str | None = None,
