@@ -500,6 +500,10 @@ def test_check_hook_request_takes_the_token_and_the_peers() -> None:
 def test_hook_policy_from_config(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("job-ended-token-0123456789\n")
+    token.chmod(0o644)
+    with pytest.raises(ConfigError, match="every user"):
+        HookPolicy.from_config(config_from_dict({"daemon": {"job_end_token_file": str(token)}}))
+    token.chmod(0o600)
     config = config_from_dict(
         {
             "daemon": {"job_end_users": ["root", "no-such-user-here"], "job_end_token_file": str(token)},

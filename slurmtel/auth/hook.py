@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import pwd
+import stat
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -58,12 +59,18 @@ class HookPolicy:
                 uids.add(pwd.getpwnam(user).pw_uid)
         token = ""
         if daemon.job_end_token_file:
+            path = Path(daemon.job_end_token_file)
             try:
-                token = Path(daemon.job_end_token_file).read_text().strip()
+                mode = path.stat().st_mode
+                token = path.read_text().strip()
             except OSError as exc:
                 raise ConfigError(
                     f"daemon.job_end_token_file: cannot read {daemon.job_end_token_file}: {exc.strerror}"
                 ) from exc
+            if mode & (stat.S_IROTH | stat.S_IWOTH):
+                raise ConfigError(
+                    f"daemon.job_end_token_file: {path} is readable or writable by every user (chmod 0600)"
+                )
             if len(token) < 16:
                 raise ConfigError("daemon.job_end_token_file: needs a token of at least 16 characters")
         return cls(
