@@ -34,8 +34,6 @@ _CREDENTIAL = re.compile(r"MUNGE:[A-Za-z0-9+/]+={0,2}:")
 MAX_CREDENTIAL_CHARS = 8192
 _NONCE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _METHOD = re.compile(r"[A-Z]{1,16}")
-# a payload is short text: "METHOD PATH NONCE"
-MAX_PAYLOAD_BYTES = 2048
 # a credential dated this far after the server's clock is refused (clocks of two hosts differ)
 MAX_CLOCK_SKEW_SECONDS = 30
 COMMAND_TIMEOUT_SECONDS = 5.0
