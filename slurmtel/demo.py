@@ -42,6 +42,7 @@ from sqlalchemy import Engine, create_engine, text
 from slurmtel.agent.metrics import AgentMetrics
 from slurmtel.agent.server import AgentHttpServer
 from slurmtel.agent.spool import Spool
+from slurmtel.agent.token import ensure_token
 from slurmtel.attribution import run_attribution
 from slurmtel.clock import write_clock_file
 from slurmtel.config import Config, load_config
@@ -183,12 +184,15 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
         5, "node agents: a real slurmtel-agent spool and HTTP server per node, pulled by the agent job"
     )
     agents = []
+    # the agents serve only with a token; the demo's head reads it as an admin would
+    token_file = home / "agent-token"
+    token, _ = ensure_token(token_file)
     try:
         for node in sim.nodes:
             spool = Spool(home / f"agent-{node.name}.sqlite")
             spool.append_records([g for g in sim_inventory(sim, at=start) if g.node == node.name])
             spool.append_records(list(sim_summaries(sim, node.name)))
-            server = AgentHttpServer(spool, AgentMetrics(), node.name, "demo", "127.0.0.1", 0)
+            server = AgentHttpServer(spool, AgentMetrics(), node.name, "demo", "127.0.0.1", 0, token=token)
             server.start()
             agents.append((spool, server))
         progress.note(f"{len(agents)} agents spooled {sum(s.stats().items for s, _ in agents):,} items")
@@ -200,7 +204,9 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
                 sources=dataclasses.replace(
                     demo_config.sources,
                     # the config leaves the agent source off: these agents are gone after the demo
-                    agent=dataclasses.replace(demo_config.sources.agent, enabled=True, targets=targets),
+                    agent=dataclasses.replace(
+                        demo_config.sources.agent, enabled=True, targets=targets, token_file=str(token_file)
+                    ),
                 ),
             ),
         )

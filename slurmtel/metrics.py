@@ -7,8 +7,10 @@ reads at scrape time are skipped while the database is known to be down, so a sc
 waits for a dead server; the last values read are served instead.
 
 The same server takes `POST /v1/job-ended` from the EpilogSlurmctld hook
-(systemd/slurmtel-epilog.sh): it only moves the next sacct run forward, so it needs no
-authentication.
+(systemd/slurmtel-epilog.sh): per peer rate-limited, then authenticated (a MUNGE credential
+of root or SlurmUser bound to the request, or a bearer token: slurmtel/auth/hook.py); a post
+that is not gets 401/403/429/503 and moves nothing. /metrics stays open for Prometheus and
+holds no per-user data (sources, jobs of the daemon, node names).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -32,12 +34,16 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from slurmtel import __version__
+from slurmtel.auth.hook import JOB_END_PATH as HOOK_PATH
+from slurmtel.auth.hook import MAX_CONCURRENT_CHECKS, HookPolicy, PeerRateLimit, check_hook_request
+from slurmtel.auth.identity import Denied, RequestView
+from slurmtel.auth.replay import ReplayCache
 from slurmtel.logs import log_event
 from slurmtel.store.daemon import AgentSpool, agent_spools, source_cursors
 
 log = logging.getLogger(__name__)
 
-JOB_END_PATH = "/v1/job-ended"
+JOB_END_PATH = HOOK_PATH
 _JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?(?:\+[0-9]+)?")
 _MAX_BODY_BYTES = 4096
 
@@ -134,6 +140,12 @@ class DaemonMetrics:
         )
         self.job_end_notifications = Counter(
             "slurmtel_job_end_notifications", "Job ends reported by the EpilogSlurmctld hook", registry=r
+        )
+        self.job_end_refused = Counter(
+            "slurmtel_job_end_refused",
+            "POST /v1/job-ended refused: unauthenticated, forbidden, rate_limited, busy, unavailable",
+            ["reason"],
+            registry=r,
         )
         self.chargeback_closed = Counter(
             "slurmtel_chargeback_months_closed", "Months the daemon closed", registry=r
@@ -302,8 +314,17 @@ class DaemonHttpServer:
         port: int,
         metrics: DaemonMetrics,
         on_job_end: Callable[[str], None],
+        *,
+        policy: HookPolicy,
+        rate_per_second: float = 100.0,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         registry = metrics.registry
+        limiter = PeerRateLimit(rate_per_second, burst=max(1.0, 2 * rate_per_second))
+        replay_cache = ReplayCache()
+        checks = threading.BoundedSemaphore(MAX_CONCURRENT_CHECKS)
+        refused = metrics.job_end_refused
 
         class Handler(http.server.BaseHTTPRequestHandler):
             timeout = 5  # a client that stalls never holds a thread for long
@@ -320,11 +341,34 @@ class DaemonHttpServer:
                 if self.path.split("?", 1)[0] != JOB_END_PATH:
                     self._reply(404, b"not found\n")
                     return
+                # the (small, bounded) body first: a reply that leaves it unread makes the
+                # kernel reset the connection before the client reads the reply
                 try:
                     length = min(int(self.headers.get("Content-Length", "0")), _MAX_BODY_BYTES)
                 except ValueError:
                     length = 0
                 body = self.rfile.read(length).decode("utf-8", "replace") if length > 0 else ""
+                peer = str(self.client_address[0])
+                # cheapest first: a flood is turned away before any credential is looked at
+                if not limiter.allow(peer, monotonic()):
+                    refused.labels(reason="rate_limited").inc()
+                    self._reply(429, b"too many requests\n")
+                    return
+                if not checks.acquire(blocking=False):
+                    refused.labels(reason="busy").inc()
+                    self._reply(503, b"busy\n")
+                    return
+                try:
+                    request = RequestView.of("POST", self.path, self.headers, peer)
+                    who = check_hook_request(request, policy, replay_cache, clock())
+                finally:
+                    checks.release()
+                if isinstance(who, Denied):
+                    reason = {401: "unauthenticated", 403: "forbidden"}.get(int(who.status), "unavailable")
+                    refused.labels(reason=reason).inc()
+                    log.debug("job-ended from %s refused: %s", peer, who.reason)
+                    self._reply(int(who.status), f"{who.reason}\n".encode())
+                    return
                 job_id = (parse_qs(body).get("job_id") or [""])[0].strip()
                 if job_id and not _JOB_ID.fullmatch(job_id):
                     self._reply(400, b"job_id must be a Slurm job id\n")
@@ -335,6 +379,10 @@ class DaemonHttpServer:
             def _reply(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
                 try:
                     self.send_response(code)
+                    if code == 401:
+                        self.send_header(
+                            "WWW-Authenticate", 'MUNGE realm="slurmtel", Bearer realm="slurmtel"'
+                        )
                     self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
@@ -372,6 +420,8 @@ class DaemonHttpServer:
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # slurmctld ends many jobs at once: a burst of hooks must queue, not be reset (default 5)
+    request_queue_size = 128
 
 
 class _Server6(_Server):

@@ -120,7 +120,7 @@ class Munged:
         if ttl_seconds:
             args += ["-t", str(ttl_seconds)]
         if user is not None:
-            args = ["runuser", "-u", user, "--", *args]
+            args = [tool("runuser"), "-u", user, "--", *args]
         done = subprocess.run(args, check=True, timeout=60, capture_output=True)
         return done.stdout.decode().strip()
 

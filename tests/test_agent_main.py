@@ -9,12 +9,16 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from slurmtel.agent.protocol import (
     SummariesPage,
@@ -23,6 +27,7 @@ from slurmtel.agent.protocol import (
     encode_ack_request,
     summaries_query,
 )
+from slurmtel.agent.token import ensure_token
 from tests.conftest import fixture_path
 from tests.test_agent_procmap import CGROUP_V2, write_proc
 from tests.test_daemon import NotifySocket
@@ -59,6 +64,8 @@ proc_root = "{proc}"
 
 class AgentProcess:
     def __init__(self, tmp_path: Path, config: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        # no agent.token_file in write_config: the agent makes its own token in its state dir
+        self.token_path = tmp_path / "state" / "agent-token"
         self.log = tmp_path / f"agent-{time.monotonic_ns()}.log"
         self.log_file = self.log.open("w")
         self.process = subprocess.Popen(
@@ -81,14 +88,19 @@ class AgentProcess:
             time.sleep(0.05)
         raise AssertionError("agent did not start listening")
 
+    def headers(self, path: str) -> dict[str, str]:
+        if not path.startswith("/v1/"):
+            return {}
+        return {"Authorization": f"Bearer {self.token_path.read_text().strip()}"}
+
     def get(self, path: str) -> bytes:
-        with urllib.request.urlopen(self.base + path, timeout=30) as response:
+        request = urllib.request.Request(self.base + path, headers=self.headers(path))
+        with urllib.request.urlopen(request, timeout=30) as response:
             return bytes(response.read())
 
     def post(self, path: str, body: bytes) -> bytes:
-        with urllib.request.urlopen(
-            urllib.request.Request(self.base + path, data=body), timeout=30
-        ) as response:
+        request = urllib.request.Request(self.base + path, data=body, headers=self.headers(path))
+        with urllib.request.urlopen(request, timeout=30) as response:
             return bytes(response.read())
 
     def pull_until(self, predicate: Callable[[SummariesPage], bool], after: int = 0) -> SummariesPage:
@@ -150,6 +162,69 @@ def test_agent_samples_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert all(i.seq > acked for i in later.items)
     finally:
         assert again.stop() == 0
+
+
+def test_first_start_makes_a_private_token_and_serves_v1_only_with_it(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    agent = AgentProcess(tmp_path, config, "--fake-nvml", str(CAPTURE))
+    try:
+        agent.wait_listening()
+        token = agent.token_path.read_text().strip()
+        assert len(token) >= 32
+        assert stat.S_IMODE(agent.token_path.stat().st_mode) == 0o600
+        log = agent.log.read_text()
+        assert f"made a token in {agent.token_path} (mode 0600)" in log and token not in log
+        for headers in ({}, {"Authorization": "Bearer wrong-token-wrong-token"}):
+            for request in (
+                urllib.request.Request(agent.base + summaries_query(0), headers=headers),
+                urllib.request.Request(
+                    agent.base + "/v1/ack", data=encode_ack_request(10**9), headers=headers
+                ),
+            ):
+                with pytest.raises(urllib.error.HTTPError) as refused:
+                    urllib.request.urlopen(request, timeout=30)
+                assert refused.value.code == 401
+        assert decode_summaries_response(agent.get(summaries_query(0))).node == "gpu01"
+        # open to Prometheus without a token
+        with urllib.request.urlopen(agent.base + "/metrics", timeout=30) as response:
+            assert response.status == 200
+    finally:
+        assert agent.stop() == 0
+    # the next start keeps the same token (the head holds a copy)
+    again = AgentProcess(tmp_path, config, "--fake-nvml", str(CAPTURE))
+    try:
+        again.wait_listening()
+        assert again.token_path.read_text().strip() == token
+        assert "made a token" not in again.log.read_text()
+    finally:
+        assert again.stop() == 0
+
+
+def test_a_configured_token_file_must_exist_and_be_private(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    base = write_config(tmp_path).read_text()
+    config = tmp_path / "with-token.toml"
+    config.write_text(base + f'token_file = "{token}"\n')
+    argv = [sys.executable, "-m", "slurmtel.agent.main", "--config", str(config), "--fake-nvml", str(CAPTURE)]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_GUARD_SECONDS)
+    assert run.returncode == 2 and "does not exist" in run.stderr
+    token.write_text("a-token-everyone-can-read\n")
+    token.chmod(0o644)
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_GUARD_SECONDS)
+    assert run.returncode == 2 and "lets every user read or write it" in run.stderr
+    token.chmod(0o600)
+    token.write_text("short\n")
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_GUARD_SECONDS)
+    assert run.returncode == 2 and "at least 16 characters" in run.stderr
+    assert not (tmp_path / "state" / "agent-token").exists()
+
+
+def test_ensure_token_is_atomic_and_keeps_an_existing_token(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "agent-token"
+    made, created = ensure_token(path)
+    assert created and path.read_text() == made + "\n"
+    assert ensure_token(path) == (made, False)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["agent-token"]  # no partial file left
 
 
 def test_agent_tells_systemd_it_is_ready_alive_and_stopping(tmp_path: Path) -> None:

@@ -108,10 +108,13 @@ def test_requested_kinds() -> None:
     assert summaries_query(0, 10) == summaries_query(0, 10, ALL_KINDS)
 
 
+TOKEN = "fabric-test-token-0123"
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[Spool, int]]:
     spool = Spool(tmp_path / "spool.sqlite")
-    server = AgentHttpServer(spool, AgentMetrics(), "gpu01", "0.1.0", "127.0.0.1", 0)
+    server = AgentHttpServer(spool, AgentMetrics(), "gpu01", "0.1.0", "127.0.0.1", 0, token=TOKEN)
     server.start()
     yield spool, server.address[1]
     server.stop()
@@ -119,7 +122,10 @@ def served(tmp_path: Path) -> Iterator[tuple[Spool, int]]:
 
 
 def get(port: int, query: str) -> dict:  # type: ignore[type-arg]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{query}", timeout=10) as response:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{query}", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
 
 
@@ -151,14 +157,18 @@ def test_an_old_head_gets_the_original_kinds_and_its_cursor_covers_the_rest(
 
 
 def test_the_head_stores_the_new_kinds_once(
-    ctx: RunContext, served: tuple[Spool, int], engine: Engine
+    ctx: RunContext, served: tuple[Spool, int], engine: Engine, tmp_path: Path
 ) -> None:
     spool, port = served
+    token = tmp_path / "agent-token"
+    token.write_text(TOKEN)
     later = replace(PORT, window_start_at=T0 + timedelta(seconds=30), deltas={"symbol_error": 1})
     spool.append_records(
         [PORT, later, NVLINK, TOPOLOGY, replace(TOPOLOGY, observed_at=T0 + timedelta(hours=1))]
     )
-    config = config_from_dict({"sources": {"agent": {"targets": [f"gpu01=127.0.0.1:{port}"]}}})
+    config = config_from_dict(
+        {"sources": {"agent": {"targets": [f"gpu01=127.0.0.1:{port}"], "token_file": str(token)}}}
+    )
     c = replace(ctx, config=config)
     source = get_source("agent")
     outcome = run_recorded(c, "agent", "once", lambda: source.collect(c, default_options(source)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -29,12 +30,16 @@ from tests.test_agent_protocol import INVENTORY, SUMMARY
 AT = datetime(2026, 12, 2, 14, 0, 30, tzinfo=UTC)
 
 
+TOKEN = "s3cret-token-for-tests"
+
+
 class Agent:
-    def __init__(self, tmp_path: Path, token: str = "") -> None:
+    def __init__(self, tmp_path: Path, token: str = TOKEN) -> None:
         self.spool = Spool(tmp_path / "spool.sqlite")
         self.metrics = AgentMetrics()
         self.metrics.watch_spool(self.spool)
-        self.server = AgentHttpServer(self.spool, self.metrics, "gpu01", "0.1.0", "127.0.0.1", 0, token)
+        self.server = AgentHttpServer(self.spool, self.metrics, "gpu01", "0.1.0", "127.0.0.1", 0, token=token)
+        self.token = token
         self.server.start()
         host, port = self.server.address
         self.base = f"http://{host}:{port}"
@@ -42,6 +47,9 @@ class Agent:
     def request(
         self, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
     ) -> tuple[int, bytes, str]:
+        """PATH with the agent's token on /v1/* unless HEADERS says otherwise."""
+        if headers is None and path.startswith("/v1/"):
+            headers = {"Authorization": f"Bearer {self.token}"}
         req = urllib.request.Request(self.base + path, data=body, headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=30) as response:
@@ -89,7 +97,7 @@ def test_paging_ack_and_idempotent_pulls(agent: Agent) -> None:
     again = decode_summaries_response(agent.request(summaries_query(0, 100))[1])
     assert [i.seq for i in again.items] == [4, 5, 6, 7]
     assert again.events == [records[-1]]
-    # the same ack twice, and an ack beyond the end (clamped)
+    # the same ack twice, and an ack beyond the end (clamped to the last cursor served, 7)
     assert decode_ack_response(agent.request("/v1/ack", encode_ack_request(3))[1]).acked_cursor == 3
     assert decode_ack_response(agent.request("/v1/ack", encode_ack_request(500))[1]).acked_cursor == 7
     empty = decode_summaries_response(agent.request(summaries_query(7, 100))[1])
@@ -147,15 +155,112 @@ def test_bad_requests(agent: Agent) -> None:
 
 
 def test_token_guards_the_data_endpoints(tmp_path: Path) -> None:
-    agent = Agent(tmp_path, token="s3cret")
+    agent = Agent(tmp_path, token="s3cret-token-0123456789")
     try:
         agent.spool.append_records([SUMMARY])
-        assert agent.request(summaries_query(0))[0] == 401
-        assert agent.request("/v1/ack", encode_ack_request(1), {"Authorization": "Bearer wrong"})[0] == 401
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": "Bearer s3cret-token-012345678"},  # a prefix
+            {"Authorization": "bearer s3cret-token-0123456789"},
+            {"Authorization": "s3cret-token-0123456789"},
+        ):
+            assert agent.request(summaries_query(0), headers=headers)[0] == 401, headers
+            assert agent.request("/v1/ack", encode_ack_request(1), headers)[0] == 401, headers
         assert agent.spool.stats().items == 1
-        status, raw, _ = agent.request(summaries_query(0), headers={"Authorization": "Bearer s3cret"})
+        status, raw, _ = agent.request(
+            summaries_query(0), headers={"Authorization": "Bearer s3cret-token-0123456789"}
+        )
         assert status == 200
         assert decode_summaries_response(raw).summaries == [SUMMARY]
-        assert agent.request("/metrics")[0] == 200
+        assert agent.request("/metrics", headers={})[0] == 200
+        assert agent.request("/healthz", headers={})[0] == 200
     finally:
         agent.close()
+
+
+def test_two_authorization_headers_are_refused(tmp_path: Path) -> None:
+    agent = Agent(tmp_path)
+    try:
+        host, port = agent.server.address
+        with socket.create_connection((host, port), timeout=30) as conn:
+            conn.sendall(
+                f"GET /v1/summaries HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                f"Authorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n".encode()
+            )
+            assert conn.recv(100).startswith(b"HTTP/1.1 401")
+    finally:
+        agent.close()
+
+
+def test_the_server_refuses_to_start_without_a_token(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool.sqlite")
+    try:
+        for token in ("", " padded "):
+            with pytest.raises(ValueError, match="only with a token"):
+                AgentHttpServer(spool, AgentMetrics(), "gpu01", "0.1.0", "127.0.0.1", 0, token=token)
+    finally:
+        spool.close()
+
+
+def test_an_ack_never_drops_what_was_not_served(agent: Agent) -> None:
+    """POST /v1/ack with a cursor far ahead (a confused or hostile head): clamped to the last
+    cursor served, logged and counted; the items never served stay for the next pull."""
+    records = [replace(SUMMARY, window_start_at=AT.replace(second=s)) for s in range(10)]
+    agent.spool.append_records(records)
+    # nothing served yet: an ack drops nothing
+    status, raw, _ = agent.request("/v1/ack", encode_ack_request(10**12))
+    assert status == 200 and decode_ack_response(raw).acked_cursor == 0
+    assert agent.spool.stats().items == 10
+    page = decode_summaries_response(agent.request(summaries_query(0, 4))[1])
+    assert page.next_cursor == 4
+    # more is written after that page went out: still unserved
+    agent.spool.append_records([replace(SUMMARY, window_start_at=AT.replace(minute=1))])
+    assert decode_ack_response(agent.request("/v1/ack", encode_ack_request(11))[1]).acked_cursor == 4
+    assert [i.seq for i in agent.spool.read(0, 100)] == list(range(5, 12))
+    # a page that jumps ahead of what was served serves nothing in between
+    jumped = decode_summaries_response(agent.request(summaries_query(9, 100))[1])
+    assert [i.seq for i in jumped.items] == [10, 11]
+    assert decode_ack_response(agent.request("/v1/ack", encode_ack_request(11))[1]).acked_cursor == 4
+    assert agent.spool.stats().items == 7
+    # and "after" beyond the end marks nothing served
+    agent.request(summaries_query(10**9, 100))
+    assert agent.spool.stats().served_cursor == 4
+    # reading on from the served mark serves the rest; then the ack takes it all
+    rest = decode_summaries_response(agent.request(summaries_query(4, 100))[1])
+    assert [i.seq for i in rest.items] == list(range(5, 12))
+    assert decode_ack_response(agent.request("/v1/ack", encode_ack_request(10**12))[1]).acked_cursor == 11
+    assert agent.spool.stats().items == 0
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(agent.request("/metrics")[1].decode())
+        for s in family.samples
+    }
+    assert samples[("slurmtel_agent_acks_clamped_total", ())] == 4.0
+    assert samples[("slurmtel_agent_spool_served_cursor", ())] == 11.0
+
+
+def test_metrics_carry_no_user_account_or_job(agent: Agent) -> None:
+    """/metrics is open (Prometheus scrapes it without a token): only the agent's own counts.
+    Every label of every family, after traffic of every kind, is one of these."""
+    agent.spool.append_records([INVENTORY, SUMMARY, GpuEvent("gpu01", SUMMARY.gpu_uuid, AT, "xid", 79)])
+    agent.metrics.events.labels(kind="xid").inc()
+    agent.metrics.dropped_samples.labels(reason="out_of_order").inc()
+    agent.metrics.nvml_errors.labels(call="nvmlDeviceGetPowerUsage", error="GpuIsLost").inc()
+    agent.request(summaries_query(0))
+    agent.request("/v1/ack", encode_ack_request(1))
+    agent.request("/v1/summaries?user=alice&job=4242")
+    agent.request("/alice/4242")
+    body = agent.request("/metrics")[1].decode()
+    labels = {
+        (key, value)
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        for key, value in s.labels.items()
+    }
+    assert {k for k, _ in labels} <= {"method", "path", "code", "reason", "call", "error", "kind"}
+    paths = {v for k, v in labels if k == "path"}
+    assert paths <= {"/v1/summaries", "/v1/ack", "/metrics", "/healthz", "other"}
+    assert not {v for _, v in labels} & {"4242", "123", "124", "alice"}
+    for private in ("alice", "4242", SUMMARY.gpu_uuid):
+        assert private not in body

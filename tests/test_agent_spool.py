@@ -58,7 +58,8 @@ def test_kill_9_while_writing_loses_nothing_committed(tmp_path: Path) -> None:
         seq, n = map(int, child.stdout.readline().split())
         committed.append((seq, n))
         if line_number == 150:
-            # the head acks while the agent keeps writing
+            # the head reads a page and acks it while the agent keeps writing
+            assert head.read_page(0, seq, ["summary"])[1] == seq
             acked = head.ack(seq)
             assert acked == seq
     os.kill(child.pid, signal.SIGKILL)
@@ -80,7 +81,8 @@ def test_kill_9_while_writing_loses_nothing_committed(tmp_path: Path) -> None:
     stats = reopened.stats()
     assert (stats.items, stats.last_seq, stats.acked_cursor) == (len(seqs), seqs[-1], acked)
     # sequence numbers are never reused, even after everything was acked
-    reopened.ack(stats.last_seq)
+    reopened.read_page(acked, 10**6, ["summary"])
+    assert reopened.ack(stats.last_seq) == stats.last_seq
     (new,) = reopened.append([("event", "{}")])
     assert new == stats.last_seq + 1
     reopened.close()
@@ -117,11 +119,16 @@ def test_ack_is_idempotent_and_clamped(tmp_path: Path) -> None:
     ]
     # the same `after` gives the same items until they are acked
     assert spool.read(1, 1) == spool.read(1, 1)
+    # a look serves nothing: nothing can be acked before a page went out
+    assert spool.ack(2) == 0 and spool.stats().items == 3
+    assert spool.read_page(0, 2, ["summary", "event", "inventory"])[1] == 2
+    assert spool.ack(3) == 2  # the last item was not served: clamped
+    assert spool.read_page(0, 10, ["summary"])[1] == 3  # other kinds are covered, not wanted
     assert spool.ack(2) == 2
     assert spool.ack(2) == 2
     assert spool.ack(1) == 1  # an older ack changes nothing
     assert [i.seq for i in spool.read(0, 10)] == [3]
-    assert spool.ack(1000) == 3  # beyond what exists: clamped
+    assert spool.ack(1000) == 3  # beyond what was served: clamped
     assert spool.read(0, 10) == []
     stats = spool.stats()
     assert (stats.items, stats.bytes, stats.acked_cursor, stats.last_seq) == (0, 0, 3, 3)

@@ -19,6 +19,7 @@ import pytest
 
 from slurmtel.access import Identity, Role
 from slurmtel.auth import jwt, munge, proxy
+from slurmtel.auth.hook import HookPolicy, PeerRateLimit, check_hook_request
 from slurmtel.auth.identity import AuthSettings, Denied, RequestView, authenticate, identity_for
 from slurmtel.auth.replay import ReplayCache
 from slurmtel.config import AccessConfig, config_from_dict
@@ -452,3 +453,71 @@ def test_api_config_defaults() -> None:
         [],
     )
     assert api.proxy_user_header == "X-Remote-User" and api.credential_ttl_seconds == 60
+
+
+# ------------------------------------------------------------------ the job-ended hook's policy
+
+
+def test_peer_rate_limit_is_a_token_bucket_per_peer() -> None:
+    limit = PeerRateLimit(rate_per_second=2.0, burst=4.0, max_peers=2)
+    assert [limit.allow("10.0.0.1", 0.0) for _ in range(6)] == [True] * 4 + [False] * 2
+    # another peer has its own bucket: a flood from one starves no other
+    assert limit.allow("10.0.0.2", 0.0)
+    # refills at the rate
+    assert limit.allow("10.0.0.1", 0.5) and not limit.allow("10.0.0.1", 0.5)
+    assert [limit.allow("10.0.0.1", 10.0) for _ in range(5)] == [True] * 4 + [False]
+    # bounded: a third peer pushes out the least recently seen
+    assert limit.allow("10.0.0.3", 10.0)
+    with pytest.raises(ValueError):
+        PeerRateLimit(0, 1)
+
+
+def test_check_hook_request_takes_the_token_and_the_peers() -> None:
+    policy = HookPolicy(token="job-ended-token-0123456789", peers=proxy.parse_networks(["10.0.0.0/24"]))
+    cache = ReplayCache()
+
+    def view(headers: list[tuple[str, str]], peer: str = "10.0.0.5") -> RequestView:
+        return RequestView("POST", "/v1/job-ended", tuple(headers), peer)
+
+    assert (
+        check_hook_request(view([("Authorization", "Bearer job-ended-token-0123456789")]), policy, cache, NOW)
+        == "token"
+    )
+    for headers, peer, status in [
+        ([("Authorization", "Bearer job-ended-token-0123456789")], "10.0.1.5", HTTPStatus.FORBIDDEN),
+        ([("Authorization", "Bearer job-ended-token-012345678")], "10.0.0.5", HTTPStatus.UNAUTHORIZED),
+        ([], "10.0.0.5", HTTPStatus.UNAUTHORIZED),
+        ([("Authorization", "Basic cm9vdDo=")], "10.0.0.5", HTTPStatus.UNAUTHORIZED),
+        ([("Authorization", "Bearer job-ended-token-0123456789")] * 2, "10.0.0.5", HTTPStatus.UNAUTHORIZED),
+    ]:
+        result = check_hook_request(view(headers, peer), policy, cache, NOW)
+        assert isinstance(result, Denied) and result.status == status, (headers, peer)
+    # no token configured: a bearer token is never enough
+    result = check_hook_request(view([("Authorization", "Bearer ")]), HookPolicy(), cache, NOW)
+    assert isinstance(result, Denied) and "no token is configured" in result.reason
+
+
+def test_hook_policy_from_config(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("job-ended-token-0123456789\n")
+    token.chmod(0o644)
+    with pytest.raises(ConfigError, match="every user"):
+        HookPolicy.from_config(config_from_dict({"daemon": {"job_end_token_file": str(token)}}))
+    token.chmod(0o600)
+    config = config_from_dict(
+        {
+            "daemon": {"job_end_users": ["root", "no-such-user-here"], "job_end_token_file": str(token)},
+            "api": {"munge_socket": "/run/munge/x.socket", "credential_ttl_seconds": 30},
+        }
+    )
+    policy = HookPolicy.from_config(config)
+    assert policy.uids == frozenset({0}) and policy.token == "job-ended-token-0123456789"
+    assert (policy.munge_socket, policy.max_age_seconds) == ("/run/munge/x.socket", 30)
+    assert "job-ended-token" not in repr(policy)
+    token.write_text("short\n")
+    with pytest.raises(ConfigError, match="at least 16"):
+        HookPolicy.from_config(config)
+    with pytest.raises(ConfigError, match=r"daemon\.job_end_peers"):
+        config_from_dict({"daemon": {"job_end_peers": ["slurmctld-host"]}})
+    with pytest.raises(ConfigError, match="job_end_rate_per_second"):
+        config_from_dict({"daemon": {"job_end_rate_per_second": 0}})

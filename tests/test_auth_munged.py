@@ -102,6 +102,14 @@ def test_a_valid_credential_is_the_caller(site: munge_lab.Munged) -> None:
     result = authenticate(request(credential), settings(site), now())
     role = Role.ADMIN if os.getuid() == 0 else Role.USER
     assert result == Identity(ME, role)
+    # what a client sends, made by the library: good for this request once
+    header = munge.authorization_header(
+        "GET", PATH + "?month=2026-11", site.socket, command=munge_lab.tool("munge")
+    )
+    view = RequestView("GET", PATH, (("Authorization", header),), "127.0.0.1")
+    conf = settings(site)
+    assert authenticate(view, conf, now()) == Identity(ME, role)
+    assert isinstance(authenticate(view, conf, now()), Denied)
 
 
 def test_other_unix_users_map_to_their_names_and_roles(

@@ -406,11 +406,15 @@ def test_the_epilog_hook_makes_sacct_run_now(
     tmp_path: Path, engine: Engine, database_url: str, daemons: list[DaemonProcess]
 ) -> None:
     sacct, calls = fake_sacct(tmp_path, SACCT_LAB)
+    # authenticated by a bearer token here (MUNGE: tests/test_daemon_job_ended.py)
+    token = tmp_path / "job-ended.token"
+    token.write_text("job-ended-token-0123456789\n")
+    token.chmod(0o600)
     daemon = DaemonProcess(
         tmp_path,
         {
             "sources": {"sacct": {"command": sacct, "interval_seconds": 3600}},
-            "daemon": {"job_end_delay_seconds": 0.5},
+            "daemon": {"job_end_delay_seconds": 0.5, "job_end_token_file": str(token)},
         },
         database_url,
     )
@@ -418,7 +422,9 @@ def test_the_epilog_hook_makes_sacct_run_now(
     daemon.wait_serving()
     wait_for(lambda: rows(engine, "SELECT 1 FROM collect_run WHERE status = 'ok'"), "the first sacct run")
     conf = tmp_path / "epilog.conf"
-    conf.write_text(f"# where slurmtel run listens\nSLURMTEL_DAEMON=127.0.0.1:{daemon.port}\n")
+    conf.write_text(
+        f"# where slurmtel run listens\nSLURMTEL_DAEMON=127.0.0.1:{daemon.port}\nSLURMTEL_TOKEN_FILE={token}\n"
+    )
     env = {"SLURMTEL_EPILOG_CONF": str(conf), "SLURM_JOB_ID": "42"}
     hook = subprocess.run([str(EPILOG)], env=env, timeout=SAFETY_SECONDS, check=False)
     assert hook.returncode == 0
@@ -432,7 +438,10 @@ def test_the_epilog_hook_makes_sacct_run_now(
     assert bad.returncode == 0
     wait_for(lambda: "event=job_ended job_id=- sacct=true" in daemon.log(), "the second notification")
     request = urllib.request.Request(
-        f"http://127.0.0.1:{daemon.port}/v1/job-ended", data=b"job_id=4;2", method="POST"
+        f"http://127.0.0.1:{daemon.port}/v1/job-ended",
+        data=b"job_id=4;2",
+        method="POST",
+        headers={"Authorization": "Bearer job-ended-token-0123456789"},
     )
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)

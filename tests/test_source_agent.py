@@ -22,11 +22,13 @@ from slurmtel.sources.runner import RunOutcome, run_recorded
 from slurmtel.store.telemetry import existing_partitions
 from tests.factories import T0, inventory, windows
 
+TOKEN = "shared-agent-token-0123"
+
 
 class RunningAgent:
-    def __init__(self, spool_path: Path, node: str = "gpu01", token: str = "") -> None:
+    def __init__(self, spool_path: Path, node: str = "gpu01", token: str = TOKEN) -> None:
         self.spool = Spool(spool_path)
-        self.server = AgentHttpServer(self.spool, AgentMetrics(), node, "0.1.0", "127.0.0.1", 0, token)
+        self.server = AgentHttpServer(self.spool, AgentMetrics(), node, "0.1.0", "127.0.0.1", 0, token=token)
         self.server.start()
         self.port = self.server.address[1]
 
@@ -42,7 +44,23 @@ def agent(tmp_path: Path) -> Iterator[RunningAgent]:
     running.close()
 
 
+@pytest.fixture(autouse=True)
+def token_file(tmp_path: Path) -> Path:
+    """The head's copy of the agents' shared token (sources.agent.token_file)."""
+    path = tmp_path / "agent-token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(0o600)
+    global TOKEN_FILE
+    TOKEN_FILE = str(path)
+    return path
+
+
+TOKEN_FILE = ""
+
+
 def pull(ctx: RunContext, *targets: str, **agent_config: object) -> RunOutcome:
+    """One run of the agent source; with the shared token unless AGENT_CONFIG names one."""
+    agent_config = {"token_file": TOKEN_FILE, **agent_config}
     config = config_from_dict({"sources": {"agent": {"targets": list(targets), **agent_config}}})
     c = replace(ctx, config=config)
     source = get_source("agent")
@@ -124,19 +142,53 @@ def test_a_recreated_spool_resets_the_cursor(ctx: RunContext, tmp_path: Path) ->
 
 
 def test_token_and_an_unreachable_agent(ctx: RunContext, tmp_path: Path) -> None:
-    secured = RunningAgent(tmp_path / "s.sqlite", token="s3cret")
+    secured = RunningAgent(tmp_path / "s.sqlite", token="s3cret-of-gpu01-only")
     try:
         backlog(secured, minutes=1)
         refused = pull(ctx, f"gpu01=127.0.0.1:{secured.port}")
         assert refused.status == "error" and "401" in refused.message
+        none = pull(ctx, f"gpu01=127.0.0.1:{secured.port}", token_file="")
+        assert none.status == "error" and "no token for it" in none.message
         token = tmp_path / "token"
-        token.write_text("s3cret\n")
+        token.write_text("s3cret-of-gpu01-only\n")
         outcome = pull(ctx, f"gpu01=127.0.0.1:{secured.port}", "gpu09=127.0.0.1:1", token_file=str(token))
         # the reachable agent was pulled; the dead one made the run partial
         assert outcome.status == "partial" and "gpu09" in outcome.message
         assert count(ctx.engine, "SELECT count(*) FROM gpu_summary") == 4
     finally:
         secured.close()
+
+
+def test_per_node_tokens_from_token_dir(ctx: RunContext, tmp_path: Path) -> None:
+    """Each agent made its own token (<state_dir>/agent-token); the head holds a copy of each
+    in sources.agent.token_dir, named after the node; a node without one uses token_file."""
+    own = [
+        RunningAgent(tmp_path / f"{n}.sqlite", node=f"gpu0{n}", token=f"own-token-of-gpu0{n}-xyz")
+        for n in (1, 2)
+    ]
+    shared = RunningAgent(tmp_path / "3.sqlite", node="gpu03")
+    tokens = tmp_path / "agent-tokens"
+    tokens.mkdir()
+    for n in (1, 2):
+        (tokens / f"gpu0{n}").write_text(f"own-token-of-gpu0{n}-xyz\n")
+    try:
+        for agent in (*own, shared):
+            backlog(agent, minutes=1)
+        targets = [f"{a.server.node}=127.0.0.1:{a.port}" for a in (*own, shared)]
+        outcome = pull(ctx, *targets, token_dir=str(tokens))
+        assert outcome.status == "ok", outcome.message
+        # each agent's page was stored and acked: every spool is empty
+        assert all(a.spool.stats().items == 0 for a in (*own, shared))
+        # one node's token wrong: that node alone fails
+        (tokens / "gpu02").write_text("stale-token-of-gpu02-xyz\n")
+        backlog(own[0], minutes=1)
+        backlog(own[1], minutes=1)
+        partial = pull(ctx, *targets[:2], token_dir=str(tokens))
+        assert partial.status == "partial" and "gpu02" in partial.message and "401" in partial.message
+        assert own[0].spool.stats().items == 0 and own[1].spool.stats().items > 0
+    finally:
+        for agent in (*own, shared):
+            agent.close()
 
 
 def test_agents_are_pulled_several_at_once_each_stored_once(ctx: RunContext, tmp_path: Path) -> None:

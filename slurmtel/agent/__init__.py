@@ -2,6 +2,7 @@
 
 Modules: nvml (the only NVML importer, the seam), fake_nvml (the seam from nvidia-smi
 captures), sampler, procmap (GPU process -> Slurm job), summarize (pure windows), spool,
-server, metrics, protocol (wire format; the head imports only this), main (the command).
+server, metrics, token (the /v1/* bearer token), protocol (wire format; the head imports only
+this), main (the command).
 Importing this package imports nothing else: no NVML, no GPU needed.
 """

@@ -30,6 +30,7 @@ from slurmtel.agent.sampler import Sampler
 from slurmtel.agent.server import AgentHttpServer
 from slurmtel.agent.spool import Spool
 from slurmtel.agent.summarize import WindowSummarizer
+from slurmtel.agent.token import TOKEN_FILE_NAME, ensure_token, read_token
 from slurmtel.agent.topology import GpuLinks, discover_nvlinks, nvml_topology
 from slurmtel.config import Config, load_config
 from slurmtel.errors import ConfigError, SlurmtelError
@@ -60,6 +61,38 @@ def spool_path(config: Config) -> Path:
         if config.agent.spool_path
         else config.state_dir() / "agent-spool.sqlite"
     )
+
+
+def token_path(config: Config) -> Path:
+    """agent.token_file, else agent-token beside the spool (<state_dir>/agent-token)."""
+    if config.agent.token_file:
+        return Path(config.agent.token_file)
+    return spool_path(config).parent / TOKEN_FILE_NAME
+
+
+def agent_token(config: Config) -> str:
+    """The token /v1/* need: the configured file's (which must exist), else the agent's own,
+    made on first start. ConfigError when it cannot be read or made."""
+    path = token_path(config)
+    if config.agent.token_file:
+        try:
+            return read_token(path)
+        except FileNotFoundError:
+            raise ConfigError(f"agent.token_file: {path} does not exist") from None
+    try:
+        token, made = ensure_token(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot make the agent token {path}: {exc}") from exc
+    if made:
+        log.warning(
+            "no agent.token_file: made a token in %s (mode 0600); the head needs it: copy it to "
+            "the head as <sources.agent.token_dir>/%s, or set one shared token_file on both",
+            path,
+            node_name(config),
+        )
+    else:
+        log.info("agent token: %s", path)
+    return token
 
 
 def _inventory_key(records: Sequence[GpuInventory]) -> list[tuple[object, ...]]:
@@ -104,6 +137,8 @@ class Agent:
         self.monotonic = monotonic
         self.node = node_name(config)
         self.metrics = AgentMetrics()
+        # first: without a token there is nothing to serve, and nothing to open
+        token = agent_token(config)
         self.spool = Spool(spool_path(config), agent.spool_max_bytes)
         self.metrics.watch_spool(self.spool)
         self.sampler = Sampler(nvml, self.node, agent.proc_root, self.metrics, clock)
@@ -113,9 +148,14 @@ class Agent:
             agent.sample_interval_seconds,
             agent.idle_threshold_percent,
         )
-        token = Path(agent.token_file).read_text().strip() if agent.token_file else ""
         self.server = AgentHttpServer(
-            self.spool, self.metrics, self.node, __version__, agent.listen_address, agent.port, token
+            self.spool,
+            self.metrics,
+            self.node,
+            __version__,
+            agent.listen_address,
+            agent.port,
+            token=token,
         )
         self._inventory: list[tuple[object, ...]] = []
         self._inventory_spooled_at = 0.0
@@ -348,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         nvml = Nvml()
     try:
         agent = Agent(config, nvml)
-    except OSError as exc:  # port in use, spool directory not writable, token unreadable
+    except (OSError, ConfigError) as exc:  # port in use, spool directory not writable, token unusable
         print(f"slurmtel-agent: {exc}", file=sys.stderr)
         return EXIT_USAGE
     stop = threading.Event()

@@ -36,6 +36,11 @@ class _SpoolCollector(Collector):
             "Highest cursor the head acknowledged",
             value=stats.acked_cursor,
         )
+        yield GaugeMetricFamily(
+            "slurmtel_agent_spool_served_cursor",
+            "Highest cursor a /v1/summaries page covered (acks beyond it are clamped to it)",
+            value=stats.served_cursor,
+        )
 
 
 class AgentMetrics:
@@ -60,6 +65,11 @@ class AgentMetrics:
             "slurmtel_agent_last_sample_timestamp_seconds", "When the last sampling round ran", registry=r
         )
         self.gpus = Gauge("slurmtel_agent_gpus", "GPUs and MIG instances being sampled", registry=r)
+        self.acks_clamped = Counter(
+            "slurmtel_agent_acks_clamped",
+            "Acks beyond the last cursor served, clamped to it (nothing unserved is dropped)",
+            registry=r,
+        )
         self.http_requests = Counter(
             "slurmtel_agent_http_requests", "HTTP requests served", ["method", "path", "code"], registry=r
         )

@@ -3,12 +3,15 @@
 GET  /v1/summaries?after=CURSOR&limit=N[&kinds=K,...]
                                           spooled items with seq > CURSOR, of the kinds the
                                           head named (the original three without it; protocol.py)
-POST /v1/ack  {"cursor": N}               drop items with seq <= N (idempotent, clamped)
+POST /v1/ack  {"cursor": N}               drop items with seq <= N (idempotent); N beyond the
+                                          last cursor served is clamped to it, so items never
+                                          served are never dropped
 GET  /metrics                             the agent's own health (private registry)
 GET  /healthz                             "ok"
 
-With a token configured, /v1/* need "Authorization: Bearer <token>"; /metrics and /healthz
-stay open like any exporter's.
+/v1/* need "Authorization: Bearer <token>" always: the server refuses to start without a token
+(token.py makes one). /metrics and /healthz stay open like any exporter's and carry no user,
+account or job: only counts, sizes and times of the agent itself.
 """
 
 from __future__ import annotations
@@ -81,11 +84,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps({"error": message}).encode())
 
     def _authorized(self) -> bool:
-        token = self.server.app.token
-        if not token:
-            return True
-        given = self.headers.get("Authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+        given = self.headers.get_all("Authorization") or []
+        expected = f"Bearer {self.server.app.token}".encode()
+        # a token is never empty (AgentHttpServer refuses one); exactly one header, equal in
+        # constant time
+        return len(given) == 1 and hmac.compare_digest(given[0].encode(), expected)
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
@@ -128,7 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ParseError as exc:
             self._error(HTTPStatus.BAD_REQUEST, str(exc))
             return
-        self._send(HTTPStatus.OK, self.server.app.ack(cursor))
+        self._send(HTTPStatus.OK, self.server.app.ack(cursor, self.address_string()))
 
 
 def _page_args(query: str) -> tuple[int, int, tuple[str, ...]]:
@@ -155,8 +158,11 @@ class AgentHttpServer:
         agent_version: str,
         address: str = "0.0.0.0",
         port: int = 9767,
-        token: str = "",
+        *,
+        token: str,
     ) -> None:
+        if not token or token != token.strip():
+            raise ValueError("the agent serves /v1/* only with a token (agent.token_file)")
         self.spool = spool
         self.metrics = metrics
         self.node = node
@@ -186,8 +192,17 @@ class AgentHttpServer:
             spool_id=stats.spool_id,
         )
 
-    def ack(self, cursor: int) -> bytes:
+    def ack(self, cursor: int, peer: str = "") -> bytes:
         acked = self.spool.ack(cursor)
+        if acked < cursor:
+            # beyond what was ever served: those items never reached a head, keep them
+            self.metrics.acks_clamped.inc()
+            log.warning(
+                "ack of cursor %d from %s is beyond the last cursor served; clamped to %d",
+                cursor,
+                peer or "?",
+                acked,
+            )
         stats = self.spool.stats()
         return encode_ack_response(AckResult(acked, stats.items, stats.bytes))
 

@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS items (
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value);
 """
-_COUNTERS = ("item_count", "payload_bytes", "evicted_total", "acked_cursor")
+# served_cursor: the highest cursor a page covered (read_page); an ack never goes beyond it
+_COUNTERS = ("item_count", "payload_bytes", "evicted_total", "acked_cursor", "served_cursor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,8 @@ class SpoolStats:
     last_seq: int
     acked_cursor: int
     spool_id: str
+    # highest cursor ever served (read_page); acks are clamped to it
+    served_cursor: int = 0
 
 
 class Spool:
@@ -95,6 +98,11 @@ class Spool:
                 db.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('spool_id', ?)",
                     (uuid.uuid4().hex,),
+                )
+                # a spool from before served_cursor: what was acked was served
+                db.execute(
+                    "UPDATE meta SET value = (SELECT value FROM meta WHERE key = 'acked_cursor') "
+                    "WHERE key = 'served_cursor' AND value < (SELECT value FROM meta WHERE key = 'acked_cursor')"
                 )
             db.execute("PRAGMA quick_check").fetchall()
         except sqlite3.DatabaseError:
@@ -166,9 +174,11 @@ class Spool:
         )
 
     def ack(self, cursor: int) -> int:
-        """Drop every item with seq <= CURSOR. Idempotent; a cursor beyond the last seq is clamped."""
+        """Drop every item with seq <= CURSOR; returns the cursor acked. Idempotent. A cursor
+        beyond the last one served (read_page) is clamped to it: an item no head was ever
+        given is never dropped, whatever a client claims."""
         with self._lock, _transaction(self._db) as db:
-            cursor = max(0, min(int(cursor), _last_seq(db)))
+            cursor = max(0, min(int(cursor), _meta_int(db, "served_cursor"), _last_seq(db)))
             count, size = db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM items WHERE seq <= ?", (cursor,)
             ).fetchone()
@@ -182,6 +192,8 @@ class Spool:
     # reading ------------------------------------------------------------------------------
 
     def read(self, after: int, limit: int) -> list[SpooledItem]:
+        """A look at the items after AFTER (tools, tests); it serves nothing: acks stay
+        clamped to what read_page served."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT seq, kind, payload FROM items WHERE seq > ? ORDER BY seq LIMIT ?",
@@ -194,27 +206,33 @@ class Spool:
         item, or, when fewer than LIMIT matched, the last item of any kind there is (the
         skipped kinds are not wanted by the reader). Both from one snapshot of the spool."""
         marks = ",".join("?" * len(kinds))
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                rows = (
-                    self._db.execute(
-                        f"SELECT seq, kind, payload FROM items WHERE seq > ? AND kind IN ({marks}) "
-                        "ORDER BY seq LIMIT ?",
-                        (int(after), *kinds, max(0, int(limit))),
-                    ).fetchall()
-                    if kinds
-                    else []
-                )
-                if len(rows) >= limit and rows:
-                    covered = int(rows[-1][0])
-                else:
-                    (last,) = self._db.execute(
-                        "SELECT max(seq) FROM items WHERE seq > ?", (int(after),)
-                    ).fetchone()
-                    covered = int(last) if last is not None else int(after)
-            finally:
-                self._db.execute("COMMIT")
+        # one write transaction: the page, its cursor and the served mark agree
+        with self._lock, _transaction(self._db) as db:
+            rows = (
+                db.execute(
+                    f"SELECT seq, kind, payload FROM items WHERE seq > ? AND kind IN ({marks}) "
+                    "ORDER BY seq LIMIT ?",
+                    (int(after), *kinds, max(0, int(limit))),
+                ).fetchall()
+                if kinds
+                else []
+            )
+            if len(rows) >= limit and rows:
+                covered = int(rows[-1][0])
+            else:
+                (last,) = db.execute("SELECT max(seq) FROM items WHERE seq > ?", (int(after),)).fetchone()
+                covered = int(last) if last is not None else int(after)
+            served = _meta_int(db, "served_cursor")
+            if covered > served:
+                # a page that starts past the served mark skips items; it moves the mark only
+                # when no item lies in between (evicted or acked): nothing unserved is ever
+                # covered by a later ack
+                (skipped,) = db.execute(
+                    "SELECT count(*) FROM items WHERE seq > ? AND seq <= ?", (served, int(after))
+                ).fetchone()
+                if not skipped:
+                    covered_served = min(covered, _last_seq(db))
+                    db.execute("UPDATE meta SET value = ? WHERE key = 'served_cursor'", (covered_served,))
         return [SpooledItem(int(seq), str(kind), str(payload)) for seq, kind, payload in rows], covered
 
     def stats(self) -> SpoolStats:
@@ -228,6 +246,7 @@ class Spool:
             last_seq=last,
             acked_cursor=int(meta["acked_cursor"]),
             spool_id=str(meta["spool_id"]),
+            served_cursor=int(meta["served_cursor"]),
         )
 
     # agent state (e.g. the summariser's open windows across a clean restart) -------------

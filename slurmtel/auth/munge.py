@@ -34,8 +34,6 @@ _CREDENTIAL = re.compile(r"MUNGE:[A-Za-z0-9+/]+={0,2}:")
 MAX_CREDENTIAL_CHARS = 8192
 _NONCE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _METHOD = re.compile(r"[A-Z]{1,16}")
-# a payload is short text: "METHOD PATH NONCE"
-MAX_PAYLOAD_BYTES = 2048
 # a credential dated this far after the server's clock is refused (clocks of two hosts differ)
 MAX_CLOCK_SKEW_SECONDS = 30
 COMMAND_TIMEOUT_SECONDS = 5.0
@@ -139,6 +137,13 @@ def encode_credential(
     if not _CREDENTIAL.fullmatch(credential):
         raise AuthUnavailable(f"{command} printed no credential")
     return credential
+
+
+def authorization_header(method: str, path: str, socket: str | None = None, *, command: str = "munge") -> str:
+    """The client's `Authorization` value for one request: `MUNGE <credential>` bound to
+    METHOD, PATH (query string dropped) and a fresh nonce. AuthUnavailable without munged."""
+    payload = request_payload(method, path.split("?", 1)[0], new_nonce())
+    return f"{AUTH_SCHEME} {encode_credential(payload, socket, command=command)}"
 
 
 def decode_credential(

@@ -72,6 +72,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 
 
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
+    from slurmtel.auth.hook import HookPolicy
     from slurmtel.clock import site_clock
     from slurmtel.metrics import DaemonHttpServer, DaemonMetrics, DatabaseReadings
     from slurmtel.scheduler import Schedule, enabled_sources
@@ -89,9 +90,15 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     with engine.connect() as conn:
         metrics.seed_last_success(last_success_by_source(conn))
     schedule = Schedule(ctx, metrics)
+    policy = HookPolicy.from_config(config)  # ConfigError: an unreadable job_end_token_file
     try:
         server = DaemonHttpServer(
-            config.daemon.listen_address, config.daemon.port, metrics, schedule.job_ended
+            config.daemon.listen_address,
+            config.daemon.port,
+            metrics,
+            schedule.job_ended,
+            policy=policy,
+            rate_per_second=config.daemon.job_end_rate_per_second,
         )
     except OSError as exc:
         raise ConfigError(
@@ -169,9 +176,10 @@ def _register_secrets(config: Config) -> None:
                     if "password" in key.lower():
                         for secret in [value] if isinstance(value, str) else value:
                             add_secret(secret)
-    if config.sources.agent.token_file:
-        with contextlib.suppress(OSError):  # unreadable: the agent source reports it
-            add_secret(Path(config.sources.agent.token_file).read_text().strip())
+    for token_file in (config.sources.agent.token_file, config.daemon.job_end_token_file):
+        if token_file:
+            with contextlib.suppress(OSError):  # unreadable: its user reports it
+                add_secret(Path(token_file).read_text().strip())
 
 
 # ---------------------------------------------------------------- check-config

@@ -13,6 +13,7 @@ never sends one it cannot read, and an older agent simply sends the original thr
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from sqlalchemy import Connection
@@ -68,13 +69,15 @@ class AgentSource:
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
         cfg = ctx.config.sources.agent
         targets = targets_for(cfg, "sources.agent", options)
-        headers = _auth_headers(cfg)
+        shared = _shared_token(cfg)
         result = RunResult()
         budget = PartitionBudget(ctx.config.telemetry.max_new_partitions_per_run)
         # an unreachable agent keeps its spool: the next run pulls it
         for_each_target(
             targets,
-            lambda target, part: pull_agent(ctx, target, headers, part, budget),
+            lambda target, part: pull_agent(
+                ctx, target, _auth_headers(cfg, target.node, shared), part, budget
+            ),
             result,
             "agent",
             concurrency=cfg.concurrency,
@@ -201,11 +204,33 @@ def _store_page(
         )
 
 
-def _auth_headers(cfg: AgentSourceConfig) -> dict[str, str]:
+def _shared_token(cfg: AgentSourceConfig) -> str:
+    """sources.agent.token_file's token ("" when none is configured); read once per run."""
     if not cfg.token_file:
-        return {}
+        return ""
     try:
-        token = Path(cfg.token_file).read_text().strip()
+        return Path(cfg.token_file).read_text().strip()
     except OSError as exc:
         raise ConfigError(f"sources.agent.token_file: cannot read {cfg.token_file}: {exc.strerror}") from exc
-    return {"Authorization": f"Bearer {token}"}
+
+
+def _auth_headers(cfg: AgentSourceConfig, node: str, shared: str) -> dict[str, str]:
+    """NODE's token: <token_dir>/<node> when there is one, else the shared token. An agent
+    serves nothing without one, so a node with neither fails (alone) with the reason."""
+    if cfg.token_dir and _NODE_FILE_NAME.fullmatch(node):
+        path = Path(cfg.token_dir) / node
+        try:
+            token = path.read_text().strip()
+        except FileNotFoundError:
+            token = ""
+        except OSError as exc:
+            raise SourceUnavailable(f"cannot read its token {path}: {exc.strerror}") from exc
+        if token:
+            return {"Authorization": f"Bearer {token}"}
+    if shared:
+        return {"Authorization": f"Bearer {shared}"}
+    raise SourceUnavailable(f"no token for it (sources.agent.token_dir/{node} or sources.agent.token_file)")
+
+
+# a node name that can be a file name in token_dir (never "..", never a path)
+_NODE_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
