@@ -41,12 +41,11 @@ from slurmtel.config import Config, config_from_dict
 from slurmtel.parsers.sacct_json import parse_sacct_json
 from slurmtel.records import JobAttempt
 from slurmtel.reports.catalog import REPORTS
-from slurmtel.reports.researcher import me_document
+from slurmtel.reports.researcher import me_document, me_query
 from slurmtel.reports.spec import build_query, run_report
 from slurmtel.simulate import USERS, render_sacct_json, synthetic_jobs
 from slurmtel.store.jobs import sync_outcome_classes, write_attempts
 from slurmtel.store.rls import set_transaction_scope
-from slurmtel.timeparse import month_bounds
 from tests import munge_lab
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -119,22 +118,11 @@ def main() -> int:
             "/v1/me": f"user={user}&month={MONTH}",
             "/v1/reports/usage": "start=2026-11-01&end=2026-12-01",
         }
-        start, end = month_bounds(MONTH, config.zone)
+        me = me_query(root, user=user, month=MONTH, now=NOW, zone=config.zone, jobs=False, top=10)
         usage = REPORTS["usage"]
         query = build_query(usage, root, start=START, end=NOW, now=NOW, zone=config.zone)
         directs = {
-            "/v1/me": lambda conn: me_document(
-                conn,
-                user=user,
-                month=MONTH,
-                start=start,
-                end=end,
-                now=NOW,
-                zone=config.zone,
-                scope=allowed(root, usage.action),
-                jobs=False,
-                top=10,
-            ),
+            "/v1/me": lambda conn: me_document(conn, me),
             "/v1/reports/usage": lambda conn: run_report(conn, usage, query),
         }
         print(f"{args.requests} requests per endpoint, {args.threads} client threads, loopback, as an admin")

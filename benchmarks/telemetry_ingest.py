@@ -17,6 +17,7 @@ import argparse
 import multiprocessing
 import os
 import sys
+import tempfile
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -159,10 +160,14 @@ def end_to_end(dsn: str, gpus: int, hours: int) -> None:
     print("   (the head's agent source as the daemon runs it: HTTP pull, decode, COPY, cursor, ack;")
     print("    the agents are served from another process)")
     try:
-        with scratch_database(dsn) as engine:
+        with scratch_database(dsn) as engine, tempfile.TemporaryDirectory() as tokens:
             with engine.begin() as conn:
                 ensure_partitions(conn, START.date(), (START + timedelta(hours=hours)).date())
             source = get_source("agent")
+            # the head sends each node's token (the served agents here do not check it)
+            token_file = Path(tokens) / "agent-token"
+            token_file.write_text("benchmark-token-0123456789\n")
+            token_file.chmod(0o600)
             rates = {}
             for concurrency in (1, AgentSourceConfig.concurrency):
                 with engine.begin() as conn:
@@ -170,7 +175,12 @@ def end_to_end(dsn: str, gpus: int, hours: int) -> None:
                 config = config_from_dict(
                     {
                         "sources": {
-                            "agent": {"targets": targets, "concurrency": concurrency, "page_size": PAGE}
+                            "agent": {
+                                "targets": targets,
+                                "concurrency": concurrency,
+                                "page_size": PAGE,
+                                "token_file": str(token_file),
+                            }
                         }
                     }
                 )

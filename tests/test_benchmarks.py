@@ -21,6 +21,7 @@ CASES = {
     "attribution.py": (["--gpus", "16", "--days", "1"], ["samples/s", "target", "full recompute"]),
     "reports.py": (["--jobs", "3000", "--batch", "1000", "--pending", "50", "--repeat", "1"], ["target"]),
     "chargeback.py": (["--jobs", "3000", "--batch", "1000", "--repeat", "1"], ["target"]),
+    "api.py": (["--jobs", "500", "--requests", "20", "--threads", "2"], ["req/s", "p95", "direct query"]),
 }
 
 
