@@ -12,8 +12,6 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from slurmtel import __version__
 from slurmtel.commands import COMMAND_MODULES
 from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
@@ -61,11 +59,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return EXIT_ERROR
-    except SQLAlchemyError as exc:
-        # a database failure no command turned into a SlurmtelError: its first line, no traceback
-        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        _error(f"database error: {detail[0] if detail else type(exc).__name__}")
-        return EXIT_ERROR
     except OSError as exc:
         # a file the caller named (an --output or --plot path, a state directory) is the
         # environment's problem: say which and why, no traceback
@@ -73,12 +66,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(f"cannot use{where}: {exc.strerror or exc}")
         return EXIT_ERROR
     except Exception as exc:
+        if _is_database_error(exc):
+            # a database failure no command turned into a SlurmtelError: its first line, no traceback
+            detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+            _error(f"database error: {detail[0] if detail else type(exc).__name__}")
+            return EXIT_ERROR
+        if isinstance(exc, ModuleNotFoundError) and not (exc.name or "slurmtel").startswith("slurmtel"):
+            # a package not installed, found missing only now that a command imports what it
+            # needs: slurmtel.head says which, and how to install the head's packages
+            raise
         # a bug: one line for the user, the traceback with --log-level DEBUG
         log.debug("unexpected error", exc_info=True)
         _error(f"internal error: {type(exc).__name__}: {exc} (run with --log-level DEBUG for the traceback)")
         return EXIT_ERROR
     finally:
         WIDE.reset(wide)
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    """An SQLAlchemy error. SQLAlchemy is imported only by the commands that use the database
+    (`slurmtel --version` and `--help` must start fast), so one raised means it is loaded."""
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    return sa_exc is not None and isinstance(exc, sa_exc.SQLAlchemyError)
 
 
 def _error(message: object) -> None:

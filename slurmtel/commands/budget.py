@@ -11,8 +11,7 @@ import argparse
 import logging
 import sys
 from datetime import datetime
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING
 
 from slurmtel.access import EVERYTHING, Action, Scope
 from slurmtel.budget import (
@@ -42,6 +41,7 @@ from slurmtel.commands.common import (
 )
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, ParseError, SourceUnavailable
+from slurmtel.filters import JobFilter
 from slurmtel.parsers.sacctmgr import (
     GRP_TRES_MINS_ARGS,
     parse_grp_tres_mins,
@@ -49,8 +49,10 @@ from slurmtel.parsers.sacctmgr import (
 )
 from slurmtel.reports.render import render
 from slurmtel.sources.io import run_command
-from slurmtel.store.usage import JobFilter
 from slurmtel.timeparse import parse_slurm_time
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 log = logging.getLogger(__name__)
 

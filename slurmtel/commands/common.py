@@ -9,12 +9,12 @@ import pwd
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING
 
 from slurmtel.access import Action, Identity, Role, Scope, allowed
 from slurmtel.config import Config
 from slurmtel.errors import AccessDenied, ConfigError, ParseError, SourceUnavailable
+from slurmtel.filters import JobFilter
 from slurmtel.parsers.sacctmgr import (
     ACCOUNT_TREE_ARGS,
     COORDINATORS_ARGS,
@@ -25,8 +25,10 @@ from slurmtel.parsers.sacctmgr import (
 from slurmtel.reports.render import FORMATS
 from slurmtel.sources.base import RunContext, utc_now
 from slurmtel.sources.io import run_command
-from slurmtel.store.usage import JobFilter
 from slurmtel.timeparse import parse_slurm_time
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 

@@ -11,9 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TextIO
-
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING, Any, TextIO
 
 from slurmtel.access import Action
 from slurmtel.chargeback import (
@@ -46,8 +44,10 @@ from slurmtel.config import Config
 from slurmtel.errors import ConfigError
 from slurmtel.reports.parquet import write_parquet
 from slurmtel.reports.render import render
-from slurmtel.store.chargeback import audit_entries, closed_settings, list_statements
 from slurmtel.timeparse import month_bounds
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 FORMATS = ("csv", "json", "table", "parquet")
 
@@ -195,6 +195,8 @@ def _through_api(args: argparse.Namespace, config: Config) -> int:
 
 
 def _say_rate_notices(engine: Engine, config: Config) -> None:
+    from slurmtel.store.chargeback import closed_settings
+
     with engine.connect() as conn:
         closed = closed_settings(conn)
     for notice in rate_notices(config, closed):
@@ -226,6 +228,8 @@ def _void(args: argparse.Namespace, config: Config) -> int:
 
 
 def _listing(args: argparse.Namespace, config: Config) -> int:
+    from slurmtel.store.chargeback import audit_entries, list_statements
+
     identity = common.current_identity(config)
     scope_for(config, Action.VIEW_STATEMENTS, identity)
     ctx = open_context(config)

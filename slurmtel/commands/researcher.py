@@ -25,6 +25,7 @@ from slurmtel.commands.common import (
 )
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
+from slurmtel.filters import JobFilter
 from slurmtel.reports.researcher import (
     JOB_FORMATS,
     ME_FORMATS,
@@ -35,7 +36,6 @@ from slurmtel.reports.researcher import (
     write_job,
     write_me,
 )
-from slurmtel.store.usage import JobFilter
 from slurmtel.timeparse import month_bounds
 
 

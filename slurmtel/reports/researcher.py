@@ -18,16 +18,16 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, TextIO
 
-from sqlalchemy import Connection
-
 from slurmtel.access import Scope
 from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise, duration_text
 from slurmtel.reports.render import escape_controls, render
-from slurmtel.store.efficiency import AttemptEfficiency
-from slurmtel.store.jobview import AttemptView
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from slurmtel.reports.plot import GpuSeries, SeriesPoint
+    from slurmtel.store.efficiency import AttemptEfficiency
+    from slurmtel.store.jobview import AttemptView
 
 
 GIB = 2**30

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING
 
 from slurmtel.agent.protocol import (
     ACK_PATH,
@@ -32,17 +31,13 @@ from slurmtel.sources.io import http_request
 from slurmtel.sources.plausible import screen_telemetry
 from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
 from slurmtel.store.checks import rejections
-from slurmtel.store.fabric import write_nvlink_counters, write_port_counters, write_topology
-from slurmtel.store.quarantine import quarantine
-from slurmtel.store.telemetry import (
-    PartitionBudget,
-    get_agent_cursor,
-    resolve_allocation_uuids,
-    set_agent_cursor,
-    write_events,
-    write_inventory,
-    write_summaries,
-)
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from slurmtel.store.telemetry import (
+        PartitionBudget,
+    )
 
 NAME = "agent"
 # pages per node and run: bounds one run when an agent has a long backlog (the rest comes next run)
@@ -66,6 +61,8 @@ class AgentSource:
         add_target_argument(parser, "pull")
 
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
+        from slurmtel.store.telemetry import PartitionBudget
+
         cfg = ctx.config.sources.agent
         targets = targets_for(cfg, "sources.agent", options)
         headers = _auth_headers(cfg)
@@ -83,6 +80,8 @@ class AgentSource:
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
         """Store a saved /v1/summaries response (no cursor is moved, nothing is acked)."""
+        from slurmtel.store.telemetry import PartitionBudget
+
         try:
             raw = path.read_bytes()
         except OSError as exc:
@@ -102,6 +101,8 @@ def pull_agent(
     result: RunResult,
     budget: PartitionBudget | None = None,
 ) -> None:
+    from slurmtel.store.telemetry import get_agent_cursor, set_agent_cursor
+
     cfg = ctx.config.sources.agent
     with ctx.engine.connect() as conn:
         stored = get_agent_cursor(conn, target.node)
@@ -163,6 +164,15 @@ def _store_page(
     *,
     origin: str,
 ) -> None:
+    from slurmtel.store.fabric import write_nvlink_counters, write_port_counters, write_topology
+    from slurmtel.store.quarantine import quarantine
+    from slurmtel.store.telemetry import (
+        resolve_allocation_uuids,
+        write_events,
+        write_inventory,
+        write_summaries,
+    )
+
     # a node whose clock is wrong: its windows and events are kept out, the rest of the page in
     screened = screen_telemetry(
         now=ctx.clock(),

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SourceUnavailable
@@ -22,14 +23,12 @@ from slurmtel.sources.io import http_request
 from slurmtel.sources.plausible import screen_telemetry
 from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
 from slurmtel.store.checks import rejections
-from slurmtel.store.quarantine import quarantine
-from slurmtel.store.telemetry import (
-    PartitionBudget,
-    resolve_allocation_uuids,
-    write_inventory,
-    write_summaries,
-)
 from slurmtel.timeparse import parse_slurm_time
+
+if TYPE_CHECKING:
+    from slurmtel.store.telemetry import (
+        PartitionBudget,
+    )
 
 NAME = "dcgm"
 
@@ -58,6 +57,8 @@ class DcgmSource:
         )
 
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
+        from slurmtel.store.telemetry import PartitionBudget
+
         cfg = ctx.config.sources.dcgm
         result = RunResult()
 
@@ -83,6 +84,8 @@ class DcgmSource:
         return result
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
+        from slurmtel.store.telemetry import PartitionBudget
+
         if not options.input_node or not options.input_at:
             raise ConfigError("--input needs --node NODE and --at TIME")
         try:
@@ -99,6 +102,9 @@ class DcgmSource:
         return result
 
     def _store(self, ctx: RunContext, scrape: DcgmScrape, result: RunResult, budget: PartitionBudget) -> None:
+        from slurmtel.store.quarantine import quarantine
+        from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory, write_summaries
+
         window = float(ctx.config.sources.dcgm.interval_seconds)
         origin = f"dcgm-exporter on {scrape.node}"
         summaries = [

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from slurmtel.config import Config, SacctSourceConfig
@@ -31,10 +32,12 @@ from slurmtel.records import JobAttempt, Rejected, SchemaNotice
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import run_command
 from slurmtel.store.checks import rejections
-from slurmtel.store.jobs import WriteStats, sync_outcome_classes, write_attempts
-from slurmtel.store.quarantine import quarantine
-from slurmtel.store.runs import get_cursor, set_cursor
 from slurmtel.timeparse import parse_slurm_time
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from slurmtel.store.jobs import WriteStats
 
 NAME = "sacct"
 LOCAL_SCOPE = "local"
@@ -121,6 +124,8 @@ class SacctSource:
         result: RunResult,
     ) -> Iterator[SacctDocument]:
         """One sacct call per cluster and chunk of the window, run as the pipeline asks for it."""
+        from slurmtel.store.runs import get_cursor
+
         config = ctx.config.sources.sacct
         for cluster in clusters:
             scope = cluster or LOCAL_SCOPE
@@ -382,7 +387,25 @@ class _Writer:
                 self.error = exc
 
 
+def write_attempts(
+    conn: Connection,
+    attempts: Iterable[JobAttempt],
+    *,
+    captured_at: datetime | None = None,
+    unknown_capture: bool = False,
+) -> WriteStats:
+    """slurmtel.store.jobs.write_attempts, imported when a run writes (the CLI's other commands
+    do not load the database stack for the sources' arguments)."""
+    from slurmtel.store.jobs import write_attempts as write
+
+    return write(conn, attempts, captured_at=captured_at, unknown_capture=unknown_capture)
+
+
 def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: bool = True) -> None:
+    from slurmtel.store.jobs import sync_outcome_classes
+    from slurmtel.store.quarantine import quarantine
+    from slurmtel.store.runs import set_cursor
+
     records = parsed.records
     attempts = [r for r in records if isinstance(r, JobAttempt)]
     rejected = [r for r in records if isinstance(r, Rejected)]

@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SourceUnavailable
@@ -29,14 +30,10 @@ from slurmtel.records import GpuAllocation, NodeState, PendingJob, Rejected, Sch
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import run_command
 from slurmtel.store.checks import ALLOCATION_COLUMNS, NODE_STATE_COLUMNS, PENDING_COLUMNS, split_storable
-from slurmtel.store.quarantine import quarantine
-from slurmtel.store.telemetry import (
-    resolve_allocation_uuids,
-    write_allocations,
-    write_node_states,
-    write_pending,
-)
 from slurmtel.timeparse import parse_slurm_time
+
+if TYPE_CHECKING:
+    pass
 
 NAME = "slurmctld"
 
@@ -141,6 +138,14 @@ def store_controller_view(
 ) -> RunResult:
     """Write one controller snapshot in one transaction; what cannot be stored is quarantined.
     A document in a schema newer than slurmtel knows (a SchemaNotice) is logged and counted."""
+    from slurmtel.store.quarantine import quarantine
+    from slurmtel.store.telemetry import (
+        resolve_allocation_uuids,
+        write_allocations,
+        write_node_states,
+        write_pending,
+    )
+
     origin = f"controller snapshot of {cluster}"
     notices = [r for r in records if isinstance(r, SchemaNotice)]
     for notice in notices:
