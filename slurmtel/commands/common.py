@@ -15,13 +15,6 @@ from slurmtel.access import Action, Identity, Role, Scope, allowed
 from slurmtel.config import Config
 from slurmtel.errors import AccessDenied, ConfigError, ParseError, SourceUnavailable
 from slurmtel.filters import JobFilter
-from slurmtel.parsers.sacctmgr import (
-    ACCOUNT_TREE_ARGS,
-    COORDINATORS_ARGS,
-    parse_account_parents,
-    parse_coordinators,
-    with_sub_accounts,
-)
 from slurmtel.reports.render import FORMATS
 from slurmtel.sources.base import RunContext, utc_now
 from slurmtel.sources.io import run_command
@@ -163,6 +156,8 @@ def current_identity(config: Config) -> Identity:
 def coordinated_accounts(config: Config, user: str) -> frozenset[str]:
     """The accounts USER coordinates in Slurm and, as in Slurm, their sub-accounts; none when
     sacctmgr cannot say (deny by default), only the named ones when the tree cannot be read."""
+    from slurmtel.parsers.sacctmgr import COORDINATORS_ARGS, parse_coordinators, with_sub_accounts
+
     command = config.access.sacctmgr_command
     if not command:
         return frozenset()
@@ -187,6 +182,8 @@ def account_tree(config: Config) -> dict[str, frozenset[str]]:
     coordinators' sub-accounts, budget roll-ups and statement roll-ups all read it here.
     SourceUnavailable when sacctmgr is not configured or fails, ParseError on output without
     the tree's columns."""
+    from slurmtel.parsers.sacctmgr import ACCOUNT_TREE_ARGS, parse_account_parents
+
     command = config.access.sacctmgr_command
     if not command:
         raise SourceUnavailable("access.sacctmgr_command is empty")

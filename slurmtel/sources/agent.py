@@ -16,25 +16,18 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from slurmtel.agent.protocol import (
-    ACK_PATH,
-    SummariesPage,
-    decode_ack_response,
-    decode_summaries_response,
-    encode_ack_request,
-    summaries_query,
-)
 from slurmtel.config import AgentSourceConfig, Config
 from slurmtel.errors import ConfigError, SourceUnavailable
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
-from slurmtel.sources.plausible import screen_telemetry
 from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
-from slurmtel.store.checks import rejections
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
+    from slurmtel.agent.protocol import (
+        SummariesPage,
+    )
     from slurmtel.store.telemetry import (
         PartitionBudget,
     )
@@ -80,6 +73,7 @@ class AgentSource:
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
         """Store a saved /v1/summaries response (no cursor is moved, nothing is acked)."""
+        from slurmtel.agent.protocol import decode_summaries_response
         from slurmtel.store.telemetry import PartitionBudget
 
         try:
@@ -101,6 +95,13 @@ def pull_agent(
     result: RunResult,
     budget: PartitionBudget | None = None,
 ) -> None:
+    from slurmtel.agent.protocol import (
+        ACK_PATH,
+        decode_ack_response,
+        decode_summaries_response,
+        encode_ack_request,
+        summaries_query,
+    )
     from slurmtel.store.telemetry import get_agent_cursor, set_agent_cursor
 
     cfg = ctx.config.sources.agent
@@ -164,6 +165,8 @@ def _store_page(
     *,
     origin: str,
 ) -> None:
+    from slurmtel.sources.plausible import screen_telemetry
+    from slurmtel.store.checks import rejections
     from slurmtel.store.fabric import write_nvlink_counters, write_port_counters, write_topology
     from slurmtel.store.quarantine import quarantine
     from slurmtel.store.telemetry import (

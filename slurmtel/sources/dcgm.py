@@ -16,16 +16,14 @@ from typing import TYPE_CHECKING
 
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SourceUnavailable
-from slurmtel.parsers.dcgm import DcgmScrape, dcgm_inventory, dcgm_summaries, parse_dcgm_metrics
-from slurmtel.records import GpuSummary
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
-from slurmtel.sources.plausible import screen_telemetry
 from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
-from slurmtel.store.checks import rejections
 from slurmtel.timeparse import parse_slurm_time
 
 if TYPE_CHECKING:
+    from slurmtel.parsers.dcgm import DcgmScrape
+    from slurmtel.records import GpuSummary
     from slurmtel.store.telemetry import (
         PartitionBudget,
     )
@@ -57,6 +55,7 @@ class DcgmSource:
         )
 
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
+        from slurmtel.parsers.dcgm import parse_dcgm_metrics
         from slurmtel.store.telemetry import PartitionBudget
 
         cfg = ctx.config.sources.dcgm
@@ -84,6 +83,7 @@ class DcgmSource:
         return result
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
+        from slurmtel.parsers.dcgm import parse_dcgm_metrics
         from slurmtel.store.telemetry import PartitionBudget
 
         if not options.input_node or not options.input_at:
@@ -102,6 +102,9 @@ class DcgmSource:
         return result
 
     def _store(self, ctx: RunContext, scrape: DcgmScrape, result: RunResult, budget: PartitionBudget) -> None:
+        from slurmtel.parsers.dcgm import dcgm_inventory, dcgm_summaries
+        from slurmtel.sources.plausible import screen_telemetry
+        from slurmtel.store.checks import rejections
         from slurmtel.store.quarantine import quarantine
         from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory, write_summaries
 

@@ -26,18 +26,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import orjson
-
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SourceUnavailable
-from slurmtel.parsers.nccl import parse_nccl_tests
-from slurmtel.parsers.slurm_common import (
-    DEFAULT_ARRAY_OUTPUT,
-    DEFAULT_OUTPUT,
-    expand_output_pattern,
-    output_option,
-)
-from slurmtel.records import NcclRun, Rejected
 from slurmtel.sources.base import RunContext, RunResult
 
 if TYPE_CHECKING:
@@ -79,6 +69,7 @@ class NcclSource:
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
         from sqlalchemy.exc import DataError, ProgrammingError
 
+        from slurmtel.records import Rejected
         from slurmtel.store.fabric import pickup_candidates, record_pickup
         from slurmtel.store.quarantine import quarantine
 
@@ -156,6 +147,13 @@ class NcclSource:
 
 def stdout_path_of(job: JobRef) -> Path:
     """Where the batch step's StdOut went (see the module docstring for the order)."""
+    from slurmtel.parsers.slurm_common import (
+        DEFAULT_ARRAY_OUTPUT,
+        DEFAULT_OUTPUT,
+        expand_output_pattern,
+        output_option,
+    )
+
     if job.stdout_path:
         path = job.stdout_path
     else:
@@ -208,8 +206,11 @@ def _store_log(
     conn: Connection, log: _Log, origin: str, job: JobRef | None, label: str, now: datetime, result: RunResult
 ) -> bool:
     """Parse and store one log; False when it held no run (then it is quarantined)."""
+    import orjson
     from sqlalchemy.exc import DataError
 
+    from slurmtel.parsers.nccl import parse_nccl_tests
+    from slurmtel.records import NcclRun, Rejected
     from slurmtel.store.fabric import NcclLogWrite, write_nccl_log
     from slurmtel.store.quarantine import quarantine
 

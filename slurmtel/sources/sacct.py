@@ -26,17 +26,14 @@ from zoneinfo import ZoneInfo
 
 from slurmtel.config import Config, SacctSourceConfig
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
-from slurmtel.parsers.sacct_json import NEWEST_SCHEMA, parse_sacct_json
-from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, SACCT_FIELDS, parse_sacct_parsable
-from slurmtel.records import JobAttempt, Rejected, SchemaNotice
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import run_command
-from slurmtel.store.checks import rejections
 from slurmtel.timeparse import parse_slurm_time
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
+    from slurmtel.records import JobAttempt, Rejected, SchemaNotice
     from slurmtel.store.jobs import WriteStats
 
 NAME = "sacct"
@@ -155,6 +152,10 @@ class SacctSource:
                 )
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
+        from slurmtel.parsers.sacct_json import parse_sacct_json
+        from slurmtel.parsers.sacct_parsable import parse_sacct_parsable
+        from slurmtel.records import JobAttempt
+
         config = ctx.config
         try:
             raw = path.read_bytes()
@@ -224,6 +225,9 @@ class SacctDocument:
 
 def parse_document(document: SacctDocument) -> Sequence[JobAttempt | Rejected | SchemaNotice]:
     """The records of one sacct output (ParseError when it cannot be read at all)."""
+    from slurmtel.parsers.sacct_json import parse_sacct_json
+    from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, parse_sacct_parsable
+
     if document.format == "json":
         return parse_sacct_json(document.raw, origin=document.origin)
     return parse_sacct_parsable(
@@ -343,6 +347,8 @@ class _Totals:
         return f"{counted}; {self.quarantined} quarantined"
 
     def _schema_notes(self, result: RunResult) -> None:
+        from slurmtel.parsers.sacct_json import NEWEST_SCHEMA
+
         for notice in self.notices:
             result.unknown_schemas.append(notice.schema)
         for schema in sorted(set(result.unknown_schemas)):
@@ -402,6 +408,8 @@ def write_attempts(
 
 
 def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: bool = True) -> None:
+    from slurmtel.records import JobAttempt, Rejected, SchemaNotice
+    from slurmtel.store.checks import rejections
     from slurmtel.store.jobs import sync_outcome_classes
     from slurmtel.store.quarantine import quarantine
     from slurmtel.store.runs import set_cursor
@@ -437,6 +445,8 @@ def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: 
 
 def run_sacct(config: SacctSourceConfig, start: datetime, end: datetime, cluster: str | None) -> bytes:
     """Run one bulk sacct call for the window; raise SourceUnavailable when it fails."""
+    from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, SACCT_FIELDS
+
     argv = [config.command, "-a", "-D", "-S", _sacct_time(start), "-E", _sacct_time(end)]
     if not config.steps:
         # allocations only: no step usage (CPU time, peak memory), a smaller answer
