@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from slurmtel import __version__
-from slurmtel.commands import COMMAND_MODULES
+from slurmtel.commands import command_modules
 from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from slurmtel.config import load_config
 from slurmtel.errors import ConfigError, SlurmtelError
@@ -29,8 +29,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = command_in(words)
+    if command is None and "--version" in words and not {"-h", "--help"} & set(words):
+        # `slurmtel --version` answers before any command is looked at
+        parser = _global_parser()
+    else:
+        parser = build_parser(command)
+    args = parser.parse_args(words)
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
@@ -97,7 +103,45 @@ def _error(message: object) -> None:
     print(f"slurmtel: {redact(text)}", file=sys.stderr)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_in(words: Sequence[str]) -> str | None:
+    """The command WORDS name: the first word that is neither an option nor the value of one
+    of the options before the command (--config FILE, --log-level LEVEL)."""
+    global_parser = _global_parser()
+    takes_value = [
+        option
+        for action in global_parser._actions
+        if action.nargs != 0 and action.option_strings
+        for option in action.option_strings
+    ]
+    skip = False
+    for i, word in enumerate(words):
+        if skip:
+            skip = False
+        elif word == "--":
+            return words[i + 1] if i + 1 < len(words) else None
+        elif word.startswith("-"):
+            # `--config FILE`, or abbreviated as argparse allows (`--conf FILE`); not `--config=FILE`
+            skip = word in takes_value or (
+                word.startswith("--") and "=" not in word and any(o.startswith(word) for o in takes_value)
+            )
+        else:
+            return word
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser: with COMMAND, only the modules that register it are imported and
+    registered (a command answers without loading every other one); else all of them."""
+    parser = _global_parser()
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    report = commands.add_parser("report", help="admin reports")
+    reports = report.add_subparsers(title="reports", metavar="REPORT", required=True)
+    for module in command_modules(command):
+        module.register(commands, reports)
+    return parser
+
+
+def _global_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurmtel", description="Slurm accounting and GPU telemetry in PostgreSQL."
     )
@@ -116,9 +160,4 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="override logging.level",
     )
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
-    report = commands.add_parser("report", help="admin reports")
-    reports = report.add_subparsers(title="reports", metavar="REPORT", required=True)
-    for module in COMMAND_MODULES:
-        module.register(commands, reports)
     return parser
