@@ -21,6 +21,10 @@ CASES = {
     "attribution.py": (["--gpus", "16", "--days", "1"], ["samples/s", "target", "full recompute"]),
     "reports.py": (["--jobs", "3000", "--batch", "1000", "--pending", "50", "--repeat", "1"], ["target"]),
     "chargeback.py": (["--jobs", "3000", "--batch", "1000", "--repeat", "1"], ["target"]),
+    "cli_start.py": (
+        ["--jobs", "300", "--repeat", "1"],
+        ["bare interpreter", "slurmtel --version", "floor", "slurmtel job", "report usage", "target"],
+    ),
 }
 
 
