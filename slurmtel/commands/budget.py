@@ -34,11 +34,7 @@ from slurmtel.timeparse import parse_slurm_time
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from slurmtel.budget import (
-        Budget,
-        BudgetRow,
-        Period,
-    )
+    from slurmtel.budget import Budget, BudgetRow, Period
     from slurmtel.chargeback import UsageFigure
 
 log = logging.getLogger(__name__)

@@ -24,10 +24,7 @@ from slurmtel.timeparse import month_bounds
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from slurmtel.chargeback import (
-        ClosedStatement,
-        Statement,
-    )
+    from slurmtel.chargeback import ClosedStatement, Statement
 
 FORMATS = ("csv", "json", "table", "parquet")
 

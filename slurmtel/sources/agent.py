@@ -25,12 +25,8 @@ from slurmtel.sources.targets import Target, add_target_argument, for_each_targe
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from slurmtel.agent.protocol import (
-        SummariesPage,
-    )
-    from slurmtel.store.telemetry import (
-        PartitionBudget,
-    )
+    from slurmtel.agent.protocol import SummariesPage
+    from slurmtel.store.telemetry import PartitionBudget
 
 NAME = "agent"
 # pages per node and run: bounds one run when an agent has a long backlog (the rest comes next run)

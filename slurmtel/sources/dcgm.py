@@ -24,9 +24,7 @@ from slurmtel.timeparse import parse_slurm_time
 if TYPE_CHECKING:
     from slurmtel.parsers.dcgm import DcgmScrape
     from slurmtel.records import GpuSummary
-    from slurmtel.store.telemetry import (
-        PartitionBudget,
-    )
+    from slurmtel.store.telemetry import PartitionBudget
 
 NAME = "dcgm"
 

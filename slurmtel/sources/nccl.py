@@ -33,9 +33,7 @@ from slurmtel.sources.base import RunContext, RunResult
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from slurmtel.store.fabric import (
-        JobRef,
-    )
+    from slurmtel.store.fabric import JobRef
 
 NAME = "nccl"
 # attempts looked at per run: a backlog (the first run after enabling) is worked off over runs
