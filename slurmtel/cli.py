@@ -105,7 +105,8 @@ def _error(message: object) -> None:
 
 def command_in(words: Sequence[str]) -> str | None:
     """The command WORDS name: the first word that is neither an option nor the value of one
-    of the options before the command (--config FILE, --log-level LEVEL)."""
+    of the options before the command (--config FILE, --log-level LEVEL); None when there is
+    none, or when help is asked for before it."""
     global_parser = _global_parser()
     takes_value = [
         option
@@ -119,6 +120,9 @@ def command_in(words: Sequence[str]) -> str | None:
             skip = False
         elif word == "--":
             return words[i + 1] if i + 1 < len(words) else None
+        elif word == "-h" or (len(word) > 2 and "--help".startswith(word)):
+            # help before the command is the help of them all
+            return None
         elif word.startswith("-"):
             # `--config FILE`, or abbreviated as argparse allows (`--conf FILE`); not `--config=FILE`
             skip = word in takes_value or (

@@ -126,6 +126,10 @@ def test_every_module_registers_the_commands_it_is_listed_with() -> None:
         (["--config=x.toml", "run"], "run"),
         (["--log-level", "DEBUG", "collect", "sacct", "--once"], "collect"),
         (["--", "db"], "db"),
+        (["--help", "job"], None),
+        (["--he", "job"], None),
+        (["-h", "job"], None),
+        (["job", "--help"], "job"),
     ],
 )
 def test_the_command_is_found_before_parsing(words: list[str], command: str | None) -> None:
