@@ -12,10 +12,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from slurmtel import __version__
-from slurmtel.commands import COMMAND_MODULES
+from slurmtel.commands import command_modules
 from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from slurmtel.config import load_config
 from slurmtel.errors import ConfigError, SlurmtelError
@@ -31,8 +29,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = command_in(words)
+    if command is None and "--version" in words and not {"-h", "--help"} & set(words):
+        # `slurmtel --version` answers before any command is looked at
+        parser = _global_parser()
+    else:
+        parser = build_parser(command)
+    args = parser.parse_args(words)
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
@@ -61,11 +65,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return EXIT_ERROR
-    except SQLAlchemyError as exc:
-        # a database failure no command turned into a SlurmtelError: its first line, no traceback
-        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        _error(f"database error: {detail[0] if detail else type(exc).__name__}")
-        return EXIT_ERROR
     except OSError as exc:
         # a file the caller named (an --output or --plot path, a state directory) is the
         # environment's problem: say which and why, no traceback
@@ -73,12 +72,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(f"cannot use{where}: {exc.strerror or exc}")
         return EXIT_ERROR
     except Exception as exc:
+        if _is_database_error(exc):
+            # a database failure no command turned into a SlurmtelError: its first line, no traceback
+            detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+            _error(f"database error: {detail[0] if detail else type(exc).__name__}")
+            return EXIT_ERROR
+        if isinstance(exc, ModuleNotFoundError) and not (exc.name or "slurmtel").startswith("slurmtel"):
+            # a package not installed, found missing only now that a command imports what it
+            # needs: slurmtel.head says which, and how to install the head's packages
+            raise
         # a bug: one line for the user, the traceback with --log-level DEBUG
         log.debug("unexpected error", exc_info=True)
         _error(f"internal error: {type(exc).__name__}: {exc} (run with --log-level DEBUG for the traceback)")
         return EXIT_ERROR
     finally:
         WIDE.reset(wide)
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    """An SQLAlchemy error. SQLAlchemy is imported only by the commands that use the database
+    (`slurmtel --version` and `--help` must start fast), so one raised means it is loaded."""
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    return sa_exc is not None and isinstance(exc, sa_exc.SQLAlchemyError)
 
 
 def _error(message: object) -> None:
@@ -88,7 +103,49 @@ def _error(message: object) -> None:
     print(f"slurmtel: {redact(text)}", file=sys.stderr)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_in(words: Sequence[str]) -> str | None:
+    """The command WORDS name: the first word that is neither an option nor the value of one
+    of the options before the command (--config FILE, --log-level LEVEL); None when there is
+    none, or when help is asked for before it."""
+    global_parser = _global_parser()
+    takes_value = [
+        option
+        for action in global_parser._actions
+        if action.nargs != 0 and action.option_strings
+        for option in action.option_strings
+    ]
+    skip = False
+    for i, word in enumerate(words):
+        if skip:
+            skip = False
+        elif word == "--":
+            return words[i + 1] if i + 1 < len(words) else None
+        elif word == "-h" or (len(word) > 2 and "--help".startswith(word)):
+            # help before the command is the help of them all
+            return None
+        elif word.startswith("-"):
+            # `--config FILE`, or abbreviated as argparse allows (`--conf FILE`); not `--config=FILE`
+            skip = word in takes_value or (
+                word.startswith("--") and "=" not in word and any(o.startswith(word) for o in takes_value)
+            )
+        else:
+            return word
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser: with COMMAND, only the modules that register it are imported and
+    registered (a command answers without loading every other one); else all of them."""
+    parser = _global_parser()
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    report = commands.add_parser("report", help="admin reports")
+    reports = report.add_subparsers(title="reports", metavar="REPORT", required=True)
+    for module in command_modules(command):
+        module.register(commands, reports)
+    return parser
+
+
+def _global_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurmtel", description="Slurm accounting and GPU telemetry in PostgreSQL."
     )
@@ -107,9 +164,4 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="override logging.level",
     )
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
-    report = commands.add_parser("report", help="admin reports")
-    reports = report.add_subparsers(title="reports", metavar="REPORT", required=True)
-    for module in COMMAND_MODULES:
-        module.register(commands, reports)
     return parser

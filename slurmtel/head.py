@@ -46,7 +46,25 @@ def _refuse(package: str) -> int:
     return EXIT_MISSING
 
 
+def first_missing_head_package() -> str | None:
+    """A head package that is not installed, found without importing any: the CLI imports
+    the database stack only in the commands that use it, so a missing one would otherwise
+    show only when such a command runs, after `--help` had answered as if all were there."""
+    from importlib.util import find_spec
+
+    for name in sorted(HEAD_MODULES):
+        try:
+            if find_spec(name) is None:
+                return name
+        except (ImportError, ValueError):
+            return name
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    package = first_missing_head_package()
+    if package is not None:
+        return _refuse(package)
     try:
         from slurmtel.cli import main as cli_main
 

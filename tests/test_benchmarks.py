@@ -22,6 +22,10 @@ CASES = {
     "reports.py": (["--jobs", "3000", "--batch", "1000", "--pending", "50", "--repeat", "1"], ["target"]),
     "chargeback.py": (["--jobs", "3000", "--batch", "1000", "--repeat", "1"], ["target"]),
     "api.py": (["--jobs", "500", "--requests", "20", "--threads", "2"], ["req/s", "p95", "direct query"]),
+    "cli_start.py": (
+        ["--jobs", "300", "--repeat", "1"],
+        ["bare interpreter", "slurmtel --version", "floor", "slurmtel job", "report usage", "target"],
+    ),
 }
 
 

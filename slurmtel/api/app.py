@@ -40,9 +40,9 @@ from slurmtel.access import Action, Identity, Scope, allowed
 from slurmtel.auth.identity import AuthSettings, Denied, RequestView, authenticate
 from slurmtel.config import Config
 from slurmtel.errors import AccessDenied, ChargebackError, ConfigError, SlurmtelError
+from slurmtel.filters import JobFilter
 from slurmtel.reports.catalog import REPORTS
 from slurmtel.reports.spec import build_query, report_document, run_report
-from slurmtel.store.usage import JobFilter
 from slurmtel.timeparse import parse_slurm_time
 
 log = logging.getLogger(__name__)

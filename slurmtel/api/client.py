@@ -22,8 +22,8 @@ from typing import Any
 from slurmtel.auth.munge import encode_credential, new_nonce, request_payload
 from slurmtel.config import Config
 from slurmtel.errors import AccessDenied, ConfigError, SlurmtelError, SourceUnavailable
+from slurmtel.filters import JobFilter
 from slurmtel.reports.spec import decode_value
-from slurmtel.store.usage import JobFilter
 
 TIMEOUT_SECONDS = 120.0
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
-
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING, Any
 
 from slurmtel.access import EVERYTHING, Scope
 from slurmtel.chargeback.model import ZERO, MonthAlreadyClosed, Statement
@@ -31,18 +29,10 @@ from slurmtel.rows import (
     StatementLine,
     sha256,
 )
-from slurmtel.store.chargeback import (
-    closed_months,
-    completed_jobs_by_account,
-    get_statements,
-    insert_audit,
-    insert_statement,
-    move_to_voided,
-    usage_figures,
-    voided_months,
-)
-from slurmtel.store.locks import CLOSE_LOCK_KEY, advisory_xact_lock
 from slurmtel.timeparse import month_bounds
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 
 def usage_lines(
@@ -54,6 +44,8 @@ def usage_lines(
     scope: Scope,
 ) -> list[StatementLine]:
     """MONTH's usage in BOUNDS, priced with PRICING."""
+    from slurmtel.store.chargeback import usage_figures
+
     start, end = bounds
     figures = usage_figures(
         conn, start=start, end=end, now=now, scope=scope, billing=pricing.use_billing_tres
@@ -73,6 +65,8 @@ def build_statement(
     conn: Any, config: Config, month: str, now: datetime, scope: Scope = EVERYTHING
 ) -> Statement:
     """MONTH's statement computed now (an open month): usage, adjustments, cost per job."""
+    from slurmtel.store.chargeback import closed_months, completed_jobs_by_account, get_statements
+
     check_month(month)
     start, end = month_bounds(month, config.zone)
     usage = usage_lines(conn, config.chargeback, month, (start, end), now, scope)
@@ -142,6 +136,8 @@ def diff_records(
 def diff_closed_month(conn: Any, config: Config, month: str, now: datetime) -> list[dict[str, Any]]:
     """What would change if closed MONTH were re-priced today: today's rates, time zone and
     data against its frozen usage lines. Changes nothing."""
+    from slurmtel.store.chargeback import get_statements
+
     frozen = get_statements(conn, [check_month(month)]).get(month)
     if frozen is None:
         raise ChargebackError(
@@ -157,6 +153,9 @@ def close_month(
     engine: Engine, config: Config, month: str, now: datetime, closed_by: str = ""
 ) -> ClosedStatement:
     """Freeze MONTH: compute its statement, store its exact bytes and checksums; once only."""
+    from slurmtel.store.chargeback import get_statements, insert_audit, insert_statement
+    from slurmtel.store.locks import CLOSE_LOCK_KEY, advisory_xact_lock
+
     check_month(month)
     start, end = month_bounds(month, config.zone)
     if now < end:
@@ -199,6 +198,9 @@ def void_month(engine: Engine, month: str, now: datetime, voided_by: str, reason
     """Void closed MONTH: its statement is kept, bytes and all, among the voided ones, and
     the month may be closed again. Only the latest closed month: a later closed statement may
     hold adjustments computed against this one (void that one first)."""
+    from slurmtel.store.chargeback import closed_months, get_statements, insert_audit, move_to_voided
+    from slurmtel.store.locks import CLOSE_LOCK_KEY, advisory_xact_lock
+
     check_month(month)
     if not reason.strip():
         raise ChargebackError("--void needs --reason: why the statement is voided is kept with it")
@@ -228,6 +230,8 @@ def void_month(engine: Engine, month: str, now: datetime, voided_by: str, reason
 
 def closed_statement(engine: Engine, month: str) -> ClosedStatement | None:
     """MONTH's stored statement (checksums verified), or None while the month is open."""
+    from slurmtel.store.chargeback import get_statements
+
     check_month(month)
     with engine.connect() as conn:
         found = get_statements(conn, [month]).get(month)
@@ -237,6 +241,8 @@ def closed_statement(engine: Engine, month: str) -> ClosedStatement | None:
 def close_due_month(engine: Engine, config: Config, now: datetime) -> ClosedStatement | None:
     """For the daemon: close the previous month once close_day_of_month has come. A month
     finance voided is closed again only by hand (after whatever was wrong is fixed)."""
+    from slurmtel.store.chargeback import voided_months
+
     month = month_due_for_closing(config, now)
     if month is None or closed_statement(engine, month) is not None:
         return None

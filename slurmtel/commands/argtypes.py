@@ -7,14 +7,16 @@ import argparse
 import os
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from slurmtel.commands.common import EXIT_ERROR, EXIT_USAGE
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SlurmtelError
-from slurmtel.store.jobview import JOB_ID
-from slurmtel.store.roles import GROUPS, ROLE_NAME
 from slurmtel.timeparse import parse_slurm_time
+
+if TYPE_CHECKING:
+    pass
 
 # a count a command hands to SQL (LIMIT, top N): well inside what PostgreSQL's bigint holds
 MAX_COUNT = 1_000_000_000
@@ -39,6 +41,8 @@ def positive_int(value: str) -> int:
 
 def role_name(value: str) -> str:
     """argparse type: a role name as slurmtel makes it (lower case, digits, underscores)."""
+    from slurmtel.store.roles import GROUPS, ROLE_NAME
+
     if not ROLE_NAME.fullmatch(value):
         raise argparse.ArgumentTypeError(
             f"'{value}' is not a role name: lower-case letters, digits and _, at most 63, not starting with a digit"
@@ -50,6 +54,8 @@ def role_name(value: str) -> str:
 
 def check_job_id(text: str) -> None:
     """A job id as `slurmtel job` takes it (123, 10_4, 123+1), each number in range."""
+    from slurmtel.store.jobview import JOB_ID
+
     if not JOB_ID.fullmatch(text):
         raise ConfigError(f"'{text}' is not a job id (forms: 123, 10_4 for an array task, 123+1)")
     job, _, task = text.replace("+", "_").partition("_")

@@ -11,25 +11,9 @@ import argparse
 import logging
 import sys
 from datetime import datetime
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING
 
 from slurmtel.access import EVERYTHING, Action, Scope
-from slurmtel.budget import (
-    COLUMNS,
-    Budget,
-    BudgetRow,
-    Period,
-    budget_row,
-    committed_figures,
-    configured_budgets,
-    merge_budgets,
-    month_slices,
-    period_of,
-    slurm_budgets,
-    used_figures,
-)
-from slurmtel.chargeback import UsageFigure
 from slurmtel.commands.common import (
     EXIT_OK,
     account_tree,
@@ -42,15 +26,16 @@ from slurmtel.commands.common import (
 )
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, ParseError, SourceUnavailable
-from slurmtel.parsers.sacctmgr import (
-    GRP_TRES_MINS_ARGS,
-    parse_grp_tres_mins,
-    with_sub_accounts,
-)
+from slurmtel.filters import JobFilter
 from slurmtel.reports.render import render
 from slurmtel.sources.io import run_command
-from slurmtel.store.usage import JobFilter
 from slurmtel.timeparse import parse_slurm_time
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from slurmtel.budget import Budget, BudgetRow, Period
+    from slurmtel.chargeback import UsageFigure
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +58,8 @@ def warn(message: str) -> None:
 
 def read_slurm_budgets(config: Config) -> dict[str, int]:
     """Accounts' GrpTRESMins gres/gpu from sacctmgr; {} (with a warning) when it cannot say."""
+    from slurmtel.parsers.sacctmgr import GRP_TRES_MINS_ARGS, parse_grp_tres_mins
+
     command = config.access.sacctmgr_command
     if not command:
         warn(
@@ -105,6 +92,8 @@ def budget_rows(
     scope: Scope,
 ) -> list[BudgetRow]:
     """The rows of BUDGETS at AT, usage limited to SCOPE."""
+    from slurmtel.budget import budget_row, committed_figures, month_slices, period_of, used_figures
+    from slurmtel.parsers.sacctmgr import with_sub_accounts
     from slurmtel.store.budget import running_attempts, usage_by_month
 
     zone = config.zone
@@ -143,6 +132,8 @@ def budget_rows(
 
 
 def cmd_report_budget(args: argparse.Namespace, config: Config) -> int:
+    from slurmtel.budget import COLUMNS, configured_budgets, merge_budgets, slurm_budgets
+
     scope = scope_for(config, Action.VIEW_AGGREGATES, current_identity(config))
     ctx = open_context(config)
     now = ctx.clock()

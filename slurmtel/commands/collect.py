@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurmtel.clock import advance_clock, site_clock
 from slurmtel.commands import common
@@ -13,7 +14,9 @@ from slurmtel.commands.argtypes import check_collect_arguments, usage_or_error
 from slurmtel.commands.common import EXIT_OK, EXIT_PARTIAL, open_context
 from slurmtel.config import Config
 from slurmtel.sources import SOURCES, get_source
-from slurmtel.sources.runner import run_recorded
+
+if TYPE_CHECKING:
+    pass
 
 
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
@@ -29,6 +32,8 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 
 
 def cmd_collect(args: argparse.Namespace, config: Config) -> int:
+    from slurmtel.sources.runner import run_recorded
+
     source = get_source(args.source)
     ctx = open_context(config)
     # arguments first: a refused command changes nothing, not even a simulated clock

@@ -9,24 +9,19 @@ import pwd
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING
 
 from slurmtel.access import Action, Identity, Role, Scope, allowed
 from slurmtel.config import Config
 from slurmtel.errors import AccessDenied, ConfigError, ParseError, SourceUnavailable
-from slurmtel.parsers.sacctmgr import (
-    ACCOUNT_TREE_ARGS,
-    COORDINATORS_ARGS,
-    parse_account_parents,
-    parse_coordinators,
-    with_sub_accounts,
-)
+from slurmtel.filters import JobFilter
 from slurmtel.reports.render import FORMATS
 from slurmtel.sources.base import RunContext, utc_now
 from slurmtel.sources.io import run_command
-from slurmtel.store.usage import JobFilter
 from slurmtel.timeparse import parse_slurm_time
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 
@@ -161,6 +156,8 @@ def current_identity(config: Config) -> Identity:
 def coordinated_accounts(config: Config, user: str) -> frozenset[str]:
     """The accounts USER coordinates in Slurm and, as in Slurm, their sub-accounts; none when
     sacctmgr cannot say (deny by default), only the named ones when the tree cannot be read."""
+    from slurmtel.parsers.sacctmgr import COORDINATORS_ARGS, parse_coordinators, with_sub_accounts
+
     command = config.access.sacctmgr_command
     if not command:
         return frozenset()
@@ -185,6 +182,8 @@ def account_tree(config: Config) -> dict[str, frozenset[str]]:
     coordinators' sub-accounts, budget roll-ups and statement roll-ups all read it here.
     SourceUnavailable when sacctmgr is not configured or fails, ParseError on output without
     the tree's columns."""
+    from slurmtel.parsers.sacctmgr import ACCOUNT_TREE_ARGS, parse_account_parents
+
     command = config.access.sacctmgr_command
     if not command:
         raise SourceUnavailable("access.sacctmgr_command is empty")

@@ -10,7 +10,7 @@ import sys
 from collections import defaultdict
 from datetime import datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmtel.access import Action
 from slurmtel.commands import common
@@ -23,9 +23,11 @@ from slurmtel.commands.common import (
     scope_for,
 )
 from slurmtel.config import Config
-from slurmtel.cost import Group, cost_rows, months_in, settings_of, total_group
 from slurmtel.errors import ConfigError
 from slurmtel.reports.render import render
+
+if TYPE_CHECKING:
+    from slurmtel.cost import Group
 
 BY = ("cluster", "partition", "account")
 KEYS = {
@@ -120,6 +122,7 @@ def _gpu_hours(value: str) -> Decimal:
 
 
 def cmd_report_cost(args: argparse.Namespace, config: Config) -> int:
+    from slurmtel.cost import cost_rows, months_in, settings_of
     from slurmtel.store.cost import completed_jobs, measured_rows
     from slurmtel.store.reports_admin import window_days
 
@@ -177,6 +180,8 @@ def build_groups(
     measured: list[Any], completed: dict[tuple[str, str, str], int], by: str
 ) -> tuple[list[Group], Group]:
     """(the rows' groups, the cluster) from store.cost's rows and completed-job counts."""
+    from slurmtel.cost import Group, total_group
+
     parts = [r for r in measured if r.kind == "partition"]
     attempts = [r for r in measured if r.kind == "attempt"]
     retry_of: dict[tuple[str, str], Decimal] = defaultdict(Decimal)

@@ -11,48 +11,27 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TextIO
-
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING, Any, TextIO
 
 from slurmtel.access import Action
-from slurmtel.chargeback import (
-    COMPLETED_COLUMNS,
-    DIFF_COLUMNS,
-    LINE_COLUMNS,
-    ROLLUP_COLUMNS,
-    ROLLUP_LEVELS,
-    ChargebackError,
-    ClosedStatement,
-    Statement,
-    build_statement,
-    check_month,
-    close_month,
-    closed_statement,
-    completed_record,
-    diff_closed_month,
-    rate_notices,
-    records_csv,
-    render_csv,
-    render_json,
-    rollup_records,
-    statement_of_closed,
-    statement_records,
-    void_month,
-)
 from slurmtel.commands import common
 from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, add_wide_argument, open_context, scope_for
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
-from slurmtel.reports.parquet import write_parquet
 from slurmtel.reports.render import render
-from slurmtel.store.chargeback import audit_entries, closed_settings, list_statements
 from slurmtel.timeparse import month_bounds
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from slurmtel.chargeback import ClosedStatement, Statement
 
 FORMATS = ("csv", "json", "table", "parquet")
 
 
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
+    from slurmtel.chargeback import ROLLUP_LEVELS
+
     chargeback = commands.add_parser(
         "chargeback",
         help="monthly statement per account x user x partition x GPU model (finance, admins)",
@@ -97,6 +76,26 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 
 
 def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
+    from slurmtel.chargeback import (
+        COMPLETED_COLUMNS,
+        DIFF_COLUMNS,
+        LINE_COLUMNS,
+        ROLLUP_COLUMNS,
+        ChargebackError,
+        build_statement,
+        check_month,
+        close_month,
+        closed_statement,
+        completed_record,
+        diff_closed_month,
+        render_csv,
+        render_json,
+        rollup_records,
+        statement_of_closed,
+        statement_records,
+    )
+    from slurmtel.reports.parquet import write_parquet
+
     if args.format == "parquet" and args.output is None:
         raise ConfigError("--format parquet writes a file: give --output FILE")
     if config.api.url:
@@ -195,6 +194,9 @@ def _through_api(args: argparse.Namespace, config: Config) -> int:
 
 
 def _say_rate_notices(engine: Engine, config: Config) -> None:
+    from slurmtel.chargeback import rate_notices
+    from slurmtel.store.chargeback import closed_settings
+
     with engine.connect() as conn:
         closed = closed_settings(conn)
     for notice in rate_notices(config, closed):
@@ -202,6 +204,8 @@ def _say_rate_notices(engine: Engine, config: Config) -> None:
 
 
 def _void(args: argparse.Namespace, config: Config) -> int:
+    from slurmtel.chargeback import ChargebackError, check_month, void_month
+
     try:
         month = check_month(args.void)
     except ChargebackError as exc:
@@ -226,6 +230,8 @@ def _void(args: argparse.Namespace, config: Config) -> int:
 
 
 def _listing(args: argparse.Namespace, config: Config) -> int:
+    from slurmtel.store.chargeback import audit_entries, list_statements
+
     identity = common.current_identity(config)
     scope_for(config, Action.VIEW_STATEMENTS, identity)
     ctx = open_context(config)
@@ -261,6 +267,9 @@ AUDIT_COLUMNS = ("at", "actor", "action", "month", "csv_sha256", "reason")
 def _emit_records(
     records: Sequence[Mapping[str, Any]], columns: Sequence[str], args: argparse.Namespace, title: str
 ) -> None:
+    from slurmtel.chargeback import records_csv
+    from slurmtel.reports.parquet import write_parquet
+
     if args.format == "parquet":
         write_parquet(records, columns, args.output, "")
     elif args.format == "table":
@@ -316,6 +325,8 @@ def _write_table(output: Path | None, write: Callable[[TextIO], None]) -> None:
 
 
 def _table(statement: Statement, out: TextIO) -> None:
+    from slurmtel.chargeback import COMPLETED_COLUMNS, LINE_COLUMNS, completed_record, statement_records
+
     status = "closed" if statement.status == "closed" else "open (not closed yet)"
     render(
         statement_records(statement),
@@ -335,6 +346,8 @@ def _table(statement: Statement, out: TextIO) -> None:
 
 
 def _closed_table(stored: ClosedStatement, out: TextIO) -> None:
+    from slurmtel.chargeback import COMPLETED_COLUMNS, LINE_COLUMNS
+
     document = json.loads(stored.json)
     render(
         [*document["lines"], document["totals"]],

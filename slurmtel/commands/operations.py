@@ -25,7 +25,9 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
     attribute = commands.add_parser(
         "attribute", help="fold new telemetry into the per job x GPU rollups (what the daemon runs)"
     )
-    attribute.add_argument("--full", action="store_true", help="recompute every attempt, not only what changed")
+    attribute.add_argument(
+        "--full", action="store_true", help="recompute every attempt, not only what changed"
+    )
     attribute.set_defaults(handler=cmd_attribute)
 
     runs = commands.add_parser("runs", help="recent collect runs with their status")

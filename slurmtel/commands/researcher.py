@@ -22,6 +22,7 @@ from slurmtel.commands.common import (
 )
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
+from slurmtel.filters import JobFilter
 from slurmtel.reports.researcher import (
     JOB_FORMATS,
     ME_FORMATS,
@@ -33,7 +34,6 @@ from slurmtel.reports.researcher import (
     write_job,
     write_me,
 )
-from slurmtel.store.usage import JobFilter
 
 
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:

@@ -15,11 +15,10 @@ store/usage.py). Who may run which (slurmtel.access decides; deny by default):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING, Any
 
 from slurmtel.access import Action
+from slurmtel.filters import OUTCOME_CLASSES
 from slurmtel.reports.spec import (
     Parameter,
     ReportQuery,
@@ -28,7 +27,9 @@ from slurmtel.reports.spec import (
     StoreSections,
     row_type,
 )
-from slurmtel.store.usage import OUTCOME_CLASSES
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 
 def top_title(rows: Sequence[Any], what: str, by: str) -> str:

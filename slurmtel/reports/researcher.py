@@ -19,18 +19,18 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, TextIO
 
-from sqlalchemy import Connection
-
 from slurmtel.access import Action, Identity, Scope, allowed
 from slurmtel.errors import AccessDenied, ConfigError
 from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise, duration_text
 from slurmtel.reports.render import escape_controls, render
-from slurmtel.store.efficiency import AttemptEfficiency
-from slurmtel.store.jobview import AttemptView
 from slurmtel.timeparse import month_bounds
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from slurmtel.reports.plot import GpuSeries, SeriesPoint
+    from slurmtel.store.efficiency import AttemptEfficiency
+    from slurmtel.store.jobview import AttemptView
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
-
-from sqlalchemy import Connection
 
 from slurmtel.access import Action, Identity, Scope, allowed
 from slurmtel.errors import AccessDenied, ConfigError
-from slurmtel.store.reports_admin import window_days
-from slurmtel.store.usage import JobFilter
+from slurmtel.filters import JobFilter
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 # --- typed rows -------------------------------------------------------------------------------
 
@@ -163,6 +163,8 @@ class ReportQuery:
 
     def days(self) -> tuple[date, date]:
         """The first and last site day [start, end) touches (reports of whole site days)."""
+        from slurmtel.store.reports_admin import window_days
+
         return window_days(self.start, self.end, self.zone)
 
     def window_text(self) -> str:

@@ -15,35 +15,19 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection
-
-from slurmtel.agent.protocol import (
-    ACK_PATH,
-    SummariesPage,
-    decode_ack_response,
-    decode_summaries_response,
-    encode_ack_request,
-    summaries_query,
-)
 from slurmtel.config import AgentSourceConfig, Config
 from slurmtel.errors import ConfigError, SourceUnavailable
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
-from slurmtel.sources.plausible import screen_telemetry
 from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
-from slurmtel.store.checks import rejections
-from slurmtel.store.fabric import write_nvlink_counters, write_port_counters, write_topology
-from slurmtel.store.quarantine import quarantine
-from slurmtel.store.telemetry import (
-    PartitionBudget,
-    get_agent_cursor,
-    resolve_allocation_uuids,
-    set_agent_cursor,
-    write_events,
-    write_inventory,
-    write_summaries,
-)
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from slurmtel.agent.protocol import SummariesPage
+    from slurmtel.store.telemetry import PartitionBudget
 
 NAME = "agent"
 # pages per node and run: bounds one run when an agent has a long backlog (the rest comes next run)
@@ -67,6 +51,8 @@ class AgentSource:
         add_target_argument(parser, "pull")
 
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
+        from slurmtel.store.telemetry import PartitionBudget
+
         cfg = ctx.config.sources.agent
         targets = targets_for(cfg, "sources.agent", options)
         shared = _shared_token(cfg)
@@ -86,6 +72,9 @@ class AgentSource:
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
         """Store a saved /v1/summaries response (no cursor is moved, nothing is acked)."""
+        from slurmtel.agent.protocol import decode_summaries_response
+        from slurmtel.store.telemetry import PartitionBudget
+
         try:
             raw = path.read_bytes()
         except OSError as exc:
@@ -105,6 +94,15 @@ def pull_agent(
     result: RunResult,
     budget: PartitionBudget | None = None,
 ) -> None:
+    from slurmtel.agent.protocol import (
+        ACK_PATH,
+        decode_ack_response,
+        decode_summaries_response,
+        encode_ack_request,
+        summaries_query,
+    )
+    from slurmtel.store.telemetry import get_agent_cursor, set_agent_cursor
+
     cfg = ctx.config.sources.agent
     with ctx.engine.connect() as conn:
         stored = get_agent_cursor(conn, target.node)
@@ -166,6 +164,17 @@ def _store_page(
     *,
     origin: str,
 ) -> None:
+    from slurmtel.sources.plausible import screen_telemetry
+    from slurmtel.store.checks import rejections
+    from slurmtel.store.fabric import write_nvlink_counters, write_port_counters, write_topology
+    from slurmtel.store.quarantine import quarantine
+    from slurmtel.store.telemetry import (
+        resolve_allocation_uuids,
+        write_events,
+        write_inventory,
+        write_summaries,
+    )
+
     # a node whose clock is wrong: its windows and events are kept out, the rest of the page in
     screened = screen_telemetry(
         now=ctx.clock(),

@@ -7,11 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
-
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING, Protocol
 
 from slurmtel.config import Config
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 
 def utc_now() -> datetime:

@@ -11,30 +11,19 @@ from __future__ import annotations
 import argparse
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SourceUnavailable
-from slurmtel.parsers.dcgm import (
-    DcgmScrape,
-    dcgm_inventory,
-    dcgm_summaries,
-    parse_dcgm_metrics,
-    with_window_energy,
-)
-from slurmtel.records import GpuSummary
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
-from slurmtel.sources.plausible import screen_telemetry
 from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
-from slurmtel.store.checks import rejections
-from slurmtel.store.quarantine import quarantine
-from slurmtel.store.telemetry import (
-    PartitionBudget,
-    resolve_allocation_uuids,
-    write_inventory,
-    write_summaries,
-)
 from slurmtel.timeparse import parse_slurm_time
+
+if TYPE_CHECKING:
+    from slurmtel.parsers.dcgm import DcgmScrape
+    from slurmtel.records import GpuSummary
+    from slurmtel.store.telemetry import PartitionBudget
 
 NAME = "dcgm"
 
@@ -63,6 +52,9 @@ class DcgmSource:
         )
 
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
+        from slurmtel.parsers.dcgm import parse_dcgm_metrics
+        from slurmtel.store.telemetry import PartitionBudget
+
         cfg = ctx.config.sources.dcgm
         result = RunResult()
 
@@ -88,6 +80,9 @@ class DcgmSource:
         return result
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
+        from slurmtel.parsers.dcgm import parse_dcgm_metrics
+        from slurmtel.store.telemetry import PartitionBudget
+
         if not options.input_node or not options.input_at:
             raise ConfigError("--input needs --node NODE and --at TIME")
         try:
@@ -104,6 +99,12 @@ class DcgmSource:
         return result
 
     def _store(self, ctx: RunContext, scrape: DcgmScrape, result: RunResult, budget: PartitionBudget) -> None:
+        from slurmtel.parsers.dcgm import dcgm_inventory, dcgm_summaries
+        from slurmtel.sources.plausible import screen_telemetry
+        from slurmtel.store.checks import rejections
+        from slurmtel.store.quarantine import quarantine
+        from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory, write_summaries
+
         window = float(ctx.config.sources.dcgm.interval_seconds)
         origin = f"dcgm-exporter on {scrape.node}"
         summaries = [
@@ -141,6 +142,8 @@ class DcgmSource:
         )
 
     def _with_energy(self, summary: GpuSummary, scrape: DcgmScrape) -> GpuSummary:
+        from slurmtel.parsers.dcgm import with_window_energy
+
         sample = next((g for g in scrape.gpus if g.gpu_uuid == summary.gpu_uuid), None)
         total = sample.energy_joules_total if sample is not None else None
         previous = self._last_energy.get(summary.gpu_uuid)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 
 from slurmtel.errors import SourceUnavailable
@@ -35,6 +33,10 @@ def http_request(
     headers: Mapping[str, str] | None = None,
 ) -> bytes:
     """GET (or POST with DATA) URL and return the body; any failure raises SourceUnavailable."""
+    # imported here: urllib.request (http.client, ssl) is more than a command line needs to start
+    import urllib.error
+    import urllib.request
+
     request = urllib.request.Request(
         url, data=data, headers=dict(headers or {}), method="POST" if data else "GET"
     )

@@ -24,31 +24,16 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-
-import orjson
-from sqlalchemy import Connection
-from sqlalchemy.exc import DataError, ProgrammingError
+from typing import TYPE_CHECKING
 
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SourceUnavailable
-from slurmtel.parsers.nccl import parse_nccl_tests
-from slurmtel.parsers.slurm_common import (
-    DEFAULT_ARRAY_OUTPUT,
-    DEFAULT_OUTPUT,
-    expand_output_pattern,
-    output_option,
-)
-from slurmtel.records import NcclRun, Rejected
 from slurmtel.sources.base import RunContext, RunResult
-from slurmtel.store.fabric import (
-    JobRef,
-    NcclLogWrite,
-    find_job,
-    pickup_candidates,
-    record_pickup,
-    write_nccl_log,
-)
-from slurmtel.store.quarantine import quarantine
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from slurmtel.store.fabric import JobRef
 
 NAME = "nccl"
 # attempts looked at per run: a backlog (the first run after enabling) is worked off over runs
@@ -80,6 +65,12 @@ class NcclSource:
         )
 
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
+        from sqlalchemy.exc import DataError, ProgrammingError
+
+        from slurmtel.records import Rejected
+        from slurmtel.store.fabric import pickup_candidates, record_pickup
+        from slurmtel.store.quarantine import quarantine
+
         cfg = ctx.config.sources.nccl
         now = ctx.clock()
         result = RunResult()
@@ -133,6 +124,8 @@ class NcclSource:
         return result
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
+        from slurmtel.store.fabric import find_job
+
         found = _read_log(path, ctx.config.sources.nccl.max_log_bytes)
         if isinstance(found, _Missing):
             raise SourceUnavailable(f"cannot read {path}: {found.reason}")
@@ -152,6 +145,13 @@ class NcclSource:
 
 def stdout_path_of(job: JobRef) -> Path:
     """Where the batch step's StdOut went (see the module docstring for the order)."""
+    from slurmtel.parsers.slurm_common import (
+        DEFAULT_ARRAY_OUTPUT,
+        DEFAULT_OUTPUT,
+        expand_output_pattern,
+        output_option,
+    )
+
     if job.stdout_path:
         path = job.stdout_path
     else:
@@ -204,6 +204,14 @@ def _store_log(
     conn: Connection, log: _Log, origin: str, job: JobRef | None, label: str, now: datetime, result: RunResult
 ) -> bool:
     """Parse and store one log; False when it held no run (then it is quarantined)."""
+    import orjson
+    from sqlalchemy.exc import DataError
+
+    from slurmtel.parsers.nccl import parse_nccl_tests
+    from slurmtel.records import NcclRun, Rejected
+    from slurmtel.store.fabric import NcclLogWrite, write_nccl_log
+    from slurmtel.store.quarantine import quarantine
+
     records = parse_nccl_tests(log.raw, origin=origin)
     runs = [r for r in records if isinstance(r, NcclRun)]
     rejected = [r for r in records if isinstance(r, Rejected)]

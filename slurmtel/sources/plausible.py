@@ -17,11 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from slurmtel.config import TelemetryConfig
-from slurmtel.records import GpuEvent, GpuInventory, GpuSummary, Rejected
-from slurmtel.store.checks import EVENT_COLUMNS, INVENTORY_COLUMNS, rejection, split_storable
+from slurmtel.records import GpuEvent, GpuInventory, GpuSummary
+
+if TYPE_CHECKING:
+    from slurmtel.records import Rejected
 
 T = TypeVar("T", GpuSummary, GpuEvent, GpuInventory)
 
@@ -47,6 +49,8 @@ def split_plausible(
 
     A record whose time is no aware datetime at all passes: the store refuses it by name.
     """
+    from slurmtel.store.checks import rejection
+
     earliest, latest = plausible_range(now, telemetry)
     kept: list[T] = []
     refused: list[Rejected] = []
@@ -95,6 +99,8 @@ def screen_telemetry(
     """The ingest boundary of one page or scrape: records dated outside the plausible range,
     and events and inventory no column can hold (checked here: they are written row by row),
     become Rejected; the rest goes on to the store (which checks summaries itself)."""
+    from slurmtel.store.checks import EVENT_COLUMNS, INVENTORY_COLUMNS, split_storable
+
     kept_summaries, rejected = split_plausible(
         summaries, now=now, telemetry=telemetry, source=source, origin=origin
     )

@@ -21,20 +21,20 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from slurmtel.config import Config, SacctSourceConfig
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
-from slurmtel.parsers.sacct_json import NEWEST_SCHEMA, parse_sacct_json
-from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, SACCT_FIELDS, parse_sacct_parsable
-from slurmtel.records import JobAttempt, Rejected, SchemaNotice
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import run_command
-from slurmtel.store.checks import rejections
-from slurmtel.store.jobs import WriteStats, sync_outcome_classes, write_attempts
-from slurmtel.store.quarantine import quarantine
-from slurmtel.store.runs import get_cursor, set_cursor
 from slurmtel.timeparse import parse_slurm_time
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from slurmtel.records import JobAttempt, Rejected, SchemaNotice
+    from slurmtel.store.jobs import WriteStats
 
 NAME = "sacct"
 LOCAL_SCOPE = "local"
@@ -121,6 +121,8 @@ class SacctSource:
         result: RunResult,
     ) -> Iterator[SacctDocument]:
         """One sacct call per cluster and chunk of the window, run as the pipeline asks for it."""
+        from slurmtel.store.runs import get_cursor
+
         config = ctx.config.sources.sacct
         for cluster in clusters:
             scope = cluster or LOCAL_SCOPE
@@ -150,6 +152,10 @@ class SacctSource:
                 )
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
+        from slurmtel.parsers.sacct_json import parse_sacct_json
+        from slurmtel.parsers.sacct_parsable import parse_sacct_parsable
+        from slurmtel.records import JobAttempt
+
         config = ctx.config
         try:
             raw = path.read_bytes()
@@ -219,6 +225,9 @@ class SacctDocument:
 
 def parse_document(document: SacctDocument) -> Sequence[JobAttempt | Rejected | SchemaNotice]:
     """The records of one sacct output (ParseError when it cannot be read at all)."""
+    from slurmtel.parsers.sacct_json import parse_sacct_json
+    from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, parse_sacct_parsable
+
     if document.format == "json":
         return parse_sacct_json(document.raw, origin=document.origin)
     return parse_sacct_parsable(
@@ -338,6 +347,8 @@ class _Totals:
         return f"{counted}; {self.quarantined} quarantined"
 
     def _schema_notes(self, result: RunResult) -> None:
+        from slurmtel.parsers.sacct_json import NEWEST_SCHEMA
+
         for notice in self.notices:
             result.unknown_schemas.append(notice.schema)
         for schema in sorted(set(result.unknown_schemas)):
@@ -382,7 +393,27 @@ class _Writer:
                 self.error = exc
 
 
+def write_attempts(
+    conn: Connection,
+    attempts: Iterable[JobAttempt],
+    *,
+    captured_at: datetime | None = None,
+    unknown_capture: bool = False,
+) -> WriteStats:
+    """slurmtel.store.jobs.write_attempts, imported when a run writes (the CLI's other commands
+    do not load the database stack for the sources' arguments)."""
+    from slurmtel.store.jobs import write_attempts as write
+
+    return write(conn, attempts, captured_at=captured_at, unknown_capture=unknown_capture)
+
+
 def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: bool = True) -> None:
+    from slurmtel.records import JobAttempt, Rejected, SchemaNotice
+    from slurmtel.store.checks import rejections
+    from slurmtel.store.jobs import sync_outcome_classes
+    from slurmtel.store.quarantine import quarantine
+    from slurmtel.store.runs import set_cursor
+
     records = parsed.records
     attempts = [r for r in records if isinstance(r, JobAttempt)]
     rejected = [r for r in records if isinstance(r, Rejected)]
@@ -414,6 +445,8 @@ def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: 
 
 def run_sacct(config: SacctSourceConfig, start: datetime, end: datetime, cluster: str | None) -> bytes:
     """Run one bulk sacct call for the window; raise SourceUnavailable when it fails."""
+    from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, SACCT_FIELDS
+
     argv = [config.command, "-a", "-D", "-S", _sacct_time(start), "-E", _sacct_time(end)]
     if not config.steps:
         # allocations only: no step usage (CPU time, peak memory), a smaller answer

@@ -14,29 +14,17 @@ import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SourceUnavailable
-from slurmtel.parsers.scontrol_config import cluster_name
-from slurmtel.parsers.slurmctld import (
-    SQUEUE_JSON_UNAVAILABLE,
-    parse_scontrol_jobs,
-    parse_scontrol_nodes,
-    parse_squeue_json,
-    squeue_json_unavailable,
-)
 from slurmtel.records import GpuAllocation, NodeState, PendingJob, Rejected, SchemaNotice
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import run_command
-from slurmtel.store.checks import ALLOCATION_COLUMNS, NODE_STATE_COLUMNS, PENDING_COLUMNS, split_storable
-from slurmtel.store.quarantine import quarantine
-from slurmtel.store.telemetry import (
-    resolve_allocation_uuids,
-    write_allocations,
-    write_node_states,
-    write_pending,
-)
 from slurmtel.timeparse import parse_slurm_time
+
+if TYPE_CHECKING:
+    pass
 
 NAME = "slurmctld"
 
@@ -76,6 +64,15 @@ class SlurmctldSource:
         )
 
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
+        from slurmtel.parsers.scontrol_config import cluster_name
+        from slurmtel.parsers.slurmctld import (
+            SQUEUE_JSON_UNAVAILABLE,
+            parse_scontrol_jobs,
+            parse_scontrol_nodes,
+            parse_squeue_json,
+            squeue_json_unavailable,
+        )
+
         cfg = ctx.config.sources.slurmctld
         env = dict(os.environ, TZ="UTC")  # scontrol prints local times: make them UTC
         cluster = ctx.config.site.cluster or cluster_name(
@@ -108,6 +105,8 @@ class SlurmctldSource:
         return store_controller_view(ctx, [*jobs, *nodes], cluster=cluster, at=at)
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
+        from slurmtel.parsers.slurmctld import parse_scontrol_jobs, parse_scontrol_nodes, parse_squeue_json
+
         now = ctx.clock()
         try:
             at = (
@@ -141,6 +140,15 @@ def store_controller_view(
 ) -> RunResult:
     """Write one controller snapshot in one transaction; what cannot be stored is quarantined.
     A document in a schema newer than slurmtel knows (a SchemaNotice) is logged and counted."""
+    from slurmtel.store.checks import ALLOCATION_COLUMNS, NODE_STATE_COLUMNS, PENDING_COLUMNS, split_storable
+    from slurmtel.store.quarantine import quarantine
+    from slurmtel.store.telemetry import (
+        resolve_allocation_uuids,
+        write_allocations,
+        write_node_states,
+        write_pending,
+    )
+
     origin = f"controller snapshot of {cluster}"
     notices = [r for r in records if isinstance(r, SchemaNotice)]
     for notice in notices:

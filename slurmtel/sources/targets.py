@@ -10,13 +10,16 @@ import argparse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from slurmtel.config import ScrapeTargetsConfig
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
-from slurmtel.parsers.sinfo_nodes import SINFO_NODE_FORMAT, parse_sinfo_gpu_nodes
 from slurmtel.sources.base import RunResult
 from slurmtel.sources.io import run_command
+
+if TYPE_CHECKING:
+    pass
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ def resolve_targets(config: ScrapeTargetsConfig, extra: list[str] | None = None)
 
 
 def discover_gpu_nodes(sinfo: str, timeout_seconds: int) -> list[str]:
+    from slurmtel.parsers.sinfo_nodes import SINFO_NODE_FORMAT, parse_sinfo_gpu_nodes
+
     raw = run_command([sinfo, "-N", "-o", SINFO_NODE_FORMAT], timeout_seconds=timeout_seconds)
     return parse_sinfo_gpu_nodes(raw.decode("utf-8", "replace"))
 

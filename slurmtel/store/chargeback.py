@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.access import EVERYTHING, Scope
+from slurmtel.filters import JobFilter
 from slurmtel.rows import ClosedStatement, UsageFigure, line_from_data, line_to_data
-from slurmtel.store.usage import JobFilter
 
 
 def usage_figures(

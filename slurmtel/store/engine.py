@@ -57,17 +57,22 @@ def check_connection(engine: Engine) -> None:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"cannot connect to PostgreSQL at {display_url(engine.url)}: {exc.orig}"
-        ) from exc
+        raise _unavailable(engine, exc) from exc
+
+
+def _unavailable(engine: Engine, exc: OperationalError) -> DatabaseUnavailable:
+    return DatabaseUnavailable(f"cannot connect to PostgreSQL at {display_url(engine.url)}: {exc.orig}")
 
 
 def require_schema(engine: Engine) -> None:
-    """Fail clearly when the schema is missing or older than this slurmtel."""
+    """Fail clearly when the database cannot be reached, or its schema is missing or older
+    than this slurmtel: one connection and two short queries (alembic is not loaded)."""
     from slurmtel.store.migrate import current_revision, head_revision
 
-    check_connection(engine)
-    current = current_revision(engine)
+    try:
+        current = current_revision(engine)
+    except OperationalError as exc:
+        raise _unavailable(engine, exc) from exc
     head = head_revision()
     if current is None:
         raise SchemaMissing("the database has no slurmtel schema yet: run `slurmtel db upgrade` first")

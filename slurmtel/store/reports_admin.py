@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
-from slurmtel.store.usage import JobFilter
+from slurmtel.filters import JobFilter
 
 # a 30-day month, for useful work per GPU and month (DESIGN §1)
 HOURS_PER_MONTH = 30 * 24

@@ -21,8 +21,8 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
+from slurmtel.filters import JobFilter
 from slurmtel.store.reports_admin import no_jit
-from slurmtel.store.usage import JobFilter
 
 # ---------------------------------------------------------------- acceptance runs
 

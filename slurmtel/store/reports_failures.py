@@ -14,13 +14,13 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
+from slurmtel.filters import JobFilter
 from slurmtel.store.reports_admin import hours, no_jit, params, share
 from slurmtel.store.reports_retries import (
     DEFAULT_RESUBMISSION_WINDOW_SECONDS,
     job_scope_params,
     retry_ctes,
 )
-from slurmtel.store.usage import JobFilter
 
 SECTIONS = ("by_account", "by_user", "by_partition", "by_node", "top_attempts")
 

@@ -18,8 +18,8 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
+from slurmtel.filters import JobFilter
 from slurmtel.store.reports_admin import hours, no_jit, params
-from slurmtel.store.usage import JobFilter
 
 
 def nodes_report(

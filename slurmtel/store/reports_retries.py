@@ -30,6 +30,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
+from slurmtel.filters import JobFilter
 from slurmtel.store.reports_admin import hours, no_jit, params
 from slurmtel.store.retry_links import (
     RESUBMISSION_WINDOW,
@@ -38,7 +39,6 @@ from slurmtel.store.retry_links import (
     requeued_sql,
     retry_links_current,
 )
-from slurmtel.store.usage import JobFilter
 
 DEFAULT_RESUBMISSION_WINDOW_SECONDS = 21600
 

@@ -46,9 +46,9 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
+from slurmtel.filters import JobFilter
 from slurmtel.store.reports_admin import HOURS_PER_MONTH, apportion_hours, no_jit, params
 from slurmtel.store.reports_retries import DEFAULT_RESUBMISSION_WINDOW_SECONDS, retry_ctes
-from slurmtel.store.usage import JobFilter
 
 # a node whose states include one of these is unavailable (scontrol spells MAINT and INVAL,
 # the JSON views MAINTENANCE and INVALID / INVALID_REG)

@@ -9,8 +9,6 @@ the database functions slurmtel_windowed_attempts, slurmtel_in_scope and slurmte
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -18,34 +16,12 @@ from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
 
+# re-exported: they lived here before slurmtel.filters
+from slurmtel.filters import OUTCOME_CLASSES, JobFilter
+
+__all__ = ["GROUPS", "OUTCOME_CLASSES", "JobFilter", "usage_report"]
+
 GROUPS = {"account": "account", "user": "user_name", "partition": "partition"}
-OUTCOME_CLASSES = (
-    "completed",
-    "user_failure",
-    "system_failure",
-    "cancelled",
-    "preempted",
-    "running",
-    "unknown",
-)
-
-
-@dataclass(frozen=True)
-class JobFilter:
-    """Slurm-style filters (-A, -u, -r, -M); empty means no restriction."""
-
-    accounts: Sequence[str] = field(default_factory=tuple)
-    users: Sequence[str] = field(default_factory=tuple)
-    partitions: Sequence[str] = field(default_factory=tuple)
-    clusters: Sequence[str] = field(default_factory=tuple)
-
-    def sql_params(self) -> dict[str, Any]:
-        return {
-            "f_accounts": list(self.accounts),
-            "f_users": list(self.users),
-            "f_partitions": list(self.partitions),
-            "f_clusters": list(self.clusters),
-        }
 
 
 def usage_report(

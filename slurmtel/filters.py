@@ -1,0 +1,37 @@
+"""What a report or view is narrowed to: the Slurm-style filters (-A, -u, -r, -M) and the
+outcome classes a job ends in. Plain values, no database: the CLI builds its arguments from
+them without loading the store (slurmtel.store.usage re-exports both)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+OUTCOME_CLASSES = (
+    "completed",
+    "user_failure",
+    "system_failure",
+    "cancelled",
+    "preempted",
+    "running",
+    "unknown",
+)
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Slurm-style filters (-A, -u, -r, -M); empty means no restriction."""
+
+    accounts: Sequence[str] = field(default_factory=tuple)
+    users: Sequence[str] = field(default_factory=tuple)
+    partitions: Sequence[str] = field(default_factory=tuple)
+    clusters: Sequence[str] = field(default_factory=tuple)
+
+    def sql_params(self) -> dict[str, Any]:
+        return {
+            "f_accounts": list(self.accounts),
+            "f_users": list(self.users),
+            "f_partitions": list(self.partitions),
+            "f_clusters": list(self.clusters),
+        }
