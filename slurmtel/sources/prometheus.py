@@ -27,10 +27,10 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import orjson
-from sqlalchemy import Connection
 
 from slurmtel.config import Config, PrometheusSourceConfig
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
@@ -45,17 +45,12 @@ from slurmtel.parsers.prometheus import (
 )
 from slurmtel.records import Rejected
 from slurmtel.sources.base import RunContext, RunResult
-from slurmtel.sources.plausible import plausible_range, screen_telemetry
-from slurmtel.store.checks import rejections
-from slurmtel.store.quarantine import quarantine
-from slurmtel.store.runs import get_cursor, set_cursor
-from slurmtel.store.telemetry import (
-    PartitionBudget,
-    resolve_allocation_uuids,
-    write_inventory,
-    write_summaries,
-)
 from slurmtel.timeparse import parse_slurm_time
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from slurmtel.store.telemetry import PartitionBudget
 
 NAME = "prometheus"
 # stretches of time (max_points_per_series steps each) per run: bounds one run after a long
@@ -91,6 +86,10 @@ class PrometheusSource:
         )
 
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
+        from slurmtel.sources.plausible import plausible_range
+        from slurmtel.store.runs import get_cursor, set_cursor
+        from slurmtel.store.telemetry import PartitionBudget
+
         cfg = ctx.config.sources.prometheus
         if not cfg.url:
             raise ConfigError("sources.prometheus.url is not set")
@@ -157,6 +156,8 @@ class PrometheusSource:
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
         """Store a saved `/api/v1/query_range` answer (its series must carry their names and the
         node label); the cursor is left alone."""
+        from slurmtel.store.telemetry import PartitionBudget
+
         try:
             raw = path.read_bytes()
         except OSError as exc:
@@ -178,6 +179,8 @@ def store_matrix(
 ) -> None:
     """Parse one query_range answer and store its windows (from SINCE on) and inventory, each
     node's in the one transaction of the answer."""
+    from slurmtel.store.quarantine import quarantine
+
     cfg = ctx.config.sources.prometheus
     matrix = parse_prometheus_matrix(raw, origin=origin)
     scrapes, rejected = matrix_scrapes(matrix, node_label=cfg.node_label, origin=origin)
@@ -206,6 +209,10 @@ def _store_node(
     origin: str,
     since: datetime | None,
 ) -> list[Rejected]:
+    from slurmtel.sources.plausible import screen_telemetry
+    from slurmtel.store.checks import rejections
+    from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory, write_summaries
+
     cfg = ctx.config.sources.prometheus
     summaries = scrape_summaries(
         scrapes,
