@@ -226,3 +226,19 @@ def month_of(moment: datetime, zone: tzinfo) -> str:
     """The month MOMENT falls in, in ZONE (the site's time zone)."""
     local = moment.astimezone(zone)
     return f"{local.year:04d}-{local.month:02d}"
+
+
+def report_window(
+    start: str | None, end: str | None, *, now: datetime, zone: tzinfo
+) -> tuple[datetime, datetime]:
+    """A report's window from -S/-E as typed (sacct forms, read in ZONE): by default from the
+    start of NOW's month in ZONE to NOW. ValueError for a form Slurm refuses or an empty window."""
+    if start:
+        begin = parse_slurm_time(start, now=now, zone=zone)
+    else:
+        local = now.astimezone(zone)
+        begin = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0).astimezone(now.tzinfo)
+    finish = parse_slurm_time(end, now=now, zone=zone) if end else now
+    if finish <= begin:
+        raise ValueError(f"empty window: -E {finish.isoformat()} is not after -S {begin.isoformat()}")
+    return begin, finish

@@ -23,7 +23,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from http import HTTPStatus
@@ -43,7 +44,7 @@ from slurmtel.errors import AccessDenied, ChargebackError, ConfigError, Slurmtel
 from slurmtel.filters import JobFilter
 from slurmtel.reports.catalog import REPORTS
 from slurmtel.reports.spec import build_query, report_document, run_report
-from slurmtel.timeparse import parse_slurm_time
+from slurmtel.timeparse import report_window
 
 log = logging.getLogger(__name__)
 
@@ -149,21 +150,14 @@ class ReadApi:
             )
         return scope
 
-    def transaction(self, scope: Scope) -> Any:
+    @contextmanager
+    def transaction(self, scope: Scope) -> Iterator[Connection]:
         """A transaction whose row-level security admits SCOPE's rows only."""
         from slurmtel.store.rls import set_transaction_scope
 
-        class _Scoped:
-            def __enter__(inner) -> Connection:
-                inner.cm = self.engine.begin()
-                conn = inner.cm.__enter__()
-                set_transaction_scope(conn, scope)
-                return conn
-
-            def __exit__(inner, *exc: Any) -> Any:
-                return inner.cm.__exit__(*exc)
-
-        return _Scoped()
+        with self.engine.begin() as conn:
+            set_transaction_scope(conn, scope)
+            yield conn
 
     # --- endpoints
 
@@ -305,17 +299,10 @@ class ReadApi:
     # --- helpers
 
     def _window(self, start: str | None, end: str | None, now: datetime) -> tuple[datetime, datetime]:
-        zone = self.config.zone
         try:
-            if start:
-                begin = parse_slurm_time(start, now=now, zone=zone)
-            else:
-                local = now.astimezone(zone)
-                begin = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0).astimezone(now.tzinfo)
-            finish = parse_slurm_time(end, now=now, zone=zone) if end else now
+            return report_window(start, end, now=now, zone=self.config.zone)
         except ValueError as exc:
             raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
-        return begin, finish
 
     @staticmethod
     def _jobid(request: Request) -> str:

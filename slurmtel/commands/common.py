@@ -18,7 +18,7 @@ from slurmtel.filters import JobFilter
 from slurmtel.reports.render import FORMATS
 from slurmtel.sources.base import RunContext, utc_now
 from slurmtel.sources.io import run_command
-from slurmtel.timeparse import parse_slurm_time
+from slurmtel.timeparse import report_window
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -124,19 +124,10 @@ def warn_unknown(
 
 def resolve_window(args: argparse.Namespace, config: Config, now: datetime) -> tuple[datetime, datetime]:
     """-S/-E in the site's zone; default -S is the start of the current month."""
-    zone = config.zone
     try:
-        if args.start:
-            start = parse_slurm_time(args.start, now=now, zone=zone)
-        else:
-            local = now.astimezone(zone)
-            start = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0).astimezone(now.tzinfo)
-        end = parse_slurm_time(args.end, now=now, zone=zone) if args.end else now
+        return report_window(args.start, args.end, now=now, zone=config.zone)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    if end <= start:
-        raise ConfigError(f"empty window: -E {end.isoformat()} is not after -S {start.isoformat()}")
-    return start, end
 
 
 def current_identity(config: Config) -> Identity:
