@@ -21,6 +21,7 @@ from slurmtel.chargeback.pricing import check_month, rate_notices
 from slurmtel.chargeback.render import render_csv, render_json
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
+from slurmtel.rows import ClosedStatement
 from slurmtel.store.chargeback import closed_settings
 from slurmtel.timeparse import month_bounds
 
@@ -40,6 +41,14 @@ def unpriced_notice(unpriced_gpu_hours: str) -> str | None:
     return (
         f"warning: {unpriced_gpu_hours} GPU-hours match no [[chargeback.rates]] entry: "
         "they are listed unpriced (priced=false), not charged"
+    )
+
+
+def already_closed_notice(stored: ClosedStatement) -> str:
+    return (
+        f"{stored.month} is already closed (at {stored.closed_at.isoformat()}, CSV sha256 "
+        f"{stored.csv_sha256}); it is not closed twice — data that arrives for it appears as "
+        "adjustments in the next open month"
     )
 
 
@@ -72,11 +81,7 @@ def export_statement(
     stored = closed_statement(engine, month)
     if close:
         if stored is not None:
-            notices.append(
-                f"{month} is already closed (at {stored.closed_at.isoformat()}, CSV sha256 "
-                f"{stored.csv_sha256}); it is not closed twice — data that arrives for it appears as "
-                "adjustments in the next open month"
-            )
+            notices.append(already_closed_notice(stored))
             return ExportedStatement(b"", tuple(notices), refused=True)
         stored = close_month(engine, config, month, now, closed_by=closed_by)
         notices.append(f"closed {month} at {stored.closed_at.isoformat()}")

@@ -9,7 +9,6 @@ import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -133,12 +132,9 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
     stored = closed_statement(ctx.engine, month)
     if args.close:
         if stored is not None:
-            print(
-                f"slurmtel: {month} is already closed (at {stored.closed_at.isoformat()}, "
-                f"CSV sha256 {stored.csv_sha256}); it is not closed twice — data that arrives for "
-                "it appears as adjustments in the next open month",
-                file=sys.stderr,
-            )
+            from slurmtel.chargeback.export import already_closed_notice
+
+            print(f"slurmtel: {already_closed_notice(stored)}", file=sys.stderr)
             return EXIT_ERROR
         stored = close_month(ctx.engine, config, month, now, closed_by=identity.user)
         print(f"slurmtel: closed {month} at {stored.closed_at.isoformat()}", file=sys.stderr)
@@ -298,12 +294,11 @@ def _emit_closed(stored: ClosedStatement, args: argparse.Namespace) -> None:
 
 
 def _warn_unpriced(unpriced_gpu_hours: str) -> None:
-    if Decimal(unpriced_gpu_hours or "0") != 0:
-        print(
-            f"slurmtel: warning: {unpriced_gpu_hours} GPU-hours match no [[chargeback.rates]] entry: "
-            "they are listed unpriced (priced=false), not charged",
-            file=sys.stderr,
-        )
+    from slurmtel.chargeback.export import unpriced_notice
+
+    notice = unpriced_notice(unpriced_gpu_hours)
+    if notice:
+        print(f"slurmtel: {notice}", file=sys.stderr)
 
 
 def _write(output: Path | None, data: bytes) -> None:

@@ -281,9 +281,6 @@ class ReportResult:
     # section name -> its typed rows, in the spec's section order
     sections: tuple[tuple[str, tuple[Any, ...]], ...]
 
-    def rows(self, section: str) -> tuple[Any, ...]:
-        return dict(self.sections)[section]
-
     def titles(self) -> dict[str, str]:
         return {name: self.spec.section(name).title(self.query, rows) for name, rows in self.sections}
 
