@@ -362,7 +362,7 @@ def cli(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr("slurmtel.commands.common.utc_now", lambda: NOW)
 
     def run(identity: Identity, *argv: str) -> int:
-        monkeypatch.setattr("slurmtel.commands.budget.current_identity", lambda config: identity)
+        monkeypatch.setattr("slurmtel.commands.common.current_identity", lambda config: identity)
         return main(["--config", str(config_file), "--log-level", "WARNING", "report", "budget", *argv])
 
     run.fake = fake  # type: ignore[attr-defined]

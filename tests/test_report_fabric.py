@@ -185,17 +185,17 @@ def test_fabric_json_csv_and_table(cli) -> None:  # type: ignore[no-untyped-def]
 
 def test_fabric_is_for_admins(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(
-        "slurmtel.commands.fabric.current_identity", lambda config: Identity("alice", Role.USER)
+        "slurmtel.commands.common.current_identity", lambda config: Identity("alice", Role.USER)
     )
     code, _, err = cli("report", "fabric", "-S", "2026-11-01")
     assert code == 1 and "may not view operations" in err
     monkeypatch.setattr(
-        "slurmtel.commands.fabric.current_identity", lambda config: Identity("fin", Role.FINANCE)
+        "slurmtel.commands.common.current_identity", lambda config: Identity("fin", Role.FINANCE)
     )
     assert cli("report", "nodes", "--drift")[0] == 1
     assert cli("report", "fabric", "--nodes", "-S", "2026-11-01")[0] == 1
     monkeypatch.setattr(
-        "slurmtel.commands.fabric.current_identity", lambda config: Identity("root", Role.ADMIN)
+        "slurmtel.commands.common.current_identity", lambda config: Identity("root", Role.ADMIN)
     )
     assert cli("report", "fabric", "-A", "physics")[0] == 2
 

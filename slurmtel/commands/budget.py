@@ -14,11 +14,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from slurmtel.access import EVERYTHING, Action, Scope
+from slurmtel.commands import common
 from slurmtel.commands.common import (
     EXIT_OK,
     account_tree,
     add_format_argument,
-    current_identity,
     open_context,
     scope_for,
     split_list,
@@ -134,7 +134,9 @@ def budget_rows(
 def cmd_report_budget(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.budget import COLUMNS, configured_budgets, merge_budgets, slurm_budgets
 
-    scope = scope_for(config, Action.VIEW_AGGREGATES, current_identity(config))
+    scope = scope_for(
+        config, Action.VIEW_AGGREGATES, common.current_identity(config)
+    )  # looked up at call time
     ctx = open_context(config)
     now = ctx.clock()
     at = now

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from slurmtel.access import Action
+from slurmtel.commands import common
 from slurmtel.commands.common import (
     EXIT_OK,
     add_filter_arguments,
     add_format_argument,
     add_window_arguments,
-    current_identity,
     job_filter,
     open_context,
     resolve_window,
@@ -217,7 +217,9 @@ def cmd_report_fabric(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.store.reports_fabric import fabric_nodes_report, fabric_report
 
     _cluster_wide(args, "fabric")
-    scope = scope_for(config, Action.VIEW_OPERATIONS, current_identity(config))
+    scope = scope_for(
+        config, Action.VIEW_OPERATIONS, common.current_identity(config)
+    )  # looked up at call time
     ctx = open_context(config)
     now = ctx.clock()
     start, end = resolve_window(args, config, now)
@@ -276,7 +278,9 @@ def cmd_report_drift(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.store.reports_fabric import drift_report
 
     _cluster_wide(args, "nodes --drift")
-    scope = scope_for(config, Action.VIEW_OPERATIONS, current_identity(config))
+    scope = scope_for(
+        config, Action.VIEW_OPERATIONS, common.current_identity(config)
+    )  # looked up at call time
     ctx = open_context(config)
     with ctx.engine.connect() as conn:
         warn_unknown(conn, scope, job_filter(args))
