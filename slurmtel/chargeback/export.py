@@ -44,6 +44,18 @@ def unpriced_notice(unpriced_gpu_hours: str) -> str | None:
     )
 
 
+def check_begun(month: str, config: Config, now: datetime) -> None:
+    """ConfigError for a month that has not begun in the site's zone: nothing to bill yet."""
+    try:
+        start, _ = month_bounds(month, config.zone)
+    except ValueError as exc:
+        raise ConfigError(f"--month: {exc}") from exc
+    if start > now:
+        raise ConfigError(
+            f"{month} has not begun yet (it starts {start.isoformat()}): there is nothing to bill"
+        )
+
+
 def already_closed_notice(stored: ClosedStatement) -> str:
     return (
         f"{stored.month} is already closed (at {stored.closed_at.isoformat()}, CSV sha256 "
@@ -67,14 +79,7 @@ def export_statement(
     if not scope.everything:
         raise ConfigError("a statement covers every account: only finance and admins export it")
     month = check_month(month)
-    try:
-        start, _ = month_bounds(month, config.zone)
-    except ValueError as exc:
-        raise ConfigError(f"--month: {exc}") from exc
-    if start > now:
-        raise ConfigError(
-            f"{month} has not begun yet (it starts {start.isoformat()}): there is nothing to bill"
-        )
+    check_begun(month, config, now)
     with engine.connect() as conn:
         closed = closed_settings(conn)
     notices = [f"note: {n}" for n in rate_notices(config, closed)]

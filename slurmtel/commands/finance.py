@@ -18,7 +18,6 @@ from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, add_wide_argument, ope
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
 from slurmtel.reports.render import render
-from slurmtel.timeparse import month_bounds
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -113,14 +112,9 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
     scope = scope_for(config, Action.CLOSE_STATEMENTS if args.close else Action.VIEW_STATEMENTS, identity)
     ctx = open_context(config)
     now = ctx.clock()
-    try:
-        start, _ = month_bounds(month, config.zone)
-    except ValueError as exc:
-        raise ConfigError(f"--month: {exc}") from exc
-    if start > now:
-        raise ConfigError(
-            f"{month} has not begun yet (it starts {start.isoformat()}): there is nothing to bill"
-        )
+    from slurmtel.chargeback.export import check_begun
+
+    check_begun(month, config, now)
     _say_rate_notices(ctx.engine, config)
     if args.diff:
         with ctx.engine.connect() as conn:

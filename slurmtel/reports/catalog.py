@@ -46,6 +46,21 @@ def _fixed(text: str) -> Any:
     return lambda query, rows: text
 
 
+def by_group(
+    report: str, figures: tuple[str, ...], groups: tuple[str, ...], what: str, first_title: Any
+) -> tuple[Section, ...]:
+    """The sections `by_<group>` of REPORT: cluster, the group column, then FIGURES; the first
+    titled FIRST_TITLE (it names the window), the others "<WHAT> by <group>"."""
+    return tuple(
+        Section(
+            f"by_{group}",
+            row_type(f"{report}By{group.title()}Row", ("cluster", group, *figures)),
+            first_title if i == 0 else _fixed(f"{what} by {group}"),
+        )
+        for i, group in enumerate(groups)
+    )
+
+
 TOP = Parameter("top", int, 10, "rows in the top list (default 10; 1 or more)", minimum=1)
 
 # --- usage ------------------------------------------------------------------------------------
@@ -167,20 +182,12 @@ FAILURES = ReportSpec(
     action=Action.VIEW_AGGREGATES,
     parameters=(TOP,),
     sections=(
-        Section(
-            "by_account",
-            row_type("FailuresByAccountRow", ("cluster", "account", *FAILURE_GROUP)),
+        *by_group(
+            "Failures",
+            FAILURE_GROUP,
+            ("account", "user", "partition"),
+            "Failed GPU-hours",
             lambda q, rows: f"Failed GPU-hours by account, {q.window_text()}",
-        ),
-        Section(
-            "by_user",
-            row_type("FailuresByUserRow", ("cluster", "user", *FAILURE_GROUP)),
-            _fixed("Failed GPU-hours by user"),
-        ),
-        Section(
-            "by_partition",
-            row_type("FailuresByPartitionRow", ("cluster", "partition", *FAILURE_GROUP)),
-            _fixed("Failed GPU-hours by partition"),
         ),
         Section(
             "by_node",
@@ -247,20 +254,12 @@ IDLE = ReportSpec(
     action=Action.VIEW_AGGREGATES,
     parameters=(TOP,),
     sections=(
-        Section(
-            "by_account",
-            row_type("IdleByAccountRow", ("cluster", "account", *IDLE_GROUP)),
+        *by_group(
+            "Idle",
+            IDLE_GROUP,
+            ("account", "user", "partition"),
+            "Idle GPU-hours",
             lambda q, rows: f"Idle GPU-hours by account, {q.days_text()}",
-        ),
-        Section(
-            "by_user",
-            row_type("IdleByUserRow", ("cluster", "user", *IDLE_GROUP)),
-            _fixed("Idle GPU-hours by user"),
-        ),
-        Section(
-            "by_partition",
-            row_type("IdleByPartitionRow", ("cluster", "partition", *IDLE_GROUP)),
-            _fixed("Idle GPU-hours by partition"),
         ),
         Section("top_jobs", row_type("IdleJobRow", IDLE_JOB_COLUMNS), _top("jobs", "idle GPU-hours")),
         Section(
@@ -551,16 +550,7 @@ RETRIES = ReportSpec(
             row_type("RetryChainRow", CHAIN_COLUMNS),
             lambda q, rows: f"Resubmission chains, {q.window_text()}",
         ),
-        Section(
-            "by_account",
-            row_type("RetriesByAccountRow", ("cluster", "account", *RETRY_GROUP)),
-            _fixed("Retries by account"),
-        ),
-        Section(
-            "by_user",
-            row_type("RetriesByUserRow", ("cluster", "user", *RETRY_GROUP)),
-            _fixed("Retries by user"),
-        ),
+        *by_group("Retries", RETRY_GROUP, ("account", "user"), "Retries", _fixed("Retries by account")),
     ),
     run=_run_retries,
 )
