@@ -33,6 +33,15 @@ PG_CONNECT_TIMEOUT_SECONDS = 10
 PG_LOCK_TIMEOUT = "30s"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # the system tools the suite runs as root (useradd, runuser, munged, slurmctld) live in the
+    # sbin directories, which a PATH made for an ordinary user (env -i, cron, some CI) lacks
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    missing = [d for d in ("/usr/local/sbin", "/usr/sbin", "/sbin") if d not in path and os.path.isdir(d)]
+    if missing:
+        os.environ["PATH"] = os.pathsep.join([*path, *missing])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The real-Slurm tests get a longer per-test timeout than the default (pyproject)."""
     for item in items:
