@@ -110,9 +110,16 @@ def load_data(engine: Engine, config: Config, people: People) -> None:
 class Server:
     """The read API on a free loopback port, in a thread; CLOCK can be moved by a test."""
 
-    def __init__(self, config: Config, engine: Engine, people: People, statements: Engine) -> None:
+    def __init__(
+        self,
+        config: Config,
+        engine: Engine,
+        people: People,
+        statements: Engine | None = None,
+        settings: AuthSettings | None = None,
+    ) -> None:
         self.now = NOW
-        settings = AuthSettings(
+        settings = settings or AuthSettings(
             methods=("munge",),
             access=config.access,
             munge_socket=config.api.munge_socket,
@@ -487,19 +494,10 @@ def test_slurm_jwt_and_a_trusted_proxy_identify_callers_through_the_api(
         replay_cache=ReplayCache(),
     )
     reader = create_engine(login_roles.url(login_roles.reader))
-    app = build_app(config, reader, settings, lambda: NOW)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            time.sleep(0.05)
+    with Server(config, reader, people, settings=settings) as server:
 
         def get(path: str, headers: dict[str, str]) -> tuple[int, Any]:
-            request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+            request = urllib.request.Request(server.url + path, headers=headers)
             try:
                 with urllib.request.urlopen(request, timeout=60) as response:
                     return response.status, json.loads(response.read())
@@ -522,10 +520,7 @@ def test_slurm_jwt_and_a_trusted_proxy_identify_callers_through_the_api(
         # X-Forwarded-For does not make a request come from elsewhere, nor from the proxy
         status, body = get("/v1/whoami", {"X-Forwarded-For": "10.9.9.9"})
         assert status == 401
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        reader.dispose()
+    reader.dispose()
 
 
 def test_concurrent_callers_each_get_their_own_rows(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtel.reports.catalog import REPORTS, USAGE_ROWS
+from slurmtel.reports.catalog import REPORTS
 from slurmtel.reports.spec import ReportSpec
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -29,8 +29,7 @@ def readme_section(name: str) -> str:
 def spec_columns(spec: ReportSpec) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for section in spec.sections:
-        types = USAGE_ROWS.values() if not isinstance(section.row, type) else [section.row]
-        found[section.name] = {f for t in types for f in t.__dataclass_fields__}
+        found[section.name] = {f for t in section.row_types() for f in t.__dataclass_fields__}
     return found
 
 

@@ -61,17 +61,9 @@ def _report_path(spec: ReportSpec) -> dict[str, Any]:
         parameters.append(_query(p.name, p.help, schema))
     sections = []
     for section in spec.sections:
-        if isinstance(section.row, type):
-            rows = _row_schema(tuple(f.name for f in dataclasses.fields(section.row)))
-        else:
-            # the row type follows an option (report usage --by): one schema per choice
-            from slurmtel.reports.catalog import USAGE_ROWS
-
-            rows = {
-                "oneOf": [
-                    _row_schema(tuple(f.name for f in dataclasses.fields(t))) for t in USAGE_ROWS.values()
-                ]
-            }
+        schemas = [_row_schema(tuple(f.name for f in dataclasses.fields(t))) for t in section.row_types()]
+        # a row type that follows an option (report usage --by): one schema per choice
+        rows = schemas[0] if len(schemas) == 1 else {"oneOf": schemas}
         sections.append(
             {
                 "type": "object",

@@ -9,6 +9,7 @@ table each, a JSON object {"section": [rows], ...}, or CSV blocks under "# secti
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
@@ -40,7 +41,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         for parameter in spec.parameters:
             _add_parameter(parser, parameter)
         add_format_argument(parser)
-        parser.set_defaults(handler=_handler(spec), report_spec=spec.name)
+        parser.set_defaults(handler=functools.partial(cmd_report, spec))
     # `report nodes --drift` is the fabric plane's drift report under the nodes name
     nodes = reports.choices["nodes"]
     nodes.add_argument(
@@ -49,6 +50,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         help="instead: the nodes that differ from the majority of their partition (driver, CUDA, "
         "VBIOS, GPU model, GPU memory, GPUs, topology), with since when",
     )
+    nodes.set_defaults(handler=cmd_report_nodes)
 
 
 def _add_parameter(parser: argparse.ArgumentParser, p: Parameter) -> None:
@@ -68,15 +70,12 @@ def _add_parameter(parser: argparse.ArgumentParser, p: Parameter) -> None:
     )
 
 
-def _handler(spec: ReportSpec) -> Any:
-    def handle(args: argparse.Namespace, config: Config) -> int:
-        if spec.name == "nodes" and args.drift:
-            from slurmtel.commands.fabric import cmd_report_drift
+def cmd_report_nodes(args: argparse.Namespace, config: Config) -> int:
+    if args.drift:
+        from slurmtel.commands.fabric import cmd_report_drift
 
-            return cmd_report_drift(args, config)
-        return cmd_report(spec, args, config)
-
-    return handle
+        return cmd_report_drift(args, config)
+    return cmd_report(REPORTS["nodes"], args, config)
 
 
 def cmd_report(spec: ReportSpec, args: argparse.Namespace, config: Config) -> int:

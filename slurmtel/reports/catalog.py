@@ -23,6 +23,7 @@ from slurmtel.reports.spec import (
     Parameter,
     ReportQuery,
     ReportSpec,
+    RowsBy,
     Section,
     StoreSections,
     row_type,
@@ -121,7 +122,7 @@ USAGE = ReportSpec(
     sections=(
         Section(
             "usage",
-            row=lambda q: USAGE_ROWS[q.option("by")],
+            row=RowsBy("by", USAGE_ROWS),
             title=lambda q, rows: f"GPU usage by {q.option('by')}, {q.window_text()}",
             table_columns=lambda q: ("cluster", q.option("by"), *USAGE_TABLE_COLUMNS),
         ),

@@ -226,17 +226,30 @@ def _boolean(text: str) -> bool:
 
 
 @dataclass(frozen=True)
+class RowsBy:
+    """A section whose row type follows one of the report's options (usage --by): the row type
+    for each of the option's values."""
+
+    option: str
+    types: Mapping[str, type]
+
+
+@dataclass(frozen=True)
 class Section:
-    """One table of a report. ROW_TYPE (a row_type) is its public shape, in column order;
+    """One table of a report. ROW (a row_type, or RowsBy) is its public shape, in column order;
     TABLE_COLUMNS, when given, are the columns a terminal table shows (CSV and JSON show all)."""
 
     name: str
-    row: type | Callable[[ReportQuery], type]
+    row: type | RowsBy
     title: Callable[[ReportQuery, Sequence[Any]], str]
     table_columns: tuple[str, ...] | Callable[[ReportQuery], tuple[str, ...]] | None = None
 
     def row_type(self, query: ReportQuery) -> type:
-        return self.row if isinstance(self.row, type) else self.row(query)
+        return self.row if isinstance(self.row, type) else self.row.types[query.option(self.row.option)]
+
+    def row_types(self) -> tuple[type, ...]:
+        """Every row type the section can have (the API's schema, the docs test)."""
+        return (self.row,) if isinstance(self.row, type) else tuple(self.row.types.values())
 
     def columns(self, query: ReportQuery) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(self.row_type(query)))

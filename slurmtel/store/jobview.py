@@ -232,6 +232,13 @@ def util_windows(
 # --------------------------------------------------------------------------------- slurmtel me
 
 
+# the user's attempts in the window, as `report usage` counts them (parameters: _user_window_params)
+_USER_ATTEMPTS = (
+    "SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, "
+    ":scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)"
+)
+
+
 def _user_window_params(
     user: str, start: datetime, end: datetime, first_day: date, end_day: date, now: datetime, scope: Scope
 ) -> dict[str, Any]:
@@ -266,8 +273,8 @@ def month_summary(
     usage = (
         conn.execute(
             text(
-                """
-            WITH w AS (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters))
+                f"""
+            WITH w AS ({_USER_ATTEMPTS})
             SELECT count(DISTINCT (cluster, job_id_raw, coalesce(job_submit_at, submit_at))) AS jobs,
                    count(*) AS attempts,
                    coalesce(sum(gpu_seconds), 0) AS gpu_seconds,
@@ -319,8 +326,8 @@ def top_jobs(
     params = {**_user_window_params(user, start, end, first_day, end_day, now, scope), "limit": limit}
     rows = conn.execute(
         text(
-            """
-            WITH w AS (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)),
+            f"""
+            WITH w AS ({_USER_ATTEMPTS}),
             jobs AS (
                 SELECT cluster, job_id_raw, coalesce(job_submit_at, submit_at) AS jsa,
                        (array_agg(job_id ORDER BY submit_at DESC))[1] AS job_id,
@@ -373,8 +380,8 @@ def user_attempts(
     params = _user_window_params(user, start, end, first_day, end_day, now, scope)
     rows = conn.execute(
         text(
-            """
-            WITH w AS (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)),
+            f"""
+            WITH w AS ({_USER_ATTEMPTS}),
             telemetry AS (
                 SELECT g.cluster, g.job_id_raw, g.submit_at,
                        sum(g.allocated_seconds) AS allocated, sum(g.covered_seconds) AS covered,
