@@ -34,7 +34,7 @@ from sqlalchemy import Engine
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurmtel.access import Identity, Role, allowed
-from slurmtel.api.app import build_app
+from slurmtel.api.app import ReadApi, build_app
 from slurmtel.auth.identity import AuthSettings
 from slurmtel.auth.replay import ReplayCache
 from slurmtel.config import Config, config_from_dict
@@ -102,7 +102,7 @@ def main() -> int:
             munge_socket=daemon.socket,
             replay_cache=ReplayCache(),
         )
-        app = build_app(config, engine, settings, lambda: NOW)
+        app = build_app(ReadApi(config, engine, settings, lambda: NOW))
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]

@@ -40,7 +40,7 @@ import uvicorn
 from sqlalchemy import Engine, create_engine
 
 from slurmtel.access import Identity, Role
-from slurmtel.api.app import build_app
+from slurmtel.api.app import ReadApi, build_app
 from slurmtel.auth.identity import AuthSettings
 from slurmtel.auth.replay import ReplayCache
 from slurmtel.cli import main
@@ -128,7 +128,7 @@ class Server:
             coordinators=lambda user: frozenset({"bio"}) if user == people.coordinator else frozenset(),
         )
         # the data's now is NOW (site.clock); credentials are checked against the wall clock
-        app = build_app(config, engine, settings, lambda: NOW, statements, auth_clock=self._clock)
+        app = build_app(ReadApi(config, engine, settings, lambda: NOW, statements, auth_clock=self._clock))
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]

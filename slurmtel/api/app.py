@@ -105,7 +105,9 @@ class CoordinatorCache:
 
 
 class ReadApi:
-    """The endpoints, over one engine, one set of auth settings and one clock."""
+    """The endpoints over ENGINE (the reader role, scoped per transaction) and STATEMENTS_ENGINE
+    (every row: see slurmtel.store.rls.scope_sessions_to_everything). CLOCK is the data's now
+    (site.clock); AUTH_CLOCK the wall clock credentials are checked against."""
 
     def __init__(
         self,
@@ -346,20 +348,10 @@ def _guarded(endpoint: Callable[[Request], Response]) -> Callable[[Request], Res
     return handle
 
 
-def build_app(
-    config: Config,
-    engine: Engine,
-    settings: AuthSettings,
-    clock: Callable[[], datetime],
-    statements_engine: Engine | None = None,
-    auth_clock: Callable[[], datetime] | None = None,
-) -> Starlette:
-    """The app over ENGINE (the reader role, scoped per transaction) and STATEMENTS_ENGINE
-    (every row: see slurmtel.store.rls.scope_sessions_to_everything). CLOCK is the data's now
-    (site.clock); AUTH_CLOCK the wall clock credentials are checked against."""
+def build_app(api: ReadApi) -> Starlette:
+    """API's endpoints routed, with /healthz and the OpenAPI document (made once)."""
     from slurmtel.api.openapi import openapi_document
 
-    api = ReadApi(config, engine, settings, clock, statements_engine, auth_clock)
     spec_document = openapi_document()
 
     def healthz(request: Request) -> Response:

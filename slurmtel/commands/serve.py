@@ -21,7 +21,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     import uvicorn
 
-    from slurmtel.api.app import CoordinatorCache, build_app
+    from slurmtel.api.app import CoordinatorCache, ReadApi, build_app
     from slurmtel.auth.identity import AuthSettings
     from slurmtel.clock import site_clock
     from slurmtel.sources.base import utc_now
@@ -40,7 +40,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     settings = AuthSettings.from_config(
         config, CoordinatorCache(lambda user: coordinated_accounts(config, user))
     )
-    app = build_app(config, engine, settings, site_clock(config, utc_now), statements_engine)
+    app = build_app(ReadApi(config, engine, settings, site_clock(config, utc_now), statements_engine))
     api = config.api
     uvicorn.run(
         app,

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from slurmtel.config import Config
+from slurmtel.errors import ConfigError
+from slurmtel.timeparse import parse_slurm_time
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -62,3 +64,14 @@ class Source(Protocol):
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
         """Store a saved capture instead of reading the live source (`--input FILE`)."""
+
+
+def time_option(value: str | None, now: datetime, zone: tzinfo, flag: str) -> datetime | None:
+    """A source's -S/-E as typed (sacct time forms in the site's zone), None when not given;
+    ConfigError naming FLAG for a form Slurm refuses."""
+    if not value:
+        return None
+    try:
+        return parse_slurm_time(value, now=now, zone=zone)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: {exc}") from exc

@@ -28,7 +28,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
-from zoneinfo import ZoneInfo
 
 import orjson
 
@@ -44,8 +43,7 @@ from slurmtel.parsers.prometheus import (
     scrape_summaries,
 )
 from slurmtel.records import Rejected
-from slurmtel.sources.base import RunContext, RunResult
-from slurmtel.timeparse import parse_slurm_time
+from slurmtel.sources.base import RunContext, RunResult, time_option
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -97,8 +95,8 @@ class PrometheusSource:
         step = cfg.step_seconds
         now = ctx.clock()
         scope = api.base_url
-        explicit_start = _time_option(getattr(options, "start", None), now, ctx.config.zone, "-S")
-        explicit_end = _time_option(getattr(options, "end", None), now, ctx.config.zone, "-E")
+        explicit_start = time_option(getattr(options, "start", None), now, ctx.config.zone, "-S")
+        explicit_end = time_option(getattr(options, "end", None), now, ctx.config.zone, "-E")
         # an explicit window is a backfill: it neither reads nor moves the cursor
         backfill = explicit_start is not None or explicit_end is not None
         cursor = None
@@ -269,15 +267,6 @@ def _floor(at: datetime, step: int) -> datetime:
 def _ceil(at: datetime, step: int) -> datetime:
     floor = _floor(at, step)
     return floor if floor == at else floor + timedelta(seconds=step)
-
-
-def _time_option(value: str | None, now: datetime, zone: ZoneInfo, flag: str) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return parse_slurm_time(value, now=now, zone=zone)
-    except ValueError as exc:
-        raise ConfigError(f"{flag}: {exc}") from exc
 
 
 def _span(start: datetime, end: datetime) -> str:

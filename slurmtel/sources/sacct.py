@@ -26,9 +26,8 @@ from zoneinfo import ZoneInfo
 
 from slurmtel.config import Config, SacctSourceConfig
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
-from slurmtel.sources.base import RunContext, RunResult
+from slurmtel.sources.base import RunContext, RunResult, time_option
 from slurmtel.sources.io import run_command
-from slurmtel.timeparse import parse_slurm_time
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -101,8 +100,8 @@ class SacctSource:
         config = ctx.config
         now = ctx.clock().replace(microsecond=0)
         zone = config.zone
-        explicit_start = _time_option(options.start, now, zone, "-S")
-        explicit_end = _time_option(options.end, now, zone, "-E")
+        explicit_start = time_option(options.start, now, zone, "-S")
+        explicit_end = time_option(options.end, now, zone, "-E")
         # None = no -M: sacct's own cluster
         clusters: list[str | None] = [*(_split(options.clusters) or config.sources.sacct.clusters)] or [None]
         result = RunResult()
@@ -483,15 +482,6 @@ def _window_start(config: SacctSourceConfig, cursor: datetime | None, now: datet
 def _sacct_time(at: datetime) -> str:
     # sacct runs with TZ=UTC, so a naive UTC time means what it says
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
-
-
-def _time_option(value: str | None, now: datetime, zone: ZoneInfo, flag: str) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return parse_slurm_time(value, now=now, zone=zone)
-    except ValueError as exc:
-        raise ConfigError(f"{flag}: {exc}") from exc
 
 
 def _split(value: str | None) -> list[str]:
