@@ -95,7 +95,7 @@ def generate_windows(engine: Engine, gpus: int, lo: datetime, hi: datetime, job_
                 total += conn.execute(
                     text(
                         """
-                        INSERT INTO gpu_summary (source, node, gpu_uuid, window_start_at, window_seconds,
+                        INSERT INTO gpu_window (source, node, gpu_uuid, window_start_at, window_seconds,
                             util_metric, sample_count, covered_seconds, util_mean_percent, util_max_percent,
                             idle_seconds, no_process_seconds, memory_used_max_bytes, energy_joules,
                             energy_method, job_ids, batch_id)

@@ -171,7 +171,7 @@ def end_to_end(dsn: str, gpus: int, hours: int) -> None:
             rates = {}
             for concurrency in (1, AgentSourceConfig.concurrency):
                 with engine.begin() as conn:
-                    conn.execute(text("TRUNCATE gpu_summary, agent_cursor, ingest_batch CASCADE"))
+                    conn.execute(text("TRUNCATE gpu_window, gpu_window_hour, agent_cursor, ingest_batch CASCADE"))
                 config = config_from_dict(
                     {
                         "sources": {
@@ -197,11 +197,11 @@ def end_to_end(dsn: str, gpus: int, hours: int) -> None:
                 )
             rows = summary_rows(records, batch_id=1)
             with engine.begin() as conn:
-                conn.execute(text("TRUNCATE gpu_summary"))
+                conn.execute(text("TRUNCATE gpu_window"))
             t0 = time.perf_counter()
             for i in range(0, len(rows), PAGE):
                 with engine.begin() as conn:
-                    copy_rows(conn, "gpu_summary", _COPY_COLUMNS, rows[i : i + PAGE])
+                    copy_rows(conn, "gpu_window", _COPY_COLUMNS, rows[i : i + PAGE])
             copy_rate = len(rows) / (time.perf_counter() - t0)
     finally:
         parent.send("done")

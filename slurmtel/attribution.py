@@ -5,6 +5,9 @@ Incremental and idempotent: each run recomputes only the attempts that may have 
 it folded in. Running it twice gives identical rows; data that arrives late is absorbed by the
 next run. Only one run at a time (a transaction-level advisory lock).
 
+Then the sample store may reorganise what it has folded in (slurmtel.store.samples): PostgreSQL's
+packs closed hours into one row per GPU and hour instead of one per window.
+
 The same run keeps the resubmission links of retry chains (retry_link) up to date with the
 jobs written since the last run, so retry figures in reports are as of the last run.
 """
@@ -27,6 +30,7 @@ from slurmtel.store.attribution import (
 )
 from slurmtel.store.locks import ATTRIBUTION_LOCK_KEY, advisory_xact_lock
 from slurmtel.store.retry_links import refresh_retry_links
+from slurmtel.store.samples import sample_store
 
 
 @dataclass(frozen=True)
@@ -35,13 +39,15 @@ class AttributionResult:
     rows: int
     batches: int
     retry_links: int = 0  # links (re)written
+    packed_windows: int = 0  # windows of closed hours moved into packed rows
 
 
 def run_attribution(
-    engine: Engine, config: Config, *, now: datetime, full: bool = False
+    engine: Engine, config: Config, *, now: datetime, full: bool = False, pack: bool = True
 ) -> AttributionResult:
     """Recompute the rollups of every attempt that may have changed and the retry links of
-    every job that may have changed (all of them with FULL)."""
+    every job that may have changed (all of them with FULL); then pack the closed hours folded
+    in (unless not PACK: a benchmark's "before")."""
     with engine.begin() as conn:
         advisory_xact_lock(conn, ATTRIBUTION_LOCK_KEY)
         job_mark = None if full else get_watermark(conn, "jobs")
@@ -63,8 +69,9 @@ def run_attribution(
             full=full,
         )
         mark_batches(conn, selection.batches)
+        packed = sample_store().after_attribution(conn, now=now) if pack else 0
         if selection.max_updated_at is not None:
             set_watermark(conn, "jobs", selection.max_updated_at)
         if selection.max_allocation_seen_at is not None:
             set_watermark(conn, "allocations", selection.max_allocation_seen_at)
-    return AttributionResult(selection.attempts, rows, len(selection.batches), links.links)
+    return AttributionResult(selection.attempts, rows, len(selection.batches), links.links, packed)

@@ -331,17 +331,18 @@ class Schedule:
         return None
 
     def _maintain(self) -> Failure:
-        """Daily gpu_summary partitions ahead; drop those past retention and their batches."""
+        """The sample store's days ahead; drop those past retention and their batches."""
         from slurmtel.store.daemon import delete_batches_before
         from slurmtel.store.fabric import delete_counter_windows_before
-        from slurmtel.store.telemetry import drop_partitions_before, ensure_partitions
+        from slurmtel.store.samples import sample_store
 
         telemetry = self.ctx.config.telemetry
         today = self.ctx.clock().astimezone(UTC).date()  # partitions are UTC days
         cutoff = today - timedelta(days=telemetry.retention_days)
         with self.ctx.engine.begin() as conn:
-            created = ensure_partitions(conn, today, today + timedelta(days=telemetry.partitions_ahead_days))
-            dropped = drop_partitions_before(conn, cutoff)
+            created, dropped = sample_store().maintain(
+                conn, first_day=today, last_day=today + timedelta(days=telemetry.partitions_ahead_days), cutoff=cutoff
+            )
             cutoff_at = datetime(cutoff.year, cutoff.month, cutoff.day, tzinfo=UTC)
             batches = delete_batches_before(conn, cutoff_at)
             # the fabric counters' windows live as long as the raw summaries

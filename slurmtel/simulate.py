@@ -754,3 +754,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def sampled_windows(
+    node: str, gpu_uuid_: str, start_at: datetime, count: int, *, seed: int = 7, window_seconds: int = 30
+) -> Iterator[GpuSummary]:
+    """COUNT windows of one GPU as the NVML agent summarises its 1 s samples: utilisation the mean
+    of integer percents, power of milliwatt readings, memory in MiB pages, energy from the mJ
+    counter, a job changing every few minutes and idle stretches between. Unrounded, so storage
+    figures measured on them are not flattered by repeated values."""
+    rng = random.Random(f"{seed}.{gpu_uuid_}")
+    job = ""
+    level = 0.0
+    for i in range(count):
+        if i % 8 == 0:  # a job may start or end every 4 minutes
+            job = str(rng.randrange(1_000_000, 9_999_999)) if rng.random() < 0.8 else ""
+            level = rng.uniform(20, 99) if job else 0.0
+        utils = [max(0, min(100, round(rng.gauss(level, 8)))) if level else 0 for _ in range(window_seconds)]
+        power_mw = [70_000 + 6_200 * u + rng.randrange(-900, 900) for u in utils]
+        memory_mib = [2_048 + int(level * 700) + rng.randrange(0, 64) for _ in range(window_seconds)]
+        busy = sum(1 for u in utils if u >= 5)
+        mean_w = sum(power_mw) / len(power_mw) / 1000
+        yield GpuSummary(
+            source="agent", node=node, gpu_uuid=gpu_uuid_,
+            window_start_at=start_at + timedelta(seconds=window_seconds * i), window_seconds=float(window_seconds),
+            util_metric="gr_engine_active", sample_count=window_seconds, covered_seconds=float(window_seconds),
+            util_mean_percent=sum(utils) / len(utils), util_max_percent=float(max(utils)),
+            idle_seconds=float(window_seconds - busy), no_process_seconds=0.0 if job else float(window_seconds),
+            memory_used_mean_bytes=sum(memory_mib) * 2**20 // len(memory_mib),
+            memory_used_max_bytes=max(memory_mib) * 2**20, memory_total_bytes=81_559 * 2**20,
+            power_mean_watts=mean_w, energy_joules=round(mean_w * window_seconds + rng.uniform(-0.5, 0.5), 3),
+            energy_method="counter", temperature_max_celsius=float(35 + int(level * 0.45) + rng.randrange(0, 3)),
+            sm_clock_max_mhz=1_980.0 if job else 345.0, job_ids=(job,) if job else (),
+        )  # fmt: skip

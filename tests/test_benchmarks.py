@@ -19,6 +19,7 @@ CASES = {
         ["rows/s", "prometheus_client", "ratio", "target", "agent CPU per GPU-second"],
     ),
     "attribution.py": (["--gpus", "16", "--days", "1"], ["samples/s", "target", "full recompute"]),
+    "window_storage.py": (["--gpus", "8", "--days", "1"], ["bytes/window", "ratio", "target", "40 GB"]),
     "reports.py": (["--jobs", "3000", "--batch", "1000", "--pending", "50", "--repeat", "1"], ["target"]),
     "chargeback.py": (["--jobs", "3000", "--batch", "1000", "--repeat", "1"], ["target"]),
     "api.py": (["--jobs", "500", "--requests", "20", "--threads", "2"], ["req/s", "p95", "direct query"]),

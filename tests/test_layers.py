@@ -16,6 +16,7 @@ A breach fails naming the module and the import."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -268,3 +269,27 @@ def test_the_checker_sees_in_function_and_relative_imports() -> None:
     }
     in_package = {t for t, _ in imports_of("slurmtel.store", "from . import jobs\n", is_package=True)}
     assert in_package == {"slurmtel.store.jobs"}
+
+
+def test_windows_are_read_and_written_only_through_the_sample_store() -> None:
+    """Attribution, the job view and the reports read windows through slurmtel_gpu_windows()
+    and the sources write them through slurmtel.store.samples: no other module names the
+    tables that hold them (so another sample store does not touch them)."""
+    tables = re.compile(
+        r"\b(FROM|JOIN|INTO|UPDATE)\s+(gpu_summary|gpu_window|gpu_window_hour)\b", re.IGNORECASE
+    )
+    found = [
+        f"{path.relative_to(ROOT)}: {match.group(0)}"
+        for name, path in MODULES.items()
+        if name not in ("slurmtel.store.telemetry", "slurmtel.store.samples")
+        for match in tables.finditer(path.read_text())
+    ]
+    assert found == [], "windows read or written outside the sample store:\n" + "\n".join(found)
+    writers = [
+        name
+        for name, path in MODULES.items()
+        if name != "slurmtel.store.samples"
+        and re.search(r"\bwrite_summaries\(", path.read_text())
+        and name != "slurmtel.store.telemetry"
+    ]
+    assert writers == []

@@ -64,8 +64,8 @@ def test_summaries_are_stored_once_even_when_a_pull_is_retried(engine: Engine) -
         batches = conn.execute(text("SELECT rows FROM ingest_batch ORDER BY id")).scalars().all()
     assert batches == [12, 1]
     names = existing_partitions_now(engine)
-    assert {"gpu_summary_20261101", "gpu_summary_20261102"} <= names
-    assert count(engine, "SELECT count(*) FROM gpu_summary_20261101") == 8
+    assert {"gpu_window_20261101", "gpu_window_20261102"} <= names
+    assert count(engine, "SELECT count(*) FROM gpu_window_20261101") == 8
 
 
 def test_a_window_repeated_within_one_write_is_stored_once_the_first_kept(engine: Engine) -> None:
@@ -99,12 +99,12 @@ def existing_partitions_now(engine: Engine) -> set[str]:
 def test_partitions_are_created_ahead_and_dropped_past_retention(engine: Engine) -> None:
     with engine.begin() as conn:
         created = ensure_partitions(conn, date(2025, 1, 1), date(2025, 1, 3))
-        assert created == ["gpu_summary_20250101", "gpu_summary_20250102", "gpu_summary_20250103"]
+        assert created == ["gpu_window_20250101", "gpu_window_20250102", "gpu_window_20250103"]
         assert ensure_partitions(conn, date(2025, 1, 2), date(2025, 1, 3)) == []
         write_summaries(conn, [summary(start="2025-01-01T12:00:00")], source="agent")
         dropped = drop_partitions_before(conn, date(2025, 1, 3))
-    assert dropped == ["gpu_summary_20250101", "gpu_summary_20250102"]
-    assert "gpu_summary_20250103" in existing_partitions_now(engine)
+    assert dropped == ["gpu_window_20250101", "gpu_window_20250102"]
+    assert "gpu_window_20250103" in existing_partitions_now(engine)
     assert count(engine, "SELECT count(*) FROM gpu_summary WHERE window_start_at < '2025-01-02'") == 0
 
 

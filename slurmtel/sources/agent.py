@@ -168,11 +168,11 @@ def _store_page(
     from slurmtel.store.checks import rejections
     from slurmtel.store.fabric import write_nvlink_counters, write_port_counters, write_topology
     from slurmtel.store.quarantine import quarantine
+    from slurmtel.store.samples import sample_store
     from slurmtel.store.telemetry import (
         resolve_allocation_uuids,
         write_events,
         write_inventory,
-        write_summaries,
     )
 
     # a node whose clock is wrong: its windows and events are kept out, the rest of the page in
@@ -188,7 +188,7 @@ def _store_page(
     summaries, events, inventory = screened.summaries, screened.events, screened.inventory
     rejected = [*page.rejected, *screened.rejected]
     write_inventory(conn, inventory, source=NAME)
-    stats = write_summaries(conn, summaries, source=NAME, node=page.node, partition_budget=budget)
+    stats = sample_store().write(conn, summaries, source=NAME, node=page.node, partition_budget=budget)
     events_written = write_events(conn, events)
     if inventory:
         resolve_allocation_uuids(conn, node=page.node)

@@ -103,7 +103,8 @@ class DcgmSource:
         from slurmtel.sources.plausible import screen_telemetry
         from slurmtel.store.checks import rejections
         from slurmtel.store.quarantine import quarantine
-        from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory, write_summaries
+        from slurmtel.store.samples import sample_store
+        from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory
 
         window = float(ctx.config.sources.dcgm.interval_seconds)
         origin = f"dcgm-exporter on {scrape.node}"
@@ -128,7 +129,7 @@ class DcgmSource:
         rejected = [*scrape.rejected, *screened.rejected]
         with ctx.engine.begin() as conn:
             write_inventory(conn, inventory, source=NAME)
-            stats = write_summaries(conn, summaries, source=NAME, node=scrape.node, partition_budget=budget)
+            stats = sample_store().write(conn, summaries, source=NAME, node=scrape.node, partition_budget=budget)
             resolve_allocation_uuids(conn, node=scrape.node)
             rejected += rejections(stats.refused, source=NAME, origin=origin)
             quarantine(conn, rejected)

@@ -209,7 +209,8 @@ def _store_node(
 ) -> list[Rejected]:
     from slurmtel.sources.plausible import screen_telemetry
     from slurmtel.store.checks import rejections
-    from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory, write_summaries
+    from slurmtel.store.samples import sample_store
+    from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory
 
     cfg = ctx.config.sources.prometheus
     summaries = scrape_summaries(
@@ -228,7 +229,7 @@ def _store_node(
         inventory=scrape_inventory(kept),
     )
     write_inventory(conn, screened.inventory, source=NAME)
-    stats = write_summaries(conn, screened.summaries, source=NAME, node=node, partition_budget=budget)
+    stats = sample_store().write(conn, screened.summaries, source=NAME, node=node, partition_budget=budget)
     resolve_allocation_uuids(conn, node=node)
     result.rows_written += stats.inserted
     dropped: dict[str, int] = {}

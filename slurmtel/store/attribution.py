@@ -20,9 +20,6 @@ from datetime import datetime
 
 from sqlalchemy import Connection, text
 
-# Telemetry windows are at most this long; bounds the index range scanned before a segment.
-MAX_WINDOW = "interval '1 hour'"
-
 
 @dataclass(frozen=True)
 class DirtySelection:
@@ -157,7 +154,7 @@ def recompute_dirty(conn: Connection, *, timezone: str) -> int:
     )
     inserted = conn.execute(
         text(
-            f"""
+            """
             INSERT INTO gpu_attribution (cluster, job_id_raw, submit_at, node, gpu_uuid, day, mapping,
                 gpu_fraction, util_metric, allocated_seconds, covered_seconds, busy_seconds, idle_seconds,
                 no_process_seconds, unmeasured_seconds, util_weighted_sum, util_max_percent,
@@ -232,11 +229,7 @@ def recompute_dirty(conn: Connection, *, timezone: str) -> int:
                     SELECT DISTINCT ON (s.window_start_at) s.window_start_at, s.window_seconds, s.util_metric,
                            s.covered_seconds, s.idle_seconds, s.no_process_seconds, s.util_mean_percent,
                            s.util_max_percent, s.memory_used_max_bytes, s.energy_joules
-                    FROM gpu_summary s
-                    WHERE s.gpu_uuid = gs.gpu_uuid
-                      AND s.window_start_at >= gs.seg_start - {MAX_WINDOW}
-                      AND s.window_start_at < gs.seg_end
-                      AND s.window_start_at + make_interval(secs => s.window_seconds) > gs.seg_start
+                    FROM slurmtel_gpu_windows(ARRAY[gs.gpu_uuid], gs.seg_start, gs.seg_end) s
                     ORDER BY s.window_start_at, (s.source = 'agent') DESC
                 ) w ON true
             ),
@@ -296,27 +289,24 @@ def refresh_job_spans(conn: Connection, selection: DirtySelection, *, everything
     EVERYTHING) into gpu_job_span: per GPU, job and hour, the first and last window in which the
     job's processes were on the GPU. Idempotent: spans only grow."""
     if everything:
-        where, bind = "", {}
+        bind: dict[str, object] = {"ids": None, "lo": "-infinity", "hi": "infinity"}
     elif selection.batch_window is None:
         return 0
     else:
         # the batches' ids and their windows' time range as values: the planner then reads only
         # the day partitions they fall in, through the batch index (a join with new_batch
         # would scan every partition of the retention period)
-        where = (
-            "AND s.batch_id = ANY (CAST(:ids AS bigint[])) "
-            "AND s.window_start_at >= CAST(:lo AS timestamptz) AND s.window_start_at < CAST(:hi AS timestamptz)"
-        )
         lo, hi = selection.batch_window
         bind = {"ids": selection.batches, "lo": lo, "hi": hi}
     result = conn.execute(
         text(
-            f"""
+            """
             INSERT INTO gpu_job_span AS sp (node, gpu_uuid, job_id, hour, first_at, last_at)
             SELECT s.node, s.gpu_uuid, j.job_id, date_trunc('hour', s.window_start_at),
                    min(s.window_start_at), max(s.window_start_at + make_interval(secs => s.window_seconds))
-            FROM gpu_summary s CROSS JOIN LATERAL unnest(s.job_ids) AS j(job_id)
-            WHERE cardinality(s.job_ids) > 0 {where}
+            FROM slurmtel_batch_windows(CAST(:ids AS bigint[]), CAST(:lo AS timestamptz), CAST(:hi AS timestamptz)) s
+            CROSS JOIN LATERAL unnest(s.job_ids) AS j(job_id)
+            WHERE cardinality(s.job_ids) > 0
             GROUP BY s.node, s.gpu_uuid, j.job_id, date_trunc('hour', s.window_start_at)
             ON CONFLICT (gpu_uuid, job_id, hour) DO UPDATE
             SET first_at = least(sp.first_at, EXCLUDED.first_at), last_at = greatest(sp.last_at, EXCLUDED.last_at),

@@ -114,7 +114,7 @@ def gpu_figures(
 ) -> dict[AttemptKey, list[GpuFigures]]:
     """Per attempt, per GPU (and the unmapped remainder per node): gpu_attribution over all days,
     the GPU's index on its node (the job's gpu_allocation, else gpu_inventory) and its highest
-    window mean power during the attempt (gpu_summary; a running attempt up to NOW)."""
+    window mean power during the attempt (its windows; a running attempt up to NOW)."""
     if not keys:
         return {}
     rows = conn.execute(
@@ -151,12 +151,11 @@ def gpu_figures(
             ) al ON true
             LEFT JOIN LATERAL (
                 SELECT max(s.power_mean_watts) AS power_max
-                FROM gpu_summary s JOIN job_attempt a
-                  ON a.cluster = p.cluster AND a.job_id_raw = p.job_id_raw AND a.submit_at = p.submit_at
-                WHERE s.gpu_uuid = p.gpu_uuid AND p.gpu_uuid <> '' AND a.start_at IS NOT NULL
-                  AND s.window_start_at >= a.start_at - interval '1 hour'
-                  AND s.window_start_at < coalesce(a.end_at, CAST(:now AS timestamptz), now())
-                  AND s.window_start_at + make_interval(secs => s.window_seconds) > a.start_at
+                FROM job_attempt a
+                CROSS JOIN LATERAL slurmtel_gpu_windows(
+                    ARRAY[p.gpu_uuid], a.start_at, coalesce(a.end_at, CAST(:now AS timestamptz), now())) s
+                WHERE a.cluster = p.cluster AND a.job_id_raw = p.job_id_raw AND a.submit_at = p.submit_at
+                  AND p.gpu_uuid <> '' AND a.start_at IS NOT NULL
             ) pw ON true
             ORDER BY p.cluster, p.job_id_raw, p.submit_at, p.node, (p.gpu_uuid = ''), p.gpu_uuid
             """
@@ -197,7 +196,7 @@ def gpu_figures(
 def util_windows(
     conn: Connection, gpu_uuids: Sequence[str], *, start: datetime, end: datetime
 ) -> list[UtilWindow]:
-    """gpu_summary windows of GPU_UUIDS that overlap [START, END): utilisation, memory, power."""
+    """The windows of GPU_UUIDS that overlap [START, END): utilisation, memory, power."""
     if not gpu_uuids:
         return []
     rows = conn.execute(
@@ -205,11 +204,7 @@ def util_windows(
             """
             SELECT gpu_uuid, window_start_at, window_seconds, util_mean_percent, source,
                    memory_used_max_bytes, power_mean_watts
-            FROM gpu_summary
-            WHERE gpu_uuid = ANY(CAST(:uuids AS text[]))
-              AND window_start_at >= CAST(:start AS timestamptz) - interval '1 hour'
-              AND window_start_at < CAST(:end AS timestamptz)
-              AND window_start_at + make_interval(secs => window_seconds) > CAST(:start AS timestamptz)
+            FROM slurmtel_gpu_windows(CAST(:uuids AS text[]), CAST(:start AS timestamptz), CAST(:end AS timestamptz))
             ORDER BY gpu_uuid, window_start_at, source
             """
         ),

@@ -1,9 +1,11 @@
-"""Telemetry storage: GPU window summaries (partitioned by day, COPY), events, inventory,
-live GPU allocations, node states and pending jobs.
+"""Telemetry storage: GPU window summaries (partitioned by day, COPY, packed by the hour once
+attributed), events, inventory, live GPU allocations, node states and pending jobs.
 
-This module is the one seam in front of the raw sample store (DESIGN §5): attribution reads
-summaries only through the views and functions here, so a Citus or Prometheus-backed store
-can replace it without touching attribution.
+Windows are written one row each into gpu_window (binary COPY), and the attribution run packs
+the closed hours it has folded in into gpu_window_hour, one row per GPU and hour holding its
+windows as arrays of narrow types (migration 0012 says which). Every reader goes through the
+view gpu_summary or the function slurmtel_gpu_windows (slurmtel.store.samples): the sample
+store's seam.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from slurmtel.store.checks import record_problem, sort_out, value_problem
 from slurmtel.store.copy import ROW_ERRORS, copy_rows, copy_rows_isolating
 from slurmtel.store.locks import PARTITION_LOCK_KEY, advisory_xact_lock
 
-PARTITIONED_TABLE = "gpu_summary"
+PARTITIONED_TABLE = "gpu_window"
+PACKED_TABLE = "gpu_window_hour"
 
 # (column, PostgreSQL type): every GpuSummary field, stored under its own name
 SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -200,27 +203,32 @@ def write_summaries(
         ).scalar_one()
     )
     ensure_day_partitions(conn, {_day(s) for s in summaries})
-    savepoint = conn.begin_nested()
     with gc_paused():  # a row tuple per window: nothing cyclic, no need to scan the heap
         rows = summary_rows(summaries, batch_id)
-    try:
-        with gc_paused():
-            copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)
-        savepoint.commit()
-        inserted = len(rows)
-    except (UniqueViolation, IntegrityError):
-        savepoint.rollback()
+    if _hours_packed(conn, summaries):
+        # a retried pull of hours packed already: only the windows not stored yet
         inserted, failed = _insert_new_summaries(conn, rows)
         refused += [(summaries[i], _refusal(summaries[i], error)) for i, error in failed]
-    except ROW_ERRORS:
-        # one summary spoils the COPY of all: name it by field, store the others
-        savepoint.rollback()
-        kept, unfit = sort_out(summaries, SUMMARY_COLUMNS)
-        refused += unfit
-        with gc_paused():
-            rows = summary_rows(kept, batch_id)
-        inserted, failed = _insert_new_summaries(conn, rows)
-        refused += [(kept[i], _refusal(kept[i], error)) for i, error in failed]
+    else:
+        savepoint = conn.begin_nested()
+        try:
+            with gc_paused():
+                copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)
+            savepoint.commit()
+            inserted = len(rows)
+        except (UniqueViolation, IntegrityError):
+            savepoint.rollback()
+            inserted, failed = _insert_new_summaries(conn, rows)
+            refused += [(summaries[i], _refusal(summaries[i], error)) for i, error in failed]
+        except ROW_ERRORS:
+            # one summary spoils the COPY of all: name it by field, store the others
+            savepoint.rollback()
+            kept, unfit = sort_out(summaries, SUMMARY_COLUMNS)
+            refused += unfit
+            with gc_paused():
+                rows = summary_rows(kept, batch_id)
+            inserted, failed = _insert_new_summaries(conn, rows)
+            refused += [(kept[i], _refusal(kept[i], error)) for i, error in failed]
     if inserted == 0:
         conn.execute(text("DELETE FROM ingest_batch WHERE id = :id"), {"id": batch_id})
         return SummaryWriteStats(None, received, 0, tuple(refused))
@@ -289,11 +297,245 @@ def _insert_new_summaries(
     failed = copy_rows_isolating(conn, "summary_stage", _COPY_COLUMNS, rows)
     result = conn.execute(
         text(
-            f"INSERT INTO {PARTITIONED_TABLE} ({names}) SELECT {names} FROM summary_stage "
-            "ON CONFLICT (gpu_uuid, window_start_at, source) DO NOTHING"
+            f"""
+            INSERT INTO {PARTITIONED_TABLE} ({names}) SELECT {names} FROM summary_stage s
+            WHERE NOT EXISTS (
+                SELECT 1 FROM {PACKED_TABLE} h
+                WHERE h.gpu_uuid = s.gpu_uuid AND h.source = s.source AND h.hour_at = {_HOUR_OF_WINDOW}
+                  AND slurmtel_packed_holds(h, {_OFFSET_MS}))
+            ON CONFLICT (gpu_uuid, window_start_at, source) DO NOTHING
+            """
         )
     )
     return int(result.rowcount or 0), failed
+
+
+def _hours_packed(conn: Connection, summaries: Sequence[GpuSummary]) -> bool:
+    """Whether any hour of these GPUs that SUMMARIES fall in has packed windows already."""
+    uuids = sorted({s.gpu_uuid for s in summaries if _plain_text(s.gpu_uuid)})
+    if not uuids:
+        return False
+    return bool(
+        conn.execute(
+            text(
+                f"SELECT EXISTS (SELECT 1 FROM {PACKED_TABLE} WHERE gpu_uuid = ANY (CAST(:uuids AS text[])) "
+                "AND hour_at >= date_bin('1 hour', CAST(:lo AS timestamptz), TIMESTAMPTZ '1970-01-01 00:00+00') "
+                "AND hour_at <= CAST(:hi AS timestamptz))"
+            ),
+            {
+                "uuids": uuids,
+                "lo": min(s.window_start_at for s in summaries),
+                "hi": max(s.window_start_at for s in summaries),
+            },
+        ).scalar_one()
+    )
+
+
+def _plain_text(value: object) -> bool:
+    """VALUE is text PostgreSQL takes as a parameter (the COPY names what is not)."""
+    if not isinstance(value, str) or "\x00" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- packing closed hours
+
+# UTC hours, whatever the session's time zone (date_trunc would cut India's hours at :30)
+_HOUR_OF_WINDOW = "date_bin('1 hour', s.window_start_at, TIMESTAMPTZ '1970-01-01 00:00+00')"
+_OFFSET_MS = f"CAST(round(extract(epoch FROM s.window_start_at - {_HOUR_OF_WINDOW}) * 1000) AS integer)"
+
+# An hour is packed once it ended this long ago (a late window after that is merged into its
+# packed row by a later run).
+PACK_DELAY = timedelta(hours=1)
+
+# What the packed types hold (migration 0012); a window beyond them stays one row in
+# gpu_window (nothing is lost; it just is not packed).
+_INT2 = 32767
+
+
+def _within(expression: str, limit: float) -> str:
+    # NULL fits (arrays keep NULLs); NaN compares above every number, so it does not
+    return f"coalesce(abs({expression}) <= {limit}, true)"
+
+
+_FITS = " AND ".join(
+    (
+        "s.window_seconds > 0",
+        f"CASE WHEN s.window_seconds > 0 THEN {_within('s.covered_seconds * 30000.0 / s.window_seconds', _INT2)}"
+        f" AND {_within('s.idle_seconds * 30000.0 / s.window_seconds', _INT2)}"
+        f" AND {_within('s.no_process_seconds * 30000.0 / s.window_seconds', _INT2)} ELSE false END",
+        _within("s.util_mean_percent * 100.0", _INT2),
+        _within("s.util_max_percent * 100.0", _INT2),
+        _within("s.memory_used_mean_bytes / 1024.0", 2**31 - 1),
+        _within("s.memory_used_max_bytes / 1024.0", 2**31 - 1),
+        _within("s.power_mean_watts * 10.0", _INT2),
+        _within("s.energy_joules", 3.0e38),
+        _within("s.temperature_max_celsius * 10.0", _INT2),
+        _within("s.sm_clock_max_mhz", _INT2),
+        # job ids are joined by chr(31) inside a packed row; '' and NULL would not come back
+        "NOT EXISTS (SELECT 1 FROM unnest(s.job_ids) AS j(id) WHERE j.id IS NULL OR j.id = '' "
+        "OR strpos(j.id, chr(31)) > 0)",
+    )
+)
+
+
+@dataclass(frozen=True)
+class PackResult:
+    windows: int  # windows moved from gpu_window into packed rows
+    rows: int  # packed rows written (new, or rewritten with late windows)
+
+
+def pack_windows(conn: Connection, *, now: datetime) -> PackResult:
+    """Move the windows of hours that ended PACK_DELAY before NOW, and that an attribution run
+    has folded in, from gpu_window into gpu_window_hour; a packed row that gets late windows is
+    rewritten with them. In the caller's transaction; idempotent (a run with nothing to move
+    writes nothing)."""
+    horizon = datetime.fromtimestamp((now - PACK_DELAY).timestamp() // 3600 * 3600, UTC)
+    columns = ", ".join(c for c, _ in _COPY_COLUMNS)
+    conn.execute(
+        text(
+            f"CREATE TEMP TABLE IF NOT EXISTS pack_stage (LIKE {PARTITIONED_TABLE}, packed_before boolean) "
+            "ON COMMIT DELETE ROWS"
+        )
+    )
+    conn.execute(text("TRUNCATE pack_stage"))
+    moved = conn.execute(
+        text(
+            f"""
+            WITH moved AS (
+                DELETE FROM {PARTITIONED_TABLE} s
+                WHERE s.window_start_at < :horizon AND {_FITS}
+                  AND EXISTS (SELECT 1 FROM attribution_batch b WHERE b.batch_id = s.batch_id)
+                RETURNING s.*
+            )
+            INSERT INTO pack_stage ({columns}, packed_before) SELECT {columns}, false FROM moved
+            """
+        ),
+        {"horizon": horizon},
+    ).rowcount
+    if not moved:
+        return PackResult(0, 0)
+    # the packed rows these windows belong to come back out, to be written again with them
+    conn.execute(
+        text(
+            f"""
+            WITH shapes AS (
+                SELECT DISTINCT s.gpu_uuid, {_HOUR_OF_WINDOW} AS hour_at, s.source, s.node, s.window_seconds,
+                       s.util_metric, s.energy_method, coalesce(s.memory_total_bytes, -1) AS memory_total_bytes
+                FROM pack_stage s
+            ),
+            old AS (
+                DELETE FROM {PACKED_TABLE} h USING shapes k
+                WHERE h.gpu_uuid = k.gpu_uuid AND h.hour_at = k.hour_at AND h.source = k.source
+                  AND h.node = k.node AND h.window_seconds = k.window_seconds AND h.util_metric = k.util_metric
+                  AND h.energy_method = k.energy_method AND h.memory_total_bytes = k.memory_total_bytes
+                RETURNING h.*
+            )
+            INSERT INTO pack_stage ({columns}, packed_before)
+            SELECT w.*, true FROM old h
+            CROSS JOIN LATERAL slurmtel_unpack_windows(CAST(ROW(h.*) AS {PACKED_TABLE})) w
+            """
+        )
+    )
+    written = conn.execute(
+        text(
+            f"""
+            WITH w AS (
+                SELECT DISTINCT ON (s.gpu_uuid, s.source, s.window_start_at) s.*,
+                       {_HOUR_OF_WINDOW} AS hour_at, {_OFFSET_MS} AS offset_ms,
+                       coalesce(s.memory_total_bytes, -1) AS memory_total,
+                       array_to_string(s.job_ids, chr(31)) AS job_set
+                FROM pack_stage s
+                ORDER BY s.gpu_uuid, s.source, s.window_start_at, s.packed_before DESC
+            ),
+            placed AS (
+                SELECT w.*, CAST(round(w.window_seconds * 1000) AS integer) AS window_ms,
+                       min(w.offset_ms) OVER shape AS first_ms
+                FROM w
+                WINDOW shape AS (PARTITION BY w.gpu_uuid, w.hour_at, w.source, w.node, w.window_seconds,
+                                              w.util_metric, w.energy_method, w.memory_total)
+            ),
+            sets AS (
+                SELECT gpu_uuid, hour_at, source, node, window_seconds, util_metric, energy_method, memory_total,
+                       coalesce(array_agg(DISTINCT job_set) FILTER (WHERE job_set <> ''), '{{}}') AS job_sets
+                FROM w GROUP BY gpu_uuid, hour_at, source, node, window_seconds, util_metric, energy_method,
+                                memory_total
+            )
+            INSERT INTO {PACKED_TABLE} (source, node, gpu_uuid, hour_at, window_seconds, util_metric,
+                energy_method, memory_total_bytes, batch_id, job_sets, first_offset_ms, window_offsets_ms,
+                sample_counts,
+                covered_parts, idle_parts, no_process_parts, util_mean_centipercents, util_max_centipercents,
+                memory_used_mean_kib, memory_used_max_kib, power_mean_deciwatts, energy_joules,
+                temperature_max_decicelsius, sm_clock_max_mhz, job_set_numbers)
+            SELECT w.source, w.node, w.gpu_uuid, w.hour_at, w.window_seconds, w.util_metric, w.energy_method,
+                   w.memory_total, max(w.batch_id), k.job_sets, min(w.first_ms),
+                   -- no offsets kept when the windows follow each other from the first
+                   CASE WHEN bool_and(coalesce(w.window_seconds * 1000 = w.window_ms
+                                               AND (w.offset_ms - w.first_ms) % nullif(w.window_ms, 0) = 0, false))
+                             AND max(w.offset_ms) - min(w.first_ms) = (count(*) - 1) * min(w.window_ms)
+                        THEN NULL ELSE array_agg(w.offset_ms ORDER BY w.offset_ms) END,
+                   array_agg(w.sample_count ORDER BY w.offset_ms),
+                   array_agg({_parts('covered_seconds')} ORDER BY w.offset_ms),
+                   array_agg({_parts('idle_seconds')} ORDER BY w.offset_ms),
+                   array_agg({_parts('no_process_seconds')} ORDER BY w.offset_ms),
+                   array_agg({_scaled('util_mean_percent * 100', 'smallint')} ORDER BY w.offset_ms),
+                   array_agg({_scaled('util_max_percent * 100', 'smallint')} ORDER BY w.offset_ms),
+                   array_agg({_scaled('memory_used_mean_bytes / 1024.0', 'integer')} ORDER BY w.offset_ms),
+                   array_agg({_scaled('memory_used_max_bytes / 1024.0', 'integer')} ORDER BY w.offset_ms),
+                   array_agg({_scaled('power_mean_watts * 10', 'smallint')} ORDER BY w.offset_ms),
+                   array_agg(CAST(w.energy_joules AS real) ORDER BY w.offset_ms),
+                   array_agg({_scaled('temperature_max_celsius * 10', 'smallint')} ORDER BY w.offset_ms),
+                   array_agg({_scaled('sm_clock_max_mhz', 'smallint')} ORDER BY w.offset_ms),
+                   array_agg(CAST(coalesce(array_position(k.job_sets, w.job_set), 0) AS smallint)
+                             ORDER BY w.offset_ms)
+            FROM placed w JOIN sets k USING (gpu_uuid, hour_at, source, node, window_seconds, util_metric,
+                                      energy_method, memory_total)
+            GROUP BY w.source, w.node, w.gpu_uuid, w.hour_at, w.window_seconds, w.util_metric,
+                     w.energy_method, w.memory_total, k.job_sets
+            """
+        )
+    ).rowcount
+    # the days this run has emptied give their partition's index pages back
+    conn.execute(
+        text(
+            """
+            SELECT slurmtel_reclaim_window_partition(d.day)
+            FROM (SELECT DISTINCT CAST(s.window_start_at AT TIME ZONE 'UTC' AS date) AS day
+                  FROM pack_stage s WHERE NOT s.packed_before) d
+            WHERE d.day < CAST(CAST(:horizon AS timestamptz) AT TIME ZONE 'UTC' AS date)
+            """
+        ),
+        {"horizon": horizon},
+    )
+    return PackResult(int(moved), int(written or 0))
+
+
+def _scaled(expression: str, pgtype: str) -> str:
+    return f"CAST(round(CAST(w.{expression} AS double precision)) AS {pgtype})"
+
+
+def _parts(column: str) -> str:
+    return _scaled(f"{column} * 30000.0 / w.window_seconds", "smallint")
+
+
+def window_store_size(conn: Connection) -> tuple[int, int]:
+    """(bytes on disk, windows) of the window store: both tables' partitions, indexes and TOAST
+    included. Run VACUUM first for a figure without dead rows."""
+    size, windows = conn.execute(
+        text(
+            f"""
+            SELECT (SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0) FROM pg_inherits i
+                    WHERE i.inhparent IN (CAST('{PARTITIONED_TABLE}' AS regclass), CAST('{PACKED_TABLE}' AS regclass))),
+                   (SELECT count(*) FROM {PARTITIONED_TABLE})
+                   + (SELECT coalesce(sum(cardinality(sample_counts)), 0) FROM {PACKED_TABLE})
+            """
+        )
+    ).one()
+    return int(size), int(windows)
 
 
 # ---------------------------------------------------------------- events and inventory

@@ -1,0 +1,222 @@
+"""Packed windows (migration 0012): closed, attributed hours move from one row per window to one
+row per GPU and hour, and every reader sees the same windows, to the precision the packed
+types keep, with nothing lost, nothing counted twice and late data merged."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import Connection, Engine, text
+
+from slurmtel.attribution import run_attribution
+from slurmtel.config import Config
+from slurmtel.simulate import sampled_windows
+from slurmtel.store.attribution import mark_batches
+from slurmtel.store.jobs import write_attempts
+from slurmtel.store.jobview import util_windows
+from slurmtel.store.telemetry import pack_windows, window_store_size, write_inventory, write_summaries
+from tests.factories import attempt, inventory, windows
+
+HOUR = datetime(2026, 11, 3, 10, 0, tzinfo=UTC)
+LATER = HOUR + timedelta(hours=5)  # the hours from HOUR on are closed and past the delay
+FIELDS = (
+    "window_seconds", "util_metric", "sample_count", "covered_seconds", "util_mean_percent",
+    "util_max_percent", "idle_seconds", "no_process_seconds", "memory_used_mean_bytes",
+    "memory_used_max_bytes", "memory_total_bytes", "power_mean_watts", "energy_joules",
+    "energy_method", "temperature_max_celsius", "sm_clock_max_mhz", "job_ids",
+)  # fmt: skip
+# what each packed type keeps (migration 0012); other fields come back exactly
+PRECISION = {
+    "covered_seconds": 0.0005, "idle_seconds": 0.0005, "no_process_seconds": 0.0005,
+    "util_mean_percent": 0.005, "util_max_percent": 0.005, "memory_used_mean_bytes": 512,
+    "memory_used_max_bytes": 512, "power_mean_watts": 0.05, "energy_joules": 0.01,
+    "temperature_max_celsius": 0.05, "sm_clock_max_mhz": 0.5,
+}  # fmt: skip
+
+
+def stored(conn: Connection) -> dict[tuple[str, datetime], dict]:
+    result = conn.execute(text("SELECT * FROM gpu_summary")).mappings()
+    return {(r["gpu_uuid"], r["window_start_at"]): dict(r) for r in result}
+
+
+def assert_same_windows(before: dict, after: dict) -> None:
+    assert after.keys() == before.keys()
+    for key, row in before.items():
+        for field in FIELDS:
+            old, new = row[field], after[key][field]
+            if field in PRECISION and old is not None:
+                assert new == pytest.approx(old, abs=PRECISION[field]), (key, field)
+            else:
+                assert new == old, (key, field)
+
+
+def fold_and_pack(engine: Engine, config: Config, now: datetime = LATER) -> int:
+    return run_attribution(engine, config, now=now).packed_windows
+
+
+def packed_rows(engine: Engine) -> list[tuple[str, datetime, int]]:
+    with engine.connect() as conn:
+        return [
+            (r[0], r[1], r[2])
+            for r in conn.execute(
+                text(
+                    "SELECT gpu_uuid, hour_at, cardinality(sample_counts) FROM gpu_window_hour ORDER BY 1, 2"
+                )
+            )
+        ]
+
+
+def test_closed_attributed_hours_are_packed_and_read_back_the_same(engine: Engine, config: Config) -> None:
+    summaries = [w for g in range(3) for w in sampled_windows("gpu01", f"GPU-p{g}", HOUR, 240)]
+    with engine.begin() as conn:
+        write_summaries(conn, summaries, source="agent", node="gpu01")
+        before = stored(conn)
+    assert fold_and_pack(engine, config) == 3 * 240
+    # one row per GPU and hour, 120 windows each, and none left one row each
+    assert packed_rows(engine) == [
+        (f"GPU-p{g}", HOUR + timedelta(hours=h), 120) for g in range(3) for h in (0, 1)
+    ]
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM gpu_window")).scalar_one() == 0
+        assert_same_windows(before, stored(conn))
+        size, count = window_store_size(conn)
+    assert count == 3 * 240 and size > 0
+    # a second run has nothing to move and changes nothing
+    assert fold_and_pack(engine, config) == 0
+    assert packed_rows(engine) == [
+        (f"GPU-p{g}", HOUR + timedelta(hours=h), 120) for g in range(3) for h in (0, 1)
+    ]
+
+
+def test_the_current_hour_and_unattributed_windows_stay_unpacked(engine: Engine, config: Config) -> None:
+    now = HOUR + timedelta(hours=1, minutes=30)
+    with engine.begin() as conn:
+        write_summaries(conn, windows("GPU-q", HOUR, 180), source="agent", node="gpu01")
+    # the hour 10:00 ended only 30 minutes before now: PACK_DELAY keeps it for late data
+    assert fold_and_pack(engine, config, now) == 0
+    assert fold_and_pack(engine, config, now + timedelta(minutes=30)) == 120
+    assert packed_rows(engine) == [("GPU-q", HOUR, 120)]
+    # windows no attribution run has folded in are never packed
+    with engine.begin() as conn:
+        write_summaries(conn, windows("GPU-r", HOUR, 10), source="agent", node="gpu01")
+        assert pack_windows(conn, now=LATER).windows == 60  # GPU-q's 11:00 hour, closed by now
+        assert (
+            conn.execute(text("SELECT count(*) FROM gpu_window WHERE gpu_uuid = 'GPU-r'")).scalar_one() == 10
+        )
+
+
+def test_a_late_window_is_merged_into_its_packed_row_and_a_repeat_is_refused(
+    engine: Engine, config: Config
+) -> None:
+    hour = windows("GPU-s", HOUR, 120, busy=set(range(60)), job="41")
+    late = hour.pop(77)
+    with engine.begin() as conn:
+        write_summaries(conn, hour, source="agent", node="gpu01")
+    fold_and_pack(engine, config)
+    assert packed_rows(engine) == [("GPU-s", HOUR, 119)]
+    # a retried pull brings the packed windows again, and the one that was missing
+    with engine.begin() as conn:
+        again = write_summaries(conn, [*hour[:5], late], source="agent", node="gpu01")
+    assert (again.inserted, again.duplicates) == (1, 5)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM gpu_summary")).scalar_one() == 120
+    fold_and_pack(engine, config)
+    assert packed_rows(engine) == [("GPU-s", HOUR, 120)]
+    with engine.connect() as conn:
+        rows = stored(conn)
+    assert len(rows) == 120
+    assert rows[("GPU-s", late.window_start_at)]["idle_seconds"] == 30.0
+    assert rows[("GPU-s", HOUR)]["job_ids"] == ["41"]
+
+
+def test_windows_the_packed_types_cannot_hold_stay_one_row_each(engine: Engine, config: Config) -> None:
+    base = windows("GPU-t", HOUR, 4)
+    odd = [
+        replace(base[0], util_mean_percent=1e6),  # beyond 1/100 percent in an int2
+        replace(base[1], power_mean_watts=math.nan),
+        replace(base[2], job_ids=("7\x1f8",)),  # the separator of packed job-id sets
+        base[3],
+    ]
+    with engine.begin() as conn:
+        write_summaries(conn, odd, source="agent", node="gpu01")
+    assert fold_and_pack(engine, config) == 1
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM gpu_window")).scalar_one() == 3
+        rows = stored(conn)
+    assert len(rows) == 4
+    assert rows[("GPU-t", base[0].window_start_at)]["util_mean_percent"] == 1e6
+    assert math.isnan(rows[("GPU-t", base[1].window_start_at)]["power_mean_watts"])
+    assert rows[("GPU-t", base[2].window_start_at)]["job_ids"] == ["7\x1f8"]
+
+
+def test_attribution_and_the_job_plot_are_the_same_after_packing(engine: Engine, config: Config) -> None:
+    job = attempt(
+        job_id_raw=90,
+        nodes=("gpu01",),
+        alloc_gpus=2,
+        submit_at=HOUR,
+        start_at=HOUR + timedelta(minutes=7, seconds=10),
+        end_at=HOUR + timedelta(hours=2, minutes=3, seconds=20),
+    )
+    summaries = [
+        replace(w, job_ids=("90",) if job.start_at <= w.window_start_at < job.end_at else w.job_ids)  # type: ignore[operator]
+        for g in (0, 1)
+        for w in sampled_windows("gpu01", f"GPU-u{g}", HOUR, 300)
+    ]
+    with engine.begin() as conn:
+        write_attempts(conn, [job])
+        write_inventory(conn, inventory("gpu01", ["GPU-u0", "GPU-u1"], HOUR), source="agent")
+        write_summaries(conn, summaries, source="agent", node="gpu01")
+    # attributed from one row per window (no packing yet: the hours are too recent)
+    run_attribution(engine, config, now=HOUR + timedelta(hours=2, minutes=30), full=True)
+    unpacked = attribution(engine)
+    with engine.connect() as conn:
+        plot = util_windows(conn, ["GPU-u0", "GPU-u1"], start=job.start_at, end=job.end_at)  # type: ignore[arg-type]
+    assert fold_and_pack(engine, config) > 0 and packed_rows(engine)
+    run_attribution(engine, config, now=LATER, full=True)
+    packed = attribution(engine)
+    assert packed.keys() == unpacked.keys() and len(packed) == 2
+    for key, row in unpacked.items():
+        for field, value in row.items():
+            if isinstance(value, float):
+                assert packed[key][field] == pytest.approx(value, rel=1e-4, abs=0.05), (key, field)
+            else:
+                assert packed[key][field] == value, (key, field)
+    with engine.connect() as conn:
+        plot_after = util_windows(conn, ["GPU-u0", "GPU-u1"], start=job.start_at, end=job.end_at)  # type: ignore[arg-type]
+    assert [(w.gpu_uuid, w.window_start_at) for w in plot_after] == [
+        (w.gpu_uuid, w.window_start_at) for w in plot
+    ]
+    for old, new in zip(plot, plot_after, strict=True):
+        assert new.util_mean_percent == pytest.approx(old.util_mean_percent, abs=0.005)
+
+
+def attribution(engine: Engine) -> dict[tuple, dict]:
+    with engine.connect() as conn:
+        result = conn.execute(
+            text(
+                "SELECT gpu_uuid, day, mapping, allocated_seconds, covered_seconds, busy_seconds, idle_seconds, "
+                "no_process_seconds, unmeasured_seconds, util_weighted_sum, util_max_percent, "
+                "memory_used_max_bytes, energy_joules FROM gpu_attribution WHERE job_id_raw = 90"
+            )
+        ).mappings()
+        return {(r["gpu_uuid"], r["day"]): {k: _plain(v) for k, v in r.items()} for r in result}
+
+
+def _plain(value: object) -> object:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+def test_hours_are_utc_whatever_the_session_time_zone(engine: Engine) -> None:
+    # India is 5:30 from UTC: date_trunc('hour') in that zone would cut hours at :30
+    with engine.begin() as conn:
+        write_summaries(conn, windows("GPU-v", HOUR, 120), source="agent", node="gpu01")
+    with engine.begin() as conn:
+        conn.execute(text("SET LOCAL timezone = 'Asia/Kolkata'"))
+        mark_batches(conn, list(conn.execute(text("SELECT id FROM ingest_batch")).scalars()))
+        assert pack_windows(conn, now=LATER).windows == 120
+        assert len(stored(conn)) == 120
+    assert packed_rows(engine) == [("GPU-v", HOUR, 120)]
