@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import Engine, create_engine, inspect, text
