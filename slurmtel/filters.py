@@ -1,12 +1,16 @@
-"""What a report or view is narrowed to: the Slurm-style filters (-A, -u, -r, -M) and the
-outcome classes a job ends in. Plain values, no database: the CLI builds its arguments from
+"""What a report or view is narrowed to: the Slurm-style filters (-A, -u, -r, -M), the
+outcome classes a job ends in and the forms of a job id. Plain values, no database: the CLI builds its arguments from
 them without loading the store (slurmtel.store.usage re-exports both)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+# "123", array task "10_4", heterogeneous job component "123+1"
+JOB_ID = re.compile(r"\d+(?:[_+]\d+)?")
 
 OUTCOME_CLASSES = (
     "completed",

@@ -115,3 +115,12 @@ def test_database_url_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert config_from_dict({"database": {"url": "postgresql://from-config/db"}}).database_url() == (
         "postgresql://from-config/db"
     )
+
+
+def test_the_default_prometheus_metrics_are_dcgm_fields() -> None:
+    """The config check trusts the defaults without importing the DCGM parser (slurmtel job on
+    a login node loads the config too): they must be fields it reads."""
+    from slurmtel.config import PrometheusSourceConfig
+    from slurmtel.parsers.dcgm import dcgm_field_names
+
+    assert set(PrometheusSourceConfig().metrics) <= dcgm_field_names()

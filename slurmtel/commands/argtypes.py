@@ -54,7 +54,7 @@ def role_name(value: str) -> str:
 
 def check_job_id(text: str) -> None:
     """A job id as `slurmtel job` takes it (123, 10_4, 123+1), each number in range."""
-    from slurmtel.store.jobview import JOB_ID
+    from slurmtel.filters import JOB_ID
 
     if not JOB_ID.fullmatch(text):
         raise ConfigError(f"'{text}' is not a job id (forms: 123, 10_4 for an array task, 123+1)")

@@ -15,11 +15,8 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
-from slurmtel.filters import JobFilter
+from slurmtel.filters import JOB_ID, JobFilter
 from slurmtel.rows import GpuFigures, UtilWindow
-
-# "123", array task "10_4", heterogeneous job component "123+1"
-JOB_ID = re.compile(r"\d+(?:[_+]\d+)?")
 
 AttemptKey = tuple[str, int, datetime]
 
