@@ -14,6 +14,10 @@ slurmtel_job_runs{result="skipped"}, the wait shown in slurmtel_job_backoff_seco
 The EpilogSlurmctld hook calls `job_ended`: the next sacct run moves to
 daemon.job_end_delay_seconds from now (job ends within that window share one run; one that
 arrives during a run gets a run right after it), so a finished job is stored within a minute.
+The telemetry sources (agent, dcgm, prometheus) are pulled at the same time, and again once
+the job's last summary window has closed (agent.summary_window_seconds after the end, plus
+the delay); each of those runs and the sacct run is followed by an attribution run, so the
+job's GPU utilisation is there within a minute too, not only its sacct record.
 """
 
 from __future__ import annotations
@@ -44,6 +48,11 @@ SOURCE_JOB_PREFIX = "source:"
 SACCT_JOB = SOURCE_JOB_PREFIX + "sacct"
 ATTRIBUTION_JOB = "attribution"
 MAINTENANCE_JOB = "maintenance"
+# the sources pulled again after a job end, so that attribution has the job's last windows
+TELEMETRY_JOBS = tuple(SOURCE_JOB_PREFIX + name for name in ("agent", "dcgm", "prometheus"))
+# a telemetry or sacct run that starts this long after the follow-up pull was due still
+# triggers attribution (the follow-up may wait for a pull that was running)
+FOLLOW_UP_SLACK_SECONDS = 30.0
 CHARGEBACK_JOB = "chargeback"
 CHARGEBACK_CHECK_SECONDS = 3600
 DATABASE_UNAVAILABLE = DatabaseUnavailable.kind
@@ -60,8 +69,9 @@ class JobState:
     # monotonic time before which scheduled runs are skipped (the backoff)
     retry_at: float = 0.0
     running_since: float | None = None
-    # when the epilog hook last asked for this job (sacct only)
+    # when the epilog hook (or a run after a job end) last asked for this job, and how soon
     poked_at: float | None = None
+    poke_delay: float = 0.0
 
 
 class Schedule:
@@ -79,6 +89,8 @@ class Schedule:
         self._work: dict[str, Callable[[], Failure]] = {}
         self._lock = threading.Lock()
         self._closed_months: set[str] = set()
+        # monotonic time of the last job end the hook reported
+        self._job_end_at: float | None = None
         config = ctx.config
         for source in enabled_sources(ctx):
             self._add(
@@ -166,13 +178,41 @@ class Schedule:
         if state is None:
             return
         with self._lock:
-            state.poked_at = self.monotonic()
-            if state.running_since is not None:
-                return  # run_job schedules another run when this one ends
-        self._run_soon(SACCT_JOB)
+            self._job_end_at = self.monotonic()
+        delay = self.ctx.config.daemon.job_end_delay_seconds
+        for job in (SACCT_JOB, *TELEMETRY_JOBS):
+            self._poke(job, delay)
 
-    def _run_soon(self, job: str) -> None:
-        target = datetime.now(UTC) + timedelta(seconds=self.ctx.config.daemon.job_end_delay_seconds)
+    def _poke(self, job: str, delay: float) -> None:
+        """Run JOB DELAY seconds from now, or right after the run now under way."""
+        state = self.states.get(job)
+        if state is None:
+            return
+        with self._lock:
+            state.poked_at, state.poke_delay = self.monotonic(), delay
+            if state.running_since is not None:
+                return  # _settle schedules another run when this one ends
+        self._run_soon(job, delay)
+
+    def _after_job_end(self, state: JobState, started: float) -> list[tuple[str, float]]:
+        """The runs a finished run of STATE's job asks for after a job end: attribution after
+        a sacct or telemetry run that started since the end (until the follow-up pull is in),
+        and a telemetry source's follow-up pull once the job's last summary window has closed."""
+        with self._lock:
+            ended = self._job_end_at
+        if ended is None or started < ended or state.job not in (SACCT_JOB, *TELEMETRY_JOBS):
+            return []
+        config = self.ctx.config
+        follow_up_at = ended + config.agent.summary_window_seconds + config.daemon.job_end_delay_seconds
+        wanted: list[tuple[str, float]] = []
+        if state.job in TELEMETRY_JOBS and started < follow_up_at:
+            wanted.append((state.job, max(0.0, follow_up_at - self.monotonic())))
+        if started <= follow_up_at + FOLLOW_UP_SLACK_SECONDS:
+            wanted.append((ATTRIBUTION_JOB, 0.0))
+        return wanted
+
+    def _run_soon(self, job: str, delay: float) -> None:
+        target = datetime.now(UTC) + timedelta(seconds=delay)
         scheduled = self.scheduler.get_job(job)
         if scheduled is not None and scheduled.next_run_time is not None and scheduled.next_run_time > target:
             scheduled.modify(next_run_time=target)
@@ -239,7 +279,10 @@ class Schedule:
                 )
             rerun = state.poked_at is not None and state.poked_at >= started and failure is None
         if rerun:
-            self._run_soon(state.job)
+            self._run_soon(state.job, state.poke_delay)
+        if failure is None:
+            for job, delay in self._after_job_end(state, started):
+                self._poke(job, delay)
 
     # the jobs ----------------------------------------------------------------------------
 

@@ -47,4 +47,6 @@ def test_the_benchmark_runs_and_prints_its_measures(script: str, server_url: str
 
 def test_every_benchmark_is_run_here() -> None:
     helpers = {"scratch.py", "dcgm_parse.py", "agent_cpu.py"}  # run by telemetry_ingest.py
+    # needs the Slurm lab: run by tests/integration/test_slurm_freshness.py
+    helpers.add("freshness.py")
     assert {p.name for p in BENCHMARKS.glob("*.py")} - helpers == set(CASES)

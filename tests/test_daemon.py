@@ -678,3 +678,53 @@ def test_the_chargeback_job_closes_the_previous_month_once_sacct_is_past_it(ctx:
 def test_config_defaults_for_the_daemon() -> None:
     daemon = Config().daemon
     assert (daemon.listen_address, daemon.port, daemon.backoff_max_seconds) == ("0.0.0.0", 9768, 300)
+
+
+def test_a_job_end_pulls_telemetry_now_and_after_its_last_window_then_attributes(ctx: RunContext) -> None:
+    """In process, a hand-moved monotonic clock, the jobs' work replaced by no-ops: which runs
+    the hook's post and the runs after it ask for (README: Freshness)."""
+    config = config_from_dict(
+        {
+            "sources": {
+                "slurmctld": {"enabled": False},
+                "agent": {"enabled": True, "targets": ["gpu01"], "interval_seconds": 60},
+            },
+            "agent": {"summary_window_seconds": 30},
+            "daemon": {"job_end_delay_seconds": 5.0},
+        }
+    )
+    clock = [1000.0]
+    schedule = Schedule(
+        replace(ctx, config=config), DaemonMetrics(["sacct", "agent"]), monotonic=lambda: clock[0]
+    )
+    for job in schedule.states:
+        schedule._work[job] = lambda: None
+    states = schedule.states
+
+    def due_in(job: str) -> float:
+        scheduled = schedule.scheduler.get_job(job)
+        return (scheduled.next_run_time - datetime.now(UTC)).total_seconds()
+
+    for job in ("source:sacct", "source:agent", "attribution"):
+        schedule.scheduler.get_job(job).modify(next_run_time=datetime.now(UTC) + timedelta(hours=1))
+    schedule.job_ended("42")
+    # sacct and the agents, after the delay; attribution not yet
+    assert states["source:sacct"].poked_at == states["source:agent"].poked_at == 1000.0
+    assert 3 < due_in("source:sacct") <= 5 and 3 < due_in("source:agent") <= 5
+    assert states["attribution"].poked_at is None
+    clock[0] = 1005.0
+    schedule.run_job("source:sacct")
+    assert states["attribution"].poked_at == 1005.0 and due_in("attribution") <= 0.5
+    # as the scheduler does when it starts the run: the next one an interval later
+    schedule.scheduler.get_job("source:agent").modify(next_run_time=datetime.now(UTC) + timedelta(seconds=60))
+    schedule.run_job("source:agent")
+    # the job's last 30 s window closes by 1030: the agents again at 1035, then attribution
+    assert 28 < due_in("source:agent") <= 30
+    clock[0] = 1035.0
+    schedule.run_job("source:agent")
+    assert states["attribution"].poked_at == 1035.0
+    assert states["source:agent"].poked_at == 1005.0  # no more follow-ups
+    # a run long after the job end is a periodic one: no attribution of its own
+    clock[0] = 1200.0
+    schedule.run_job("source:agent")
+    assert states["attribution"].poked_at == 1035.0

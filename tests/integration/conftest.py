@@ -52,8 +52,16 @@ def lab_version(item: pytest.Item) -> str | None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # the labs come up while everything else runs: their tests last, still grouped by lab
-    items[:] = [i for i in items if lab_version(i) is None] + [i for i in items if lab_version(i) is not None]
+    # the labs come up while everything else runs: their tests last, still grouped by lab;
+    # a module with RUNS_LAST (jobs of its own in the lab's accounting) after all of them
+    def last(item: pytest.Item) -> bool:
+        return bool(getattr(getattr(item, "module", None), "RUNS_LAST", False))
+
+    items[:] = (
+        [i for i in items if lab_version(i) is None]
+        + [i for i in items if lab_version(i) is not None and not last(i)]
+        + [i for i in items if lab_version(i) is not None and last(i)]
+    )
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

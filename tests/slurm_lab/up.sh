@@ -8,6 +8,7 @@
 # Env knobs:
 #   SLURMLAB_NO_ACCOUNTS=1  skip creating unix users / sacctmgr accounts
 #   SLURMLAB_CGROUP=auto|1|0  task/cgroup (cgroup v1) for real OUT_OF_MEMORY; auto = if /sys/fs/cgroup/memory is writable
+#   SLURMLAB_EPILOG_CTLD=0  leave out slurmtel's EpilogSlurmctld hook (installed by default)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -77,6 +78,15 @@ else
   rm -f /etc/slurm/cgroup.conf
 fi
 install -m 644 "$CONF/gres.conf" /etc/slurm/gres.conf
+# EpilogSlurmctld: slurmtel's job-ended hook (systemd/slurmtel-epilog.sh), installed where the
+# README tells a site to. slurmctld runs it as SlurmUser; it posts to a daemon at 127.0.0.1:9768
+# (its default, no /etc/slurmtel/epilog.conf here) with a MUNGE credential, and when nothing
+# listens there (every test but tests/integration/test_slurm_freshness.py) it exits 0 at once.
+# Only this lab: the newer labs' slurm.conf is made from slurm.conf.in without it.
+if [ "${SLURMLAB_EPILOG_CTLD:-1}" = 1 ]; then
+  install -D -m 755 "$HERE/../../systemd/slurmtel-epilog.sh" /usr/local/libexec/slurmtel-epilog.sh
+  echo "EpilogSlurmctld=/usr/local/libexec/slurmtel-epilog.sh" >> /etc/slurm/slurm.conf.new
+fi
 sed "s/@CTLD_HOST@/$CTLD_HOST/g" "$CONF/slurmdbd.conf.in" > /etc/slurm/slurmdbd.conf.new
 chown slurm:slurm /etc/slurm/slurmdbd.conf.new; chmod 600 /etc/slurm/slurmdbd.conf.new
 mv -f /etc/slurm/slurmdbd.conf.new /etc/slurm/slurmdbd.conf
