@@ -176,7 +176,10 @@ def login_node_cli(port: int, munge_socket: str, job: int, user: str, repeat: in
             f'[site]\ntimezone = "UTC"\nclock = "{NOW.isoformat()}"\n'
             f'[api]\nurl = "http://127.0.0.1:{port}"\nmunge_socket = "{munge_socket}"\n'
         )
+        # an installed slurmtel has its bytecode: the first run writes it, whatever the caller's
+        # PYTHONDONTWRITEBYTECODE says, and is not counted
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONPYCACHEPREFIX=str(Path(tmp) / "pyc"))
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         commands = {
             f"slurmtel job {job}": ["job", str(job)],
             f"slurmtel me -u {user}": ["me", "-u", user, "--month", MONTH],
