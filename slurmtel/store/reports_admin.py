@@ -30,6 +30,7 @@ def no_jit(conn: Connection) -> None:
     and room to sort and hash a month of rollups in memory rather than on disk."""
     conn.execute(text("SET LOCAL jit = off"))
     conn.execute(text("SET LOCAL work_mem = '32MB'"))
+    conn.execute(text("SET LOCAL max_parallel_workers_per_gather = 0"))
 
 
 def window_days(start: datetime, end: datetime, zone: ZoneInfo) -> tuple[date, date]:

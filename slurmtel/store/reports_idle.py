@@ -46,21 +46,21 @@ def idle_report(
     job_scope = job_scope or scope
     sql = f"""
         WITH per_attempt AS (
-            -- one row per attempt first (the rollup has one per GPU and day), then its owner
+            -- one row per attempt first (the rollup has one per node and day), then its owner
             SELECT g.cluster, g.job_id_raw, g.submit_at, g.allocated, g.covered, g.busy, g.idle,
                    g.no_process, g.unmeasured, g.util_weighted, g.unmapped,
                    a.account, a.user_name, a.partition, a.job_id, a.alloc_gpus, a.state
             FROM (
                 SELECT cluster, job_id_raw, submit_at,
-                       sum(allocated_seconds * gpu_fraction) AS allocated,
-                       sum(covered_seconds * gpu_fraction) AS covered,
-                       sum(busy_seconds * gpu_fraction) AS busy,
-                       sum(idle_seconds * gpu_fraction) AS idle,
-                       sum(no_process_seconds * gpu_fraction) AS no_process,
-                       sum(unmeasured_seconds * gpu_fraction) AS unmeasured,
-                       sum(util_weighted_sum * gpu_fraction) AS util_weighted,
-                       coalesce(sum(allocated_seconds) FILTER (WHERE mapping = 'unmapped'), 0) AS unmapped
-                FROM gpu_attribution
+                       sum(allocated_seconds) AS allocated,
+                       sum(covered_seconds) AS covered,
+                       sum(busy_seconds) AS busy,
+                       sum(idle_seconds) AS idle,
+                       sum(no_process_seconds) AS no_process,
+                       sum(unmeasured_seconds) AS unmeasured,
+                       sum(util_weighted_sum) AS util_weighted,
+                       sum(unmapped_seconds) AS unmapped
+                FROM attempt_node_day
                 WHERE day >= :first_day AND day <= :last_day
                 GROUP BY cluster, job_id_raw, submit_at
             ) g
