@@ -57,6 +57,7 @@ EVERYTHING_ONLY = (
     "chargeback_statement",
     "chargeback_statement_voided",
     "chargeback_audit",
+    "node_day_allocation",
 )
 PROTECTED = OWN_ROWS + OF_ATTEMPT + EVERYTHING_ONLY
 
