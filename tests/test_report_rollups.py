@@ -17,8 +17,8 @@ from slurmtel.config import Config
 from tests.factories import at, load_admin_day
 
 ATTEMPT_NODE_DAY = """
-    SELECT g.cluster, g.job_id_raw, g.submit_at, g.node, g.day, a.partition, a.state,
-           sum(g.allocated_seconds * g.gpu_fraction), sum(g.covered_seconds * g.gpu_fraction),
+    SELECT g.cluster, g.job_id_raw, g.submit_at, g.node, g.day, a.account, a.user_name, a.partition,
+           a.state, sum(g.allocated_seconds * g.gpu_fraction), sum(g.covered_seconds * g.gpu_fraction),
            sum(g.busy_seconds * g.gpu_fraction), sum(g.idle_seconds * g.gpu_fraction),
            sum(g.no_process_seconds * g.gpu_fraction), sum(g.unmeasured_seconds * g.gpu_fraction),
            sum(g.util_weighted_sum * g.gpu_fraction),
@@ -26,10 +26,10 @@ ATTEMPT_NODE_DAY = """
            sum(greatest(0, g.covered_seconds - greatest(g.idle_seconds, g.no_process_seconds)) * g.gpu_fraction),
            coalesce(sum(g.allocated_seconds) FILTER (WHERE g.mapping = 'unmapped'), 0)
     FROM gpu_attribution g JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
-    GROUP BY 1, 2, 3, 4, 5, 6, 7
+    GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
 """
 STORED_ATTEMPT_NODE_DAY = """
-    SELECT cluster, job_id_raw, submit_at, node, day, partition, state, allocated_seconds,
+    SELECT cluster, job_id_raw, submit_at, node, day, account, user_name, partition, state, allocated_seconds,
            covered_seconds, busy_seconds, idle_seconds, no_process_seconds, unmeasured_seconds,
            util_weighted_sum, idle_with_process_seconds, active_seconds, unmapped_seconds
     FROM attempt_node_day
@@ -77,7 +77,7 @@ def test_the_rollups_follow_attribution_and_the_attempts(engine: Engine, config:
     assert rows(engine, STORED_ATTEMPT_NODE_DAY) == stored
     assert_current(engine)
 
-    # an attempt ends and another moves partition: their rows move with them at once
+    # an attempt ends, another moves partition, a third account: their rows move with them at once
     with engine.begin() as conn:
         key = conn.execute(
             text("SELECT cluster, job_id_raw, submit_at FROM attempt_node_day ORDER BY 1, 2, 3 LIMIT 1")
@@ -93,6 +93,13 @@ def test_the_rollups_follow_attribution_and_the_attempts(engine: Engine, config:
             text(
                 "UPDATE job_attempt SET partition = 'elsewhere' WHERE (cluster, job_id_raw, submit_at) = "
                 "(SELECT cluster, job_id_raw, submit_at FROM attempt_node_day ORDER BY 1, 2 DESC, 3 LIMIT 1)"
+            )
+        )
+        conn.execute(
+            text(
+                "UPDATE job_attempt SET account = 'moved', user_name = 'mallory' "
+                "WHERE (cluster, job_id_raw, submit_at) = (SELECT cluster, job_id_raw, submit_at "
+                "FROM attempt_node_day ORDER BY 1, 2 DESC, 3 OFFSET 1 LIMIT 1)"
             )
         )
     assert_current(engine)

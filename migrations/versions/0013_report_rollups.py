@@ -7,8 +7,8 @@ Revises: 0011 (while 0012 is written on another branch: the merge re-points this
 attempt x GPU x day (and per node-day an 'unmapped' row). None of them looks at single GPUs.
 
 - attempt_node_day: gpu_attribution summed per (attempt, node, day), with the attempt's
-  partition and state. Per attempt, so it serves every scope: idle sums it per attempt (then
-  joins the attempt's owner as before), capacity sums its retry attempts per node-day.
+  account, user, partition and state. Per attempt, so it serves every scope: idle sums it per
+  attempt, capacity sums its retry attempts per node-day.
 - node_day_allocation: attempt_node_day summed per (node-day, partition, state): the allocated
   parts taxonomy and capacity split each node-day into. It sums over every user's attempts, so
   only a scope of everything reads it (those two reports serve no other scope).
@@ -24,8 +24,8 @@ Kept by triggers, in the writing transaction, so the rollups are never behind wh
   has the attempt_node_day rows of the (attempt, node, day) keys it touched recomputed from
   gpu_attribution as it then is, then node_day_allocation of those node-days; a TRUNCATE
   empties both. Recomputing is idempotent.
-- a row trigger on job_attempt, only when an attempt's partition or state changes (it ended,
-  say): its attempt_node_day rows take the new values and node_day_allocation of their
+- a row trigger on job_attempt, only when an attempt's account, user, partition or state
+  changes (it ended, say): its attempt_node_day rows take the new values and node_day_allocation of their
   node-days is recomputed.
 Reports are of whole site days (gpu_attribution is per site day), so the rollups serve every
 window they take.
@@ -65,6 +65,10 @@ SUMS = {
 }
 
 _KEY = "cluster, job_id_raw, submit_at, node, day"
+# the attempt's, copied: the reports' groups, scope and filter, and taxonomy's outcome
+ATTEMPT_COLUMNS = ("account", "user_name", "partition", "state")
+_ATTEMPT = ", ".join(ATTEMPT_COLUMNS)
+_ATTEMPT_VALUES = ", ".join(f"min(a.{c})" for c in ATTEMPT_COLUMNS)
 
 # node_day_allocation: the allocated parts report taxonomy splits, per node-day and the
 # attempt's partition and state, summed over attempt_node_day
@@ -107,8 +111,8 @@ def _refresh_sql(changed: str) -> str:
             DELETE FROM attempt_node_day r USING attempt_node_day_key k
             WHERE r.cluster = k.cluster AND r.job_id_raw = k.job_id_raw AND r.submit_at = k.submit_at
               AND r.node = k.node AND r.day = k.day;
-            INSERT INTO attempt_node_day ({_KEY}, partition, state, {columns})
-            SELECT g.cluster, g.job_id_raw, g.submit_at, g.node, g.day, min(a.partition), min(a.state), {sums}
+            INSERT INTO attempt_node_day ({_KEY}, {_ATTEMPT}, {columns})
+            SELECT g.cluster, g.job_id_raw, g.submit_at, g.node, g.day, {_ATTEMPT_VALUES}, {sums}
             FROM gpu_attribution g
             JOIN attempt_node_day_key k
               ON g.cluster = k.cluster AND g.job_id_raw = k.job_id_raw AND g.submit_at = k.submit_at
@@ -132,6 +136,8 @@ def upgrade() -> None:
             node text NOT NULL,
             day date NOT NULL,
             -- the attempt's, kept equal to job_attempt's by the trigger on job_attempt below
+            account text NOT NULL,
+            user_name text NOT NULL,
             partition text NOT NULL,
             state text NOT NULL,
 {value_columns},
@@ -190,7 +196,8 @@ def upgrade() -> None:
         "CREATE TRIGGER report_rollups_truncate AFTER TRUNCATE ON gpu_attribution "
         "FOR EACH STATEMENT EXECUTE FUNCTION slurmtel_attribution_rollups_refresh()"
     )
-    # an attempt whose partition or state changes (it ended, say) moves its rollup rows with it
+    # an attempt whose account, user, partition or state changes (it ended, say) moves its
+    # rollup rows with it
     op.execute(
         f"""
         CREATE FUNCTION slurmtel_attempt_rollups_move() RETURNS trigger
@@ -198,7 +205,9 @@ def upgrade() -> None:
         BEGIN
             {_TEMP_TABLES}
             WITH moved AS (
-                UPDATE attempt_node_day SET partition = NEW.partition, state = NEW.state
+                UPDATE attempt_node_day
+                SET account = NEW.account, user_name = NEW.user_name, partition = NEW.partition,
+                    state = NEW.state
                 WHERE cluster = NEW.cluster AND job_id_raw = NEW.job_id_raw AND submit_at = NEW.submit_at
                 RETURNING cluster, node, day
             )
@@ -210,18 +219,19 @@ def upgrade() -> None:
         """
     )
     op.execute(
-        "CREATE TRIGGER report_rollups_move AFTER UPDATE OF partition, state ON job_attempt FOR EACH ROW "
-        "WHEN (OLD.partition IS DISTINCT FROM NEW.partition OR OLD.state IS DISTINCT FROM NEW.state) "
+        f"CREATE TRIGGER report_rollups_move AFTER UPDATE OF {_ATTEMPT} ON job_attempt FOR EACH ROW "
+        f"WHEN (({', '.join(f'OLD.{c}' for c in ATTEMPT_COLUMNS)}) "
+        f"IS DISTINCT FROM ({', '.join(f'NEW.{c}' for c in ATTEMPT_COLUMNS)})) "
         "EXECUTE FUNCTION slurmtel_attempt_rollups_move()"
     )
     # what gpu_attribution already holds
     op.execute(
         f"""
-        INSERT INTO attempt_node_day ({_KEY}, partition, state, {", ".join(SUMS)})
-        SELECT g.cluster, g.job_id_raw, g.submit_at, g.node, g.day, min(a.partition), min(a.state),
+        INSERT INTO attempt_node_day ({_KEY}, {_ATTEMPT}, {", ".join(SUMS)})
+        SELECT g.cluster, g.job_id_raw, g.submit_at, g.node, g.day, {_ATTEMPT_VALUES},
                {", ".join(SUMS.values())}
         FROM gpu_attribution g
-        JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
+        JOIN job_attempt a ON a.cluster = g.cluster AND a.job_id_raw = g.job_id_raw AND a.submit_at = g.submit_at
         GROUP BY g.cluster, g.job_id_raw, g.submit_at, g.node, g.day
         """
     )

@@ -71,10 +71,12 @@ def failures_report(
             SELECT * FROM w WHERE gpu_seconds > 0
         ),
         per_node AS (
-            SELECT fw.cluster, n.node, fw.outcome, fw.is_retry,
+            -- unnest in the select list (one ProjectSet), not a function scan per attempt
+            SELECT fw.cluster, unnest(CASE WHEN cardinality(fw.nodes) = 0 THEN ARRAY[''] ELSE fw.nodes END)
+                       AS node,
+                   fw.outcome, fw.is_retry,
                    fw.gpu_seconds / greatest(cardinality(fw.nodes), 1) AS gpu_seconds
-            FROM fw CROSS JOIN LATERAL unnest(
-                CASE WHEN cardinality(fw.nodes) = 0 THEN ARRAY[''] ELSE fw.nodes END) AS n(node)
+            FROM fw
         ),
         top_attempt AS (
             SELECT * FROM fw

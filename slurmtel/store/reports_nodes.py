@@ -42,15 +42,16 @@ def nodes_report(
     # attempts are not filtered by partition here: -r selects nodes (below), not attempts
     sql = """
         WITH on_node AS (
-            -- narrow, and each attempt's GPU-seconds computed once (OFFSET 0), not per sum
-            SELECT w.cluster, n.node, w.partition, w.outcome, w.state,
+            -- narrow, each attempt's GPU-seconds computed once (OFFSET 0), not per sum, and
+            -- unnest in the select list (one ProjectSet), not a function scan per attempt
+            SELECT w.cluster, unnest(w.nodes) AS node, w.partition, w.outcome, w.state,
                    w.gpu_seconds / cardinality(w.nodes) AS gpu_seconds
             FROM (
                 SELECT cluster, partition, outcome, state, nodes, gpu_seconds
                 FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)
                 WHERE start_at IS NOT NULL AND cardinality(nodes) > 0
                 OFFSET 0
-            ) w CROSS JOIN LATERAL unnest(w.nodes) AS n(node)
+            ) w
         ),
         node_partition AS (
             -- per partition first (hashed), then per node: the partitions come out distinct
