@@ -129,3 +129,16 @@ def test_the_rollups_follow_attribution_and_the_attempts(engine: Engine, config:
     with engine.begin() as conn:
         conn.execute(text("TRUNCATE gpu_attribution"))
     assert rows(engine, STORED_ATTEMPT_NODE_DAY) == [] and rows(engine, STORED_NODE_DAY) == []
+
+
+def test_the_requeue_index_lists_the_requeue_states(engine: Engine) -> None:
+    """`report retries` finds the attempts of multi-attempt jobs through a partial index whose
+    predicate must be the one the report spells (slurmtel.store.jobs.REQUEUE_STATES)."""
+    from slurmtel.store.jobs import REQUEUE_STATES
+
+    with engine.connect() as conn:
+        definition = conn.execute(
+            text("SELECT indexdef FROM pg_indexes WHERE indexname = 'job_attempt_requeue_or_later'")
+        ).scalar_one()
+    listed = definition.split("ARRAY[", 1)[1].split("]", 1)[0]
+    assert [s.split("'")[1] for s in listed.split(",")] == list(REQUEUE_STATES)

@@ -46,6 +46,9 @@ depends_on = None
 
 WRITER, READER = "slurmtel_writer", "slurmtel_reader"
 
+# slurmtel.store.jobs.REQUEUE_STATES when this was written (tests/test_report_rollups.py checks)
+REQUEUE_STATES = ("REQUEUED", "NODE_FAIL", "PREEMPTED", "REQUEUE_FED", "REQUEUE_HOLD")
+
 # the per-(attempt, node, day) sums, as SELECT expressions over gpu_attribution g
 SUMS = {
     "allocated_seconds": "sum(g.allocated_seconds * g.gpu_fraction)",
@@ -224,6 +227,13 @@ def upgrade() -> None:
         f"IS DISTINCT FROM ({', '.join(f'NEW.{c}' for c in ATTEMPT_COLUMNS)})) "
         "EXECUTE FUNCTION slurmtel_attempt_rollups_move()"
     )
+    # `report retries` reads the attempts of jobs with several attempts (or that may have):
+    # later attempts and attempts in a requeue state, a few of every attempt
+    states = ", ".join(f"'{s}'" for s in REQUEUE_STATES)
+    op.execute(
+        "CREATE INDEX job_attempt_requeue_or_later ON job_attempt (cluster, job_id_raw) "
+        f"WHERE attempt_number IS DISTINCT FROM 1 OR state IN ({states})"
+    )
     # what gpu_attribution already holds
     op.execute(
         f"""
@@ -262,6 +272,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("DROP INDEX job_attempt_requeue_or_later")
     op.execute("DROP TRIGGER report_rollups_move ON job_attempt")
     op.execute("DROP FUNCTION slurmtel_attempt_rollups_move()")
     for event in ("insert", "update", "delete", "truncate"):

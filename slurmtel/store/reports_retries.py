@@ -31,6 +31,7 @@ from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
+from slurmtel.store.jobs import REQUEUE_STATES
 from slurmtel.store.reports_admin import hours, no_jit, params
 from slurmtel.store.retry_links import (
     RESUBMISSION_WINDOW,
@@ -43,6 +44,8 @@ from slurmtel.store.retry_links import (
 DEFAULT_RESUBMISSION_WINDOW_SECONDS = 21600
 
 _W = RESUBMISSION_WINDOW
+# as the partial index job_attempt_requeue_or_later spells them (migration 0013)
+_REQUEUE_STATES_SQL = "(" + ", ".join(f"'{s}'" for s in REQUEUE_STATES) + ")"
 _NEAR_COLUMNS = (
     "cluster, job_id_raw, submit_at, job_submit_at, attempt_number, name, user_name, account, "
     "partition, state, outcome, alloc_gpus, start_at, end_at"
@@ -277,7 +280,11 @@ def retries_report(
                    coalesce(sum(gpu_seconds) FILTER (WHERE is_retry), 0),
                    coalesce(sum(gpu_seconds) FILTER (WHERE slurmtel_failed(outcome)), 0),
                    max(coalesce(end_at, CAST(:now AS timestamptz)))
-            FROM w_again WHERE attempt_number IS DISTINCT FROM 1 OR requeued
+            FROM w_again
+            -- the first condition is what requeued implies, spelled as the partial index
+            -- job_attempt_requeue_or_later (migration 0013) is: that index finds these few
+            WHERE (attempt_number IS DISTINCT FROM 1 OR state IN {_REQUEUE_STATES_SQL})
+              AND (attempt_number IS DISTINCT FROM 1 OR requeued)
             GROUP BY cluster, job_id_raw, coalesce(job_submit_at, submit_at)
         ){chain_ctes},
         chain_job AS (
