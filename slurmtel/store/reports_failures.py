@@ -79,12 +79,20 @@ def failures_report(
             FROM fw
         ),
         top_attempt AS (
-            SELECT * FROM fw
-            WHERE slurmtel_failed(outcome)
-              AND (CAST(:job_scope_all AS boolean) OR user_name = ANY(CAST(:job_scope_users AS text[]))
-                   OR account = ANY(CAST(:job_scope_accounts AS text[])))
-            ORDER BY gpu_seconds DESC, cluster, job_id_raw, submit_at
-            LIMIT :top
+            -- the job id, exit code and node list of these few only
+            SELECT t.*, d.job_id, d.exit_code, d.nodelist
+            FROM (
+                SELECT * FROM fw
+                WHERE slurmtel_failed(outcome)
+                  AND (CAST(:job_scope_all AS boolean) OR user_name = ANY(CAST(:job_scope_users AS text[]))
+                       OR account = ANY(CAST(:job_scope_accounts AS text[])))
+                ORDER BY gpu_seconds DESC, cluster, job_id_raw, submit_at
+                LIMIT :top
+            ) t
+            CROSS JOIN LATERAL (
+                SELECT a.job_id, a.exit_code, a.nodelist FROM job_attempt a
+                WHERE a.cluster = t.cluster AND a.job_id_raw = t.job_id_raw AND a.submit_at = t.submit_at
+            ) d
         )
         SELECT CASE WHEN grouping(account) = 0 THEN 'by_account'
                     WHEN grouping(user_name) = 0 THEN 'by_user' ELSE 'by_partition' END AS section,

@@ -50,8 +50,9 @@ _NEAR_COLUMNS = (
     "cluster, job_id_raw, submit_at, job_submit_at, attempt_number, name, user_name, account, "
     "partition, state, outcome, alloc_gpus, start_at, end_at"
 )
-# what the failures report shows of single attempts besides
-_DETAIL_COLUMNS = "job_id, exit_code, nodelist, nodes"
+# what the failures report needs of every attempt besides (it splits GPU-seconds over nodes);
+# the job id, exit code and node list of its top attempts it looks up for those alone
+_DETAIL_COLUMNS = "nodes"
 
 
 def _columns(detail: bool) -> str:
@@ -61,7 +62,7 @@ def _columns(detail: bool) -> str:
 def windowed_ctes(*, detail: bool = False) -> str:
     """The CTEs `near` (the attempts within reach of the window: every windowed attempt, every
     job submitted between :retry_lo and :retry_hi and every attempt that ended then; one scan of
-    job_attempt, narrow columns, DETAIL adds job id, exit code and nodes) and `windowed` (the
+    job_attempt, narrow columns, DETAIL adds the nodes) and `windowed` (the
     windowed attempts of `report usage`, read from near, GPU-seconds as float8: it sums far
     faster than numeric and reports round to 1e-4 GPU-hours)."""
     columns = _columns(detail)
@@ -138,7 +139,7 @@ _LINKED_JOBS = """
 
 def stored_retry_ctes(*, detail: bool = False, name: str = "w") -> str:
     """The CTE NAME: the windowed attempts of `report usage` (GPU-seconds as float8; DETAIL
-    adds job id, exit code and nodes) with requeued and is_retry (a retry attempt), reading
+    adds the nodes) with requeued and is_retry (a retry attempt), reading
     retry_link."""
     # is_retry in the same scan: the linked jobs are one hash table, looked up by the failed
     # attempts only (a join back to the windowed attempts sorted 170,000 wide rows on disk)
