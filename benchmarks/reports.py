@@ -6,7 +6,9 @@ daemon does (it also keeps the resubmission links that `failures`, `retries` and
 read), then replaces its rollups (there is no telemetry: all unmeasured) with synthetic ones and
 loads controller data sized like a 121-node, 8-GPU-per-node cluster:
   gpu_attribution: one row per attempt x node x GPU x day (what attribution writes when every
-                   GPU is mapped), with busy / idle / no-process / unmeasured parts;
+                   GPU is mapped), with busy / idle / no-process / unmeasured parts (its triggers
+                   keep the report rollups attempt_node_day and node_day_allocation, as they
+                   do for the attribution run);
   node_state:      every node changes state every 2 hours, a few nodes down or drained;
   pending_job:     2,000 jobs pending in the latest controller snapshot (some over quota);
   gpu_inventory:   8 GPUs per node, a few nodes on another driver; gpu_event: XID/ECC events.
@@ -274,6 +276,8 @@ def main() -> int:
                 t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one()
                 for t in (
                     "gpu_attribution",
+                    "attempt_node_day",
+                    "node_day_allocation",
                     "retry_link",
                     "node_state",
                     "pending_job",

@@ -45,7 +45,7 @@ START, END, NOW = at("2026-11-01T00:00:00"), at("2026-11-02T00:00:00"), at("2026
 # the decisions of migration 0010: rows per user (own user and account) ...
 OWN_ROWS = ("job_attempt", "pending_job", "retry_link")
 # ... rows per attempt (visible with their attempt) ...
-OF_ATTEMPT = ("gpu_attribution", "gpu_allocation")
+OF_ATTEMPT = ("gpu_attribution", "gpu_allocation", "attempt_node_day")
 # ... and rows only a scope of everything sees
 EVERYTHING_ONLY = (
     "quarantine",
@@ -57,6 +57,7 @@ EVERYTHING_ONLY = (
     "chargeback_statement",
     "chargeback_statement_voided",
     "chargeback_audit",
+    "node_day_allocation",
 )
 PROTECTED = OWN_ROWS + OF_ATTEMPT + EVERYTHING_ONLY
 

@@ -26,10 +26,14 @@ HOURS_PER_MONTH = 30 * 24
 
 def no_jit(conn: Connection) -> None:
     """Settings for one report query, for this transaction only: no JIT (report queries are
-    planned as expensive and JIT-compiled for seconds on every run, far more than it saves)
-    and room to sort and hash a month of rollups in memory rather than on disk."""
+    planned as expensive and JIT-compiled for seconds on every run, far more than it saves),
+    room to sort and hash a month of rollups in memory rather than on disk, and no parallel
+    workers (on a busy head node they compete with its load, a plan that is not parallel-aware
+    builds the same hash table in every worker, and partial aggregates add float8 in an order
+    that changes from run to run)."""
     conn.execute(text("SET LOCAL jit = off"))
     conn.execute(text("SET LOCAL work_mem = '32MB'"))
+    conn.execute(text("SET LOCAL max_parallel_workers_per_gather = 0"))
 
 
 def window_days(start: datetime, end: datetime, zone: ZoneInfo) -> tuple[date, date]:

@@ -24,8 +24,12 @@ from slurmtel.store.reports_retries import (
 
 SECTIONS = ("by_account", "by_user", "by_partition", "by_node", "top_attempts")
 
-_SUMS = """
-    count(*) FILTER (WHERE slurmtel_failed(outcome)) AS failed_attempts,
+
+def _sums(count: str = "count(*)") -> str:
+    """The figures of a group of rows with outcome, is_retry and gpu_seconds; COUNT is how
+    many attempts the group's rows are (count(*) of attempts, sum(n) of groups of them)."""
+    return f"""
+    CAST(coalesce({count} FILTER (WHERE slurmtel_failed(outcome)), 0) AS bigint) AS failed_attempts,
     coalesce(sum(gpu_seconds) FILTER (WHERE slurmtel_failed(outcome)), 0) AS failed,
     coalesce(sum(gpu_seconds) FILTER (WHERE outcome = 'user_failure'), 0) AS user_failure,
     coalesce(sum(gpu_seconds) FILTER (WHERE outcome = 'system_failure'), 0) AS system_failure,
@@ -70,30 +74,48 @@ def failures_report(
         fw AS (
             SELECT * FROM w WHERE gpu_seconds > 0
         ),
+        -- the attempts summed per owner and per node list first (hundreds of groups, not
+        -- 170,000 attempts three times over), then per account, user, partition and node
+        owner_group AS (
+            SELECT cluster, account, user_name, partition, outcome, is_retry, count(*) AS n,
+                   sum(gpu_seconds) AS gpu_seconds
+            FROM fw GROUP BY cluster, account, user_name, partition, outcome, is_retry
+        ),
+        node_group AS (
+            SELECT cluster, nodes, outcome, is_retry, count(*) AS n, sum(gpu_seconds) AS gpu_seconds
+            FROM fw GROUP BY cluster, nodes, outcome, is_retry
+        ),
         per_node AS (
-            SELECT fw.cluster, n.node, fw.outcome, fw.is_retry,
-                   fw.gpu_seconds / greatest(cardinality(fw.nodes), 1) AS gpu_seconds
-            FROM fw CROSS JOIN LATERAL unnest(
-                CASE WHEN cardinality(fw.nodes) = 0 THEN ARRAY[''] ELSE fw.nodes END) AS n(node)
+            SELECT cluster, unnest(CASE WHEN cardinality(nodes) = 0 THEN ARRAY[''] ELSE nodes END) AS node,
+                   outcome, is_retry, n, gpu_seconds / greatest(cardinality(nodes), 1) AS gpu_seconds
+            FROM node_group
         ),
         top_attempt AS (
-            SELECT * FROM fw
-            WHERE slurmtel_failed(outcome)
-              AND (CAST(:job_scope_all AS boolean) OR user_name = ANY(CAST(:job_scope_users AS text[]))
-                   OR account = ANY(CAST(:job_scope_accounts AS text[])))
-            ORDER BY gpu_seconds DESC, cluster, job_id_raw, submit_at
-            LIMIT :top
+            -- the job id, exit code and node list of these few only
+            SELECT t.*, d.job_id, d.exit_code, d.nodelist
+            FROM (
+                SELECT * FROM fw
+                WHERE slurmtel_failed(outcome)
+                  AND (CAST(:job_scope_all AS boolean) OR user_name = ANY(CAST(:job_scope_users AS text[]))
+                       OR account = ANY(CAST(:job_scope_accounts AS text[])))
+                ORDER BY gpu_seconds DESC, cluster, job_id_raw, submit_at
+                LIMIT :top
+            ) t
+            CROSS JOIN LATERAL (
+                SELECT a.job_id, a.exit_code, a.nodelist FROM job_attempt a
+                WHERE a.cluster = t.cluster AND a.job_id_raw = t.job_id_raw AND a.submit_at = t.submit_at
+            ) d
         )
         SELECT CASE WHEN grouping(account) = 0 THEN 'by_account'
                     WHEN grouping(user_name) = 0 THEN 'by_user' ELSE 'by_partition' END AS section,
-               cluster, coalesce(account, user_name, partition) AS grp, {_SUMS}, NULL::jsonb AS detail
-        FROM fw
+               cluster, coalesce(account, user_name, partition) AS grp, {_sums("sum(n)")}, NULL::jsonb AS detail
+        FROM owner_group
         GROUP BY GROUPING SETS ((cluster, account), (cluster, user_name), (cluster, partition))
         UNION ALL
-        SELECT 'by_node', cluster, node, {_SUMS}, NULL
+        SELECT 'by_node', cluster, node, {_sums("sum(n)")}, NULL
         FROM per_node GROUP BY cluster, node
         UNION ALL
-        SELECT 'top_attempts', cluster, job_id, {_SUMS},
+        SELECT 'top_attempts', cluster, job_id, {_sums()},
                jsonb_build_object(
                    'user', min(user_name), 'account', min(account), 'partition', min(partition),
                    'state', min(state), 'outcome', min(outcome), 'exit_code', min(exit_code),

@@ -46,35 +46,35 @@ def idle_report(
     job_scope = job_scope or scope
     sql = f"""
         WITH per_attempt AS (
-            -- one row per attempt first (the rollup has one per GPU and day), then its owner
-            SELECT g.cluster, g.job_id_raw, g.submit_at, g.allocated, g.covered, g.busy, g.idle,
-                   g.no_process, g.unmeasured, g.util_weighted, g.unmapped,
-                   a.account, a.user_name, a.partition, a.job_id, a.alloc_gpus, a.state
-            FROM (
-                SELECT cluster, job_id_raw, submit_at,
-                       sum(allocated_seconds * gpu_fraction) AS allocated,
-                       sum(covered_seconds * gpu_fraction) AS covered,
-                       sum(busy_seconds * gpu_fraction) AS busy,
-                       sum(idle_seconds * gpu_fraction) AS idle,
-                       sum(no_process_seconds * gpu_fraction) AS no_process,
-                       sum(unmeasured_seconds * gpu_fraction) AS unmeasured,
-                       sum(util_weighted_sum * gpu_fraction) AS util_weighted,
-                       coalesce(sum(allocated_seconds) FILTER (WHERE mapping = 'unmapped'), 0) AS unmapped
-                FROM gpu_attribution
-                WHERE day >= :first_day AND day <= :last_day
-                GROUP BY cluster, job_id_raw, submit_at
-            ) g
-            JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
-            WHERE slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
+            -- one row per attempt (the rollup has one per node and day, each with the
+            -- attempt's account, user, partition and state: migration 0013)
+            SELECT cluster, job_id_raw, submit_at, account, user_name, partition,
+                   sum(allocated_seconds) AS allocated,
+                   sum(covered_seconds) AS covered,
+                   sum(busy_seconds) AS busy,
+                   sum(idle_seconds) AS idle,
+                   sum(no_process_seconds) AS no_process,
+                   sum(unmeasured_seconds) AS unmeasured,
+                   sum(util_weighted_sum) AS util_weighted,
+                   sum(unmapped_seconds) AS unmapped
+            FROM attempt_node_day
+            WHERE day >= :first_day AND day <= :last_day
+              AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
               AND slurmtel_job_filter(cluster, account, user_name, partition, :f_accounts, :f_users, :f_partitions, :f_clusters)
+            GROUP BY cluster, job_id_raw, submit_at, account, user_name, partition
         ),
         top_attempt AS (
-            SELECT * FROM per_attempt
-            WHERE idle > 0
-              AND (CAST(:job_scope_all AS boolean) OR user_name = ANY(CAST(:job_scope_users AS text[]))
-                   OR account = ANY(CAST(:job_scope_accounts AS text[])))
-            ORDER BY idle DESC, cluster, job_id_raw, submit_at
-            LIMIT :top
+            -- the job id, GPUs and state of the top attempts only
+            SELECT t.*, a.job_id, a.alloc_gpus, a.state
+            FROM (
+                SELECT * FROM per_attempt
+                WHERE idle > 0
+                  AND (CAST(:job_scope_all AS boolean) OR user_name = ANY(CAST(:job_scope_users AS text[]))
+                       OR account = ANY(CAST(:job_scope_accounts AS text[])))
+                ORDER BY idle DESC, cluster, job_id_raw, submit_at
+                LIMIT :top
+            ) t
+            JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
         )
         SELECT CASE WHEN grouping(account) = 0 THEN 'by_account'
                     WHEN grouping(user_name) = 0 THEN 'by_user' ELSE 'by_partition' END AS section,

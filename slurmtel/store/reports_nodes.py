@@ -41,21 +41,35 @@ def nodes_report(
     f = job_filter or JobFilter()
     # attempts are not filtered by partition here: -r selects nodes (below), not attempts
     sql = """
-        WITH w AS (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)),
-        on_node AS (
-            SELECT w.cluster, n.node, w.partition, w.outcome, w.state,
+        WITH on_node AS (
+            -- narrow, each attempt's GPU-seconds computed once (OFFSET 0), not per sum, and
+            -- unnest in the select list (one ProjectSet), not a function scan per attempt
+            SELECT w.cluster, unnest(w.nodes) AS node, w.partition, w.outcome, w.state,
                    w.gpu_seconds / cardinality(w.nodes) AS gpu_seconds
-            FROM w CROSS JOIN LATERAL unnest(w.nodes) AS n(node)
-            WHERE w.start_at IS NOT NULL AND cardinality(w.nodes) > 0
+            FROM (
+                SELECT cluster, partition, outcome, state, nodes, gpu_seconds
+                FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)
+                WHERE start_at IS NOT NULL AND cardinality(nodes) > 0
+                OFFSET 0
+            ) w
         ),
-        attempts AS (
-            SELECT cluster, node, count(*) AS attempts,
+        node_partition AS (
+            -- per partition first (hashed), then per node: the partitions come out distinct
+            -- and sorted, as array_agg(DISTINCT) gave them
+            SELECT cluster, node, partition, count(*) AS attempts,
                    count(*) FILTER (WHERE slurmtel_failed(outcome)) AS failed,
                    count(*) FILTER (WHERE state = 'NODE_FAIL') AS node_fail,
                    coalesce(sum(gpu_seconds) FILTER (WHERE slurmtel_failed(outcome)), 0) AS failed_seconds,
-                   coalesce(sum(gpu_seconds), 0) AS allocated_seconds,
-                   array_agg(DISTINCT partition) AS partitions
-            FROM on_node GROUP BY cluster, node
+                   coalesce(sum(gpu_seconds), 0) AS allocated_seconds
+            FROM on_node GROUP BY cluster, node, partition
+        ),
+        attempts AS (
+            SELECT cluster, node, CAST(sum(attempts) AS bigint) AS attempts,
+                   CAST(sum(failed) AS bigint) AS failed, CAST(sum(node_fail) AS bigint) AS node_fail,
+                   sum(failed_seconds) AS failed_seconds,
+                   sum(allocated_seconds) AS allocated_seconds,
+                   array_agg(partition ORDER BY partition) AS partitions
+            FROM node_partition GROUP BY cluster, node
         ),
         state_now AS (
             SELECT DISTINCT ON (cluster, node) cluster, node, states, partitions, reason, gpus_total

@@ -31,6 +31,7 @@ from sqlalchemy import Connection, text
 
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
+from slurmtel.store.jobs import REQUEUE_STATES
 from slurmtel.store.reports_admin import hours, no_jit, params
 from slurmtel.store.retry_links import (
     RESUBMISSION_WINDOW,
@@ -43,12 +44,15 @@ from slurmtel.store.retry_links import (
 DEFAULT_RESUBMISSION_WINDOW_SECONDS = 21600
 
 _W = RESUBMISSION_WINDOW
+# as the partial index job_attempt_requeue_or_later spells them (migration 0013)
+_REQUEUE_STATES_SQL = "(" + ", ".join(f"'{s}'" for s in REQUEUE_STATES) + ")"
 _NEAR_COLUMNS = (
     "cluster, job_id_raw, submit_at, job_submit_at, attempt_number, name, user_name, account, "
     "partition, state, outcome, alloc_gpus, start_at, end_at"
 )
-# what the failures report shows of single attempts besides
-_DETAIL_COLUMNS = "job_id, exit_code, nodelist, nodes"
+# what the failures report needs of every attempt besides (it splits GPU-seconds over nodes);
+# the job id, exit code and node list of its top attempts it looks up for those alone
+_DETAIL_COLUMNS = "nodes"
 
 
 def _columns(detail: bool) -> str:
@@ -58,7 +62,7 @@ def _columns(detail: bool) -> str:
 def windowed_ctes(*, detail: bool = False) -> str:
     """The CTEs `near` (the attempts within reach of the window: every windowed attempt, every
     job submitted between :retry_lo and :retry_hi and every attempt that ended then; one scan of
-    job_attempt, narrow columns, DETAIL adds job id, exit code and nodes) and `windowed` (the
+    job_attempt, narrow columns, DETAIL adds the nodes) and `windowed` (the
     windowed attempts of `report usage`, read from near, GPU-seconds as float8: it sums far
     faster than numeric and reports round to 1e-4 GPU-hours)."""
     columns = _columns(detail)
@@ -135,7 +139,7 @@ _LINKED_JOBS = """
 
 def stored_retry_ctes(*, detail: bool = False, name: str = "w") -> str:
     """The CTE NAME: the windowed attempts of `report usage` (GPU-seconds as float8; DETAIL
-    adds job id, exit code and nodes) with requeued and is_retry (a retry attempt), reading
+    adds the nodes) with requeued and is_retry (a retry attempt), reading
     retry_link."""
     # is_retry in the same scan: the linked jobs are one hash table, looked up by the failed
     # attempts only (a join back to the windowed attempts sorted 170,000 wide rows on disk)
@@ -277,7 +281,11 @@ def retries_report(
                    coalesce(sum(gpu_seconds) FILTER (WHERE is_retry), 0),
                    coalesce(sum(gpu_seconds) FILTER (WHERE slurmtel_failed(outcome)), 0),
                    max(coalesce(end_at, CAST(:now AS timestamptz)))
-            FROM w_again WHERE attempt_number IS DISTINCT FROM 1 OR requeued
+            FROM w_again
+            -- the first condition is what requeued implies, spelled as the partial index
+            -- job_attempt_requeue_or_later (migration 0013) is: that index finds these few
+            WHERE (attempt_number IS DISTINCT FROM 1 OR state IN {_REQUEUE_STATES_SQL})
+              AND (attempt_number IS DISTINCT FROM 1 OR requeued)
             GROUP BY cluster, job_id_raw, coalesce(job_submit_at, submit_at)
         ){chain_ctes},
         chain_job AS (

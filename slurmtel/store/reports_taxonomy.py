@@ -10,7 +10,8 @@ All arithmetic is PostgreSQL numeric, so the parts add up to `installed` exactly
   are looked up for nodes observed within the days (plus each such node's row before them).
 - unavailable = capacity time while the node's states include one of DOWN_STATES.
 - allocated parts, per node-day, from gpu_attribution × gpu_fraction (summed as the rollup's
-  float8, then numeric):
+  float8, then numeric; read from its sums per node-day, partition and state,
+  node_day_allocation):
   allocated_no_process = no_process; allocated_idle = max(0, idle − no_process);
   active = max(0, covered − max(idle, no_process)); unmeasured = unmeasured.
 - over-allocation: when a node-day's allocated total exceeds its available time (capacity −
@@ -163,19 +164,19 @@ def _parts_ctes() -> str:
     ),
     alloc_row AS (
         -- summed in float8 (the rollup's own type), then numeric: from here on every figure
-        -- is exact, so the parts of a row add up to its installed time to the last digit
-        SELECT g.cluster, g.node, g.day, a.partition, a.outcome,
-               CAST(sum(g.no_process_seconds * g.gpu_fraction) AS numeric) AS no_process,
-               CAST(sum(greatest(0, g.idle_seconds - g.no_process_seconds) * g.gpu_fraction) AS numeric)
-                   AS idle,
-               CAST(sum(greatest(0, g.covered_seconds - greatest(g.idle_seconds, g.no_process_seconds))
-                   * g.gpu_fraction) AS numeric) AS active,
-               CAST(sum(g.unmeasured_seconds * g.gpu_fraction) AS numeric) AS unmeasured
-        FROM gpu_attribution g
-        JOIN job_attempt_outcome a USING (cluster, job_id_raw, submit_at)
+        -- is exact, so the parts of a row add up to its installed time to the last digit.
+        -- node_day_allocation holds gpu_attribution's parts summed per node-day and the
+        -- attempt's partition and state (migration 0013: kept by triggers, never behind)
+        SELECT g.cluster, g.node, g.day, g.partition, coalesce(o.outcome, 'unknown') AS outcome,
+               CAST(sum(g.no_process_seconds) AS numeric) AS no_process,
+               CAST(sum(g.idle_with_process_seconds) AS numeric) AS idle,
+               CAST(sum(g.active_seconds) AS numeric) AS active,
+               CAST(sum(g.unmeasured_seconds) AS numeric) AS unmeasured
+        FROM node_day_allocation g
+        LEFT JOIN outcome_class o ON o.state = g.state
         WHERE g.day >= CAST(:first_day AS date) AND g.day <= CAST(:last_day AS date)
           AND {_in_clusters("g.cluster")}
-        GROUP BY g.cluster, g.node, g.day, a.partition, a.outcome
+        GROUP BY g.cluster, g.node, g.day, g.partition, coalesce(o.outcome, 'unknown')
     ),
     ordered AS (
         SELECT a.*, a.no_process + a.idle + a.unmeasured + a.active AS allocated,
@@ -356,8 +357,8 @@ def capacity_report(
         {_parts_ctes()},
         retry_node_day AS (
             -- retry attempts' GPU-seconds, fitted like the rest of their node-day
-            SELECT g.cluster, g.node, g.day, sum(g.allocated_seconds * g.gpu_fraction) AS seconds
-            FROM w JOIN gpu_attribution g USING (cluster, job_id_raw, submit_at)
+            SELECT g.cluster, g.node, g.day, sum(g.allocated_seconds) AS seconds
+            FROM w JOIN attempt_node_day g USING (cluster, job_id_raw, submit_at)
             WHERE w.is_retry AND g.day >= CAST(:first_day AS date) AND g.day <= CAST(:last_day AS date)
             GROUP BY g.cluster, g.node, g.day
         ),

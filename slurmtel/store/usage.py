@@ -18,6 +18,7 @@ from slurmtel.access import Scope
 
 # re-exported: they lived here before slurmtel.filters
 from slurmtel.filters import OUTCOME_CLASSES, JobFilter
+from slurmtel.store.reports_admin import no_jit
 
 __all__ = ["GROUPS", "OUTCOME_CLASSES", "JobFilter", "usage_report"]
 
@@ -44,39 +45,43 @@ def usage_report(
         f"coalesce(sum(gpu_seconds) FILTER (WHERE outcome = '{c}'), 0) AS gpu_seconds_{c}"
         for c in OUTCOME_CLASSES
     )
+    # one pass over the windowed attempts, narrow columns only: the waits are the attempts
+    # that started in the window (FILTER), so no second scan and no materialised wide CTE
+    waited = (
+        "start_at >= CAST(:start AS timestamptz) AND start_at < CAST(:end AS timestamptz) "
+        "AND eligible_at IS NOT NULL AND start_at >= eligible_at"
+    )
     sql = f"""
-        WITH w AS (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)),
-        waits AS (
+        SELECT cluster, grp,
+               count(DISTINCT job_key) AS jobs,
+               count(*) AS attempts,
+               count(*) FILTER (WHERE attempt_number > 1) AS requeues,
+               coalesce(sum(gpu_seconds), 0) AS allocated_gpu_seconds,
+               {per_class},
+               count(*) FILTER (WHERE waited) AS queue_wait_count,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY wait_seconds) FILTER (WHERE waited) AS p50,
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY wait_seconds) FILTER (WHERE waited) AS p95,
+               max(wait_seconds) FILTER (WHERE waited) AS mx
+        FROM (
+            -- a job is (job_id_raw, its first submit time): one numeric per job, compared far
+            -- faster than a row; injective, as epochs of timestamptz lie within ±1e13 s
             SELECT cluster, {column} AS grp,
+                   job_id_raw * CAST(1e14 AS numeric)
+                       + extract(epoch FROM coalesce(job_submit_at, submit_at)) AS job_key,
+                   attempt_number, outcome, gpu_seconds, {waited} AS waited,
                    extract(epoch FROM start_at - eligible_at) AS wait_seconds
-            FROM w
-            WHERE start_at >= CAST(:start AS timestamptz) AND start_at < CAST(:end AS timestamptz)
-              AND eligible_at IS NOT NULL AND start_at >= eligible_at
-        ),
-        wait_stats AS (
-            SELECT cluster, grp, count(*) AS n,
-                   percentile_cont(0.5) WITHIN GROUP (ORDER BY wait_seconds) AS p50,
-                   percentile_cont(0.95) WITHIN GROUP (ORDER BY wait_seconds) AS p95,
-                   max(wait_seconds) AS mx
-            FROM waits GROUP BY cluster, grp
-        ),
-        usage AS (
-            SELECT cluster, {column} AS grp,
-                   count(DISTINCT (job_id_raw, coalesce(job_submit_at, submit_at))) AS jobs,
-                   count(*) AS attempts,
-                   count(*) FILTER (WHERE attempt_number > 1) AS requeues,
-                   coalesce(sum(gpu_seconds), 0) AS allocated_gpu_seconds,
-                   {per_class}
-            FROM w GROUP BY cluster, {column}
-        )
-        SELECT u.*, coalesce(s.n, 0) AS queue_wait_count, s.p50, s.p95, s.mx
-        FROM usage u LEFT JOIN wait_stats s USING (cluster, grp)
-        ORDER BY u.cluster, u.allocated_gpu_seconds DESC, u.grp
+            FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)
+            -- OFFSET 0: each attempt's GPU-seconds computed once, not once per sum below
+            OFFSET 0
+        ) w
+        GROUP BY cluster, grp
+        ORDER BY cluster, allocated_gpu_seconds DESC, grp
     """
     params: dict[str, Any] = {"start": start, "end": end, "now": now}
     params.update(scope.sql_params())
     params.update((job_filter or JobFilter()).sql_params())
     rows = []
+    no_jit(conn)
     for r in conn.execute(text(sql), params).mappings():
         allocated = _seconds(r["allocated_gpu_seconds"])
         by_class = {f"gpu_seconds_{c}": _seconds(r[f"gpu_seconds_{c}"]) for c in OUTCOME_CLASSES}
