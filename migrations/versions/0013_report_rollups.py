@@ -1,7 +1,7 @@
 """report rollups: attempt_node_day and node_day_allocation, kept by triggers
 
 Revision ID: 0013
-Revises: 0011 (while 0012 is written on another branch: the merge re-points this at 0012)
+Revises: 0012
 
 `report idle`, `report taxonomy` and `report capacity` read gpu_attribution, which has a row per
 attempt x GPU x day (and per node-day an 'unmapped' row). None of them looks at single GPUs.
