@@ -22,7 +22,10 @@ CASES = {
     "window_storage.py": (["--gpus", "8", "--days", "1"], ["bytes/window", "ratio", "target", "40 GB"]),
     "reports.py": (["--jobs", "3000", "--batch", "1000", "--pending", "50", "--repeat", "1"], ["target"]),
     "chargeback.py": (["--jobs", "3000", "--batch", "1000", "--repeat", "1"], ["target"]),
-    "api.py": (["--jobs", "500", "--requests", "20", "--threads", "2"], ["req/s", "p95", "direct query"]),
+    "api.py": (
+        ["--jobs", "500", "--requests", "20", "--threads", "2", "--cli-repeat", "1"],
+        ["req/s", "p95", "direct query", "login-node CLI", "slurmtel job", "report usage", "target"],
+    ),
     "cli_start.py": (
         ["--jobs", "300", "--repeat", "1"],
         ["bare interpreter", "slurmtel --version", "floor", "slurmtel job", "report usage", "target"],
