@@ -19,6 +19,10 @@ CASES = {
         ["rows/s", "prometheus_client", "ratio", "target", "agent CPU per GPU-second"],
     ),
     "attribution.py": (["--gpus", "16", "--days", "1"], ["samples/s", "target", "full recompute"]),
+    "scale.py": (
+        ["--gpus", "16", "--hours", "1"],
+        ["rows/s", "ratio to COPY", "early", "late", "lag", "bytes per GPU-day", "usage", "target"],
+    ),
     "reports.py": (["--jobs", "3000", "--batch", "1000", "--pending", "50", "--repeat", "1"], ["target"]),
     "chargeback.py": (["--jobs", "3000", "--batch", "1000", "--repeat", "1"], ["target"]),
     "api.py": (["--jobs", "500", "--requests", "20", "--threads", "2"], ["req/s", "p95", "direct query"]),
