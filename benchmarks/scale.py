@@ -30,8 +30,9 @@ reports < 1 s.
                                [--pull-seconds 60] [--dsn URL] [--keep]
 
 The job watermark overlap (attribution.overlap_seconds, 600 s of wall-clock time in the
-daemon) is scaled by --speedup, so a replay at x N re-reads as many steps of job changes as
-the daemon would.
+daemon: the job changes of the last 2 runs are re-read) is given to each run as the wall-clock
+seconds since the start of the run that many runs back, so the replay, whose runs come faster
+than every 5 minutes, re-reads as many runs' job changes as the daemon would.
 """
 
 from __future__ import annotations
@@ -489,17 +490,16 @@ def replay(
     steps: int,
     step: timedelta,
     pull: timedelta,
-    speedup: float,
     token_file: str,
 ) -> Iterator[Step]:
     agents = FakeAgents(AgentSourceConfig.page_size)
     targets = [f"{node}={node}:{AgentSourceConfig.port}" for node in sorted({n for n, _ in windows.gpus})]
-    agent_config = config_from_dict(
-        {
-            "sources": {"agent": {"targets": targets, "token_file": token_file}},
-            "attribution": {"overlap_seconds": max(1, round(config.attribution.overlap_seconds / speedup))},
-        }
-    )
+    agent_config = config_from_dict({"sources": {"agent": {"targets": targets, "token_file": token_file}}})
+    # the daemon re-reads the job changes of the last overlap_seconds of wall-clock time: that
+    # many runs back (2 by default); the replay's runs come faster, so it re-reads the job
+    # changes since the start of that many runs back (all of them until there were that many)
+    runs_back = math.ceil(config.attribution.overlap_seconds / step.total_seconds())
+    run_starts: list[float] = []
     source = get_source("agent")
     options = default_options(source)
     agent_source.http_request = agents.request  # type: ignore[assignment]  # the one replaced seam
@@ -544,7 +544,12 @@ def replay(
         # attribution, on its schedule
         clock_at = step_end
         t0 = time.perf_counter()
-        attribution = run_attribution(engine, agent_config, now=step_end)
+        run_starts.append(time.time())
+        back = run_starts[-1 - runs_back] if len(run_starts) > runs_back else run_starts[0] - 3600
+        attribution_config = config_from_dict(
+            {"attribution": {"overlap_seconds": math.ceil(run_starts[-1] - back) + 1}}
+        )
+        attribution = run_attribution(engine, attribution_config, now=step_end)
         attribution_seconds = time.perf_counter() - t0
         with engine.connect() as conn:
             left = conn.execute(
@@ -656,8 +661,7 @@ def main() -> int:
         budget = step.total_seconds() / args.speedup
         done: list[Step] = []
         for s in replay(
-            engine, config, attempts, windows, steps=steps, step=step, pull=pull,
-            speedup=args.speedup, token_file=str(token_file),
+            engine, config, attempts, windows, steps=steps, step=step, pull=pull, token_file=str(token_file),
         ):  # fmt: skip
             done.append(s)
             print(f"{s.index:>5} {s.end:%H:%M} {s.jobs:>6,} {s.sacct_seconds:>8.2f} {s.windows:>8,} "
