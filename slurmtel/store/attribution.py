@@ -282,6 +282,10 @@ def recompute_dirty(conn: Connection, *, timezone: str) -> int:
             """
         )
     )
+    # the planner cannot count the rows of the CTEs below and joined the per-GPU sums to the
+    # segments in a nested loop, rows x rows (2.8 s of a 4.2 s run at 2,500 GPUs, growing with
+    # the square); the lateral reads stay nested loops, the only plan they have
+    conn.execute(text("SET LOCAL enable_nestloop = off"))
     inserted = conn.execute(
         text(
             f"""
@@ -382,6 +386,7 @@ def recompute_dirty(conn: Connection, *, timezone: str) -> int:
         ),
         {"tz": timezone},
     ).rowcount
+    conn.execute(text("RESET enable_nestloop"))
     return int(inserted or 0)
 
 
