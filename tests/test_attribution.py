@@ -7,7 +7,7 @@ window cut by a job's start or end is exact, and the expected figures follow by 
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine, text
@@ -247,3 +247,74 @@ def test_multi_node_attempt_splits_its_gpus_per_node(engine: Engine, config: Con
     assert got == {("gpu01", "GPU-0", "process"): 60, ("gpu02", "", "unmapped"): 60}
     # every allocated GPU-second of the attempt is in exactly one row
     assert sum(got.values()) == 2 * 60
+
+
+def _varied(summaries: list) -> list:  # type: ignore[type-arg]
+    """Windows with utilisation that does not add up exactly in floating point."""
+    return [
+        replace(s, util_mean_percent=(i * 37 % 100) + 0.1, energy_joules=250.0 + i / 3)
+        for i, s in enumerate(summaries)
+    ]
+
+
+def test_incremental_runs_keep_unchanged_days_and_equal_a_full_recompute(engine: Engine) -> None:
+    """A run recomputes an unchanged attempt only from the last day it has rows for (or the
+    first day of new telemetry on its nodes); its earlier days' rows are kept as they are. A
+    sequence of such runs - a job running over several days, late data for an old day, a GPU
+    whose process evidence appears later (the mapping changes) - gives exactly the rows of a
+    full recompute."""
+    # no overlap: an attempt not written since the watermark is unchanged in the next run
+    config = config_from_dict({"attribution": {"overlap_seconds": 0}})
+    start = T0 - timedelta(days=1, hours=2)  # 08:00 on Oct 31st
+    job = attempt(
+        job_id_raw=21, nodes=("gpu01",), alloc_gpus=2, start_at=start, end_at=None, state="RUNNING",
+        submit_at=start,
+    )  # fmt: skip
+    done = attempt(
+        job_id_raw=22, nodes=("gpu01",), alloc_gpus=1, start_at=start, end_at=start + timedelta(hours=30),
+        submit_at=start - timedelta(minutes=1),
+    )  # fmt: skip
+    gpu0 = _varied(windows("GPU-0", start, 120 * 40, busy=set(range(0, 4800, 3)), job="21"))
+    gpu2 = _varied(windows("GPU-2", start, 120 * 30, busy=set(range(0, 3600, 2)), job="22"))
+    store(engine, attempts=[job, done], inv=inventory("gpu01", ["GPU-0", "GPU-1", "GPU-2"]))
+
+    def feed(lo: datetime, hi: datetime, *, gpu: list | None = None) -> None:  # type: ignore[type-arg]
+        chosen = [s for s in (gpu if gpu is not None else gpu0 + gpu2) if lo <= s.window_start_at < hi]
+        store(engine, summaries=chosen)
+
+    def computed(day: str) -> set[datetime]:
+        return {r["computed_at"] for r in rows(engine, 21) if r["day"].isoformat() == day}
+
+    # the first 10 hours, but a gap of an hour on Oct 31st that arrives late
+    gap = (start + timedelta(hours=3), start + timedelta(hours=4))
+    feed(start, gap[0])
+    feed(gap[1], start + timedelta(hours=10))
+    run_attribution(engine, config, now=start + timedelta(hours=10))
+    first = computed("2026-10-31")
+    # on through midnight, a run every 2 h: Oct 31st is computed again up to midnight, then kept
+    for hours in range(12, 26, 2):
+        feed(start + timedelta(hours=hours - 2), start + timedelta(hours=hours))
+        run_attribution(engine, config, now=start + timedelta(hours=hours))
+    kept = computed("2026-10-31")
+    assert kept != first
+    feed(start + timedelta(hours=26), start + timedelta(hours=27))
+    run_attribution(engine, config, now=start + timedelta(hours=27))
+    assert computed("2026-10-31") == kept, "an unchanged past day was recomputed"
+    # the gap's windows arrive late: Oct 31st is recomputed
+    feed(*gap)
+    run_attribution(engine, config, now=start + timedelta(hours=28))
+    assert computed("2026-10-31") != kept
+    # GPU-1 shows the job's processes from now on: the mapping changes, all days are recomputed
+    gpu1 = _varied(windows("GPU-1", start + timedelta(hours=28), 240, busy={1, 2, 3}, job="21"))
+    store(engine, summaries=gpu1)
+    feed(start + timedelta(hours=27), start + timedelta(hours=30))
+    run_attribution(engine, config, now=start + timedelta(hours=30))
+    assert {r["gpu_uuid"] for r in rows(engine, 21) if r["day"].isoformat() == "2026-10-31"} == {
+        "GPU-0",
+        "GPU-1",
+    }
+    incremental = strip(rows(engine))
+    assert {r["job_id_raw"] for r in incremental} == {21, 22}
+
+    run_attribution(engine, config, now=start + timedelta(hours=30), full=True)
+    assert strip(rows(engine)) == incremental

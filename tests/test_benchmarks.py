@@ -20,6 +20,10 @@ CASES = {
     ),
     "attribution.py": (["--gpus", "16", "--days", "1"], ["samples/s", "target", "full recompute"]),
     "window_storage.py": (["--gpus", "8", "--days", "1"], ["bytes/window", "ratio", "target", "40 GB"]),
+    "scale.py": (
+        ["--gpus", "16", "--hours", "1"],
+        ["rows/s", "ratio to COPY", "early", "late", "lag", "bytes per GPU-day", "usage", "target"],
+    ),
     "reports.py": (["--jobs", "3000", "--batch", "1000", "--pending", "50", "--repeat", "1"], ["target"]),
     "chargeback.py": (["--jobs", "3000", "--batch", "1000", "--repeat", "1"], ["target"]),
     "api.py": (

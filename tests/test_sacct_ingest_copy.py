@@ -88,3 +88,23 @@ def test_an_int_beyond_int4_is_refused_by_name_not_stored_as_its_low_bits(engine
     assert reason == f"array_task_id is {2**40}, beyond int4 (-2147483648 .. 2147483647)"
     with engine.connect() as conn:
         assert conn.execute(text("SELECT job_id_raw FROM job_attempt")).scalars().all() == [2]
+
+
+def test_repeated_copies_on_one_connection_do_not_stack_json_dumpers(engine: Engine) -> None:
+    """A pooled connection writes thousands of times: each COPY used to derive one more JSON
+    dumper class from the last, and every later COPY got slower (0.4 s each after 2,000)."""
+    from psycopg.types.json import Jsonb
+
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TEMP TABLE copy_again (v int4) ON COMMIT DROP"))
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        copy_rows(conn, "copy_again", [("v", "int4")], [(1,)])
+        depth = len(raw.adapters.get_dumper(Jsonb, PyFormat.BINARY).__mro__)
+        for n in range(50):
+            copy_rows(conn, "copy_again", [("v", "int4")], [(n,)])
+        assert len(raw.adapters.get_dumper(Jsonb, PyFormat.BINARY).__mro__) == depth
+        assert conn.execute(text("SELECT CAST(:v AS jsonb)"), {"v": '{"b": 1, "a": 2}'}).scalar_one() == {
+            "a": 2,
+            "b": 1,
+        }
