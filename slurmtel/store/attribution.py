@@ -285,7 +285,7 @@ def recompute_dirty(conn: Connection, *, timezone: str) -> int:
     conn.execute(text("SET LOCAL enable_nestloop = off"))
     inserted = conn.execute(
         text(
-            f"""
+            """
             INSERT INTO gpu_attribution (cluster, job_id_raw, submit_at, node, gpu_uuid, day, mapping,
                 gpu_fraction, util_metric, allocated_seconds, covered_seconds, busy_seconds, idle_seconds,
                 no_process_seconds, unmeasured_seconds, util_weighted_sum, util_max_percent,
