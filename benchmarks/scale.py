@@ -86,6 +86,7 @@ from slurmtel.sources import default_options, get_source
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.sacct import SacctDocument, store_documents
 from slurmtel.store.copy import copy_rows
+from slurmtel.store.samples import sample_store
 from slurmtel.store.telemetry import _COPY_COLUMNS, ensure_partitions, summary_rows
 
 TARGET_RATIO = 0.5
@@ -423,16 +424,10 @@ class FakeAgents:
 
 
 def telemetry_storage_bytes(conn: Connection) -> dict[str, int]:
-    """Bytes on disk (table, TOAST and indexes) of the stored windows (the partitions of
-    gpu_summary and the ingest batches naming them) and of the attribution tables derived from
-    them. (To move into the store layer once its sample store settles.)"""
-    partitions = conn.execute(
-        text(
-            "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0) FROM pg_inherits i "
-            "WHERE i.inhparent = 'gpu_summary'::regclass"
-        )
-    ).scalar_one()
-    sizes = {"gpu_summary": int(partitions)}
+    """Bytes on disk (table, TOAST and indexes) of the window store (slurmtel.store.samples:
+    windows one row each and packed hours), of the ingest batches naming them and of the
+    attribution tables derived from them."""
+    sizes = {"window store": sample_store().size(conn)[0]}
     for table in ("ingest_batch", "gpu_job_span", "gpu_attribution"):
         sizes[table] = int(
             conn.execute(
@@ -443,7 +438,7 @@ def telemetry_storage_bytes(conn: Connection) -> dict[str, int]:
 
 
 def copy_baseline(engine: Engine, windows: Windows, lo: datetime, hi: datetime) -> tuple[int, float]:
-    """Binary COPY of the windows in [LO, HI) into an empty gpu_summary, COPY_PAGE rows per
+    """Binary COPY of the windows in [LO, HI) into an empty gpu_window, COPY_PAGE rows per
     transaction; emptied again afterwards. Returns (rows, rows/s)."""
     rows: list[tuple[Any, ...]] = []
     with engine.begin() as conn:
@@ -455,10 +450,10 @@ def copy_baseline(engine: Engine, windows: Windows, lo: datetime, hi: datetime) 
     t0 = time.perf_counter()
     for i in range(0, len(rows), COPY_PAGE):
         with engine.begin() as conn:
-            copy_rows(conn, "gpu_summary", _COPY_COLUMNS, rows[i : i + COPY_PAGE])
+            copy_rows(conn, "gpu_window", _COPY_COLUMNS, rows[i : i + COPY_PAGE])
     rate = len(rows) / (time.perf_counter() - t0)
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE gpu_summary, ingest_batch CASCADE"))
+        conn.execute(text("TRUNCATE gpu_window, gpu_window_hour, ingest_batch CASCADE"))
     return len(rows), rate
 
 
@@ -708,13 +703,17 @@ def main() -> int:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.execute(text("VACUUM ANALYZE"))
             sizes = telemetry_storage_bytes(conn)
-            stored_windows = conn.execute(text("SELECT count(*) FROM gpu_summary")).scalar_one()
+            stored_windows = sample_store().size(conn)[1]
+            packed = conn.execute(
+                text("SELECT coalesce(sum(cardinality(sample_counts)), 0) FROM gpu_window_hour")
+            ).scalar_one()
         gpu_days = gpus * steps * step.total_seconds() / 86400
         print("\nstorage after VACUUM (table + TOAST + indexes)")
         for table, size in sizes.items():
             print(f"  {table:<16} {_fmt_mb(size):>12}  {size / gpu_days:12,.0f} bytes per GPU-day"
-                  + (f"  ({size / stored_windows:.0f} bytes per window)" if table == "gpu_summary" else ""))  # fmt: skip
-        print(f"  windows stored: {stored_windows:,} ({gpu_days:,.1f} GPU-days)")
+                  + (f"  ({size / stored_windows:.0f} bytes per window)" if table == "window store" else ""))  # fmt: skip
+        print(f"  windows stored: {stored_windows:,} ({gpu_days:,.1f} GPU-days), {packed:,} of them packed "
+              "(hours that ended an hour before the last run)")  # fmt: skip
 
         seconds = time_reports(engine, config, end)
         print(f"\nreports over {end:%Y-%m} (best of 2), target < {TARGET_REPORT_SECONDS:g} s")
