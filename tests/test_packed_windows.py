@@ -220,3 +220,17 @@ def test_hours_are_utc_whatever_the_session_time_zone(engine: Engine) -> None:
         assert pack_windows(conn, now=LATER).windows == 120
         assert len(stored(conn)) == 120
     assert packed_rows(engine) == [("GPU-v", HOUR, 120)]
+
+
+def test_a_run_packs_at_most_so_many_gpus_and_the_next_runs_take_the_rest(
+    engine: Engine, config: Config
+) -> None:
+    with engine.begin() as conn:
+        write_summaries(conn, [w for g in range(5) for w in windows(f"GPU-w{g}", HOUR, 120)], source="agent")
+        mark_batches(conn, list(conn.execute(text("SELECT id FROM ingest_batch")).scalars()))
+    packed = []
+    for _ in range(4):
+        with engine.begin() as conn:
+            packed.append(pack_windows(conn, now=LATER, max_gpus=2).windows)
+    assert packed == [240, 240, 120, 0]
+    assert packed_rows(engine) == [(f"GPU-w{g}", HOUR, 120) for g in range(5)]
