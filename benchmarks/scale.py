@@ -78,9 +78,9 @@ from slurmtel.simulate import (
     SimJob,
     _pick,
     _poisson,
-    _utilisation,
     gpu_uuid,
     render_sacct_json,
+    sim_window,
 )
 from slurmtel.sources import default_options, get_source
 from slurmtel.sources.base import RunContext, RunResult
@@ -337,40 +337,7 @@ class Windows:
             while t < hi:
                 k = bisect.bisect_right(starts, t) - 1
                 span = spans[k] if k >= 0 and spans[k][1] > t else None
-                util, no_process = 0.0, float(WINDOW)
-                job_ids: tuple[str, ...] = ()
-                if span is not None:
-                    begin, _, attempt, rank = span
-                    if (t - begin).total_seconds() >= attempt.setup_seconds:
-                        util = _utilisation(rng, attempt.profile, rank, t)
-                        job_ids = (str(attempt.job.job_id_raw),)
-                        no_process = 0.0
-                power = 70.0 + 6.2 * util
-                out.append(
-                    GpuSummary(
-                        source="agent",
-                        node=node,
-                        gpu_uuid=self.uuids[g],
-                        window_start_at=t,
-                        window_seconds=float(WINDOW),
-                        util_metric="gr_engine_active",
-                        sample_count=WINDOW,
-                        covered_seconds=float(WINDOW),
-                        util_mean_percent=round(util, 1),
-                        util_max_percent=round(min(100.0, util * 1.15), 1),
-                        idle_seconds=float(WINDOW) if util < 5.0 else 0.0,
-                        no_process_seconds=no_process,
-                        memory_used_mean_bytes=int((2 + util * 0.6) * 2**30),
-                        memory_used_max_bytes=int((2 + util * 0.7) * 2**30),
-                        memory_total_bytes=81559 * 2**20,
-                        power_mean_watts=round(power, 1),
-                        energy_joules=round(power * WINDOW, 1),
-                        energy_method="counter",
-                        temperature_max_celsius=round(32 + util * 0.4, 1),
-                        sm_clock_max_mhz=1980.0,
-                        job_ids=job_ids,
-                    )
-                )
+                out.append(sim_window(rng, node, self.uuids[g], t, span, WINDOW))
                 t += step
         return by_node
 

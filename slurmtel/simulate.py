@@ -515,26 +515,39 @@ def sim_summaries(
                 t += step  # the node is down: the agent reports nothing
                 continue
             span = next((s for s in spans if s[0] <= t < s[1]), None)
-            util, no_process = 0.0, float(window_seconds)
-            job_ids: tuple[str, ...] = ()
-            if span is not None:
-                start_at, _, attempt, rank = span
-                if (t - start_at).total_seconds() >= attempt.setup_seconds:
-                    util = _utilisation(rng, attempt.profile, rank, t)
-                    job_ids = (str(attempt.job.job_id_raw),)
-                    no_process = 0.0
-            power = 70.0 + 6.2 * util
-            yield GpuSummary(
-                source="agent", node=node, gpu_uuid=uuid_, window_start_at=t, window_seconds=float(window_seconds),
-                util_metric="gr_engine_active", sample_count=window_seconds, covered_seconds=float(window_seconds),
-                util_mean_percent=round(util, 1), util_max_percent=round(min(100.0, util * 1.15), 1),
-                idle_seconds=float(window_seconds) if util < 5.0 else 0.0, no_process_seconds=no_process,
-                memory_used_mean_bytes=int((2 + util * 0.6) * 2**30), memory_used_max_bytes=int((2 + util * 0.7) * 2**30),
-                memory_total_bytes=81559 * 2**20, power_mean_watts=round(power, 1),
-                energy_joules=round(power * window_seconds, 1), energy_method="counter",
-                temperature_max_celsius=round(32 + util * 0.4, 1), sm_clock_max_mhz=1980.0, job_ids=job_ids,
-            )  # fmt: skip
+            yield sim_window(rng, node, uuid_, t, span, window_seconds)
             t += step
+
+
+def sim_window(
+    rng: random.Random,
+    node: str,
+    gpu_uuid_: str,
+    t: datetime,
+    span: tuple[datetime, datetime, SimAttempt, int] | None,
+    window_seconds: int,
+) -> GpuSummary:
+    """The agent's window at T of a GPU that SPAN (start, end, attempt, rank of the GPU within
+    the attempt's) holds then, or None: idle."""
+    util, no_process = 0.0, float(window_seconds)
+    job_ids: tuple[str, ...] = ()
+    if span is not None:
+        start_at, _, attempt, rank = span
+        if (t - start_at).total_seconds() >= attempt.setup_seconds:
+            util = _utilisation(rng, attempt.profile, rank, t)
+            job_ids = (str(attempt.job.job_id_raw),)
+            no_process = 0.0
+    power = 70.0 + 6.2 * util
+    return GpuSummary(
+        source="agent", node=node, gpu_uuid=gpu_uuid_, window_start_at=t, window_seconds=float(window_seconds),
+        util_metric="gr_engine_active", sample_count=window_seconds, covered_seconds=float(window_seconds),
+        util_mean_percent=round(util, 1), util_max_percent=round(min(100.0, util * 1.15), 1),
+        idle_seconds=float(window_seconds) if util < 5.0 else 0.0, no_process_seconds=no_process,
+        memory_used_mean_bytes=int((2 + util * 0.6) * 2**30), memory_used_max_bytes=int((2 + util * 0.7) * 2**30),
+        memory_total_bytes=81559 * 2**20, power_mean_watts=round(power, 1),
+        energy_joules=round(power * window_seconds, 1), energy_method="counter",
+        temperature_max_celsius=round(32 + util * 0.4, 1), sm_clock_max_mhz=1980.0, job_ids=job_ids,
+    )  # fmt: skip
 
 
 def _utilisation(rng: random.Random, profile: str, rank: int, t: datetime) -> float:
