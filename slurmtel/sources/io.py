@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from slurmtel.errors import SourceUnavailable
+
+if TYPE_CHECKING:
+    import ssl
+    import urllib.error
 
 
 def run_command(
@@ -31,8 +36,12 @@ def http_request(
     timeout_seconds: float,
     data: bytes | None = None,
     headers: Mapping[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
+    shown_url: str | None = None,
+    error_detail: Callable[[urllib.error.HTTPError], str] | None = None,
 ) -> bytes:
-    """GET (or POST with DATA) URL and return the body; any failure raises SourceUnavailable."""
+    """GET (or POST with DATA) URL and return the body; any failure raises SourceUnavailable,
+    naming SHOWN_URL (default URL) and, for a refused request, what ERROR_DETAIL reads of it."""
     # imported here: urllib.request (http.client, ssl) is more than a command line needs to start
     import urllib.error
     import urllib.request
@@ -40,12 +49,14 @@ def http_request(
     request = urllib.request.Request(
         url, data=data, headers=dict(headers or {}), method="POST" if data else "GET"
     )
+    where = shown_url or url
     try:
-        with urllib.request.urlopen(request, timeout=timeout_seconds) as response:
+        with urllib.request.urlopen(request, timeout=timeout_seconds, context=context) as response:
             body: bytes = response.read()
             return body
     except urllib.error.HTTPError as exc:
-        raise SourceUnavailable(f"{url}: HTTP {exc.code} {exc.reason}") from exc
+        detail = error_detail(exc) if error_detail else ""
+        raise SourceUnavailable(f"{where}: HTTP {exc.code} {exc.reason}{detail}") from exc
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise SourceUnavailable(f"{url}: {reason}") from exc
+        raise SourceUnavailable(f"{where}: {reason}") from exc

@@ -23,7 +23,6 @@ import argparse
 import ssl
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -44,6 +43,7 @@ from slurmtel.parsers.prometheus import (
 )
 from slurmtel.records import Rejected
 from slurmtel.sources.base import RunContext, RunResult, time_option
+from slurmtel.sources.io import http_request
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -346,21 +346,15 @@ class PrometheusApi:
         headers: Mapping[str, str] = self.headers
         if form is not None:
             headers = {**headers, "Content-Type": "application/x-www-form-urlencoded"}
-        request = urllib.request.Request(
-            url, data=form, headers=dict(headers), method="POST" if form else "GET"
+        return http_request(
+            url,
+            timeout_seconds=self.cfg.timeout_seconds,
+            data=form,
+            headers=headers,
+            context=self.context,
+            shown_url=url.split("?", 1)[0],
+            error_detail=_error_detail,
         )
-        where = url.split("?", 1)[0]
-        try:
-            with urllib.request.urlopen(
-                request, timeout=self.cfg.timeout_seconds, context=self.context
-            ) as response:
-                body: bytes = response.read()
-                return body
-        except urllib.error.HTTPError as exc:
-            raise SourceUnavailable(f"{where}: HTTP {exc.code} {exc.reason}{_error_detail(exc)}") from exc
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise SourceUnavailable(f"{where}: {reason}") from exc
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> str:

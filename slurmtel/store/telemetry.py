@@ -333,13 +333,7 @@ def _hours_packed(conn: Connection, summaries: Sequence[GpuSummary]) -> bool:
 
 def _plain_text(value: object) -> bool:
     """VALUE is text PostgreSQL takes as a parameter (the COPY names what is not)."""
-    if not isinstance(value, str) or "\x00" in value:
-        return False
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
+    return value_problem(value, "text") is None and "\x00" not in str(value)
 
 
 # ---------------------------------------------------------------- packing closed hours
