@@ -91,7 +91,7 @@ def test_windows_stored_before_packing_survive_the_upgrade_and_the_downgrade(emp
     with empty_engine.begin() as conn:
         assert conn.execute(text(windows)).one() == (120, 5100.0, "7")
         conn.execute(text("INSERT INTO attribution_batch (batch_id) VALUES (1)"))
-        assert pack_windows(conn, now=datetime(2026, 11, 2, tzinfo=UTC)).windows == 120
+        assert pack_windows(conn, now=datetime(2026, 11, 2, tzinfo=UTC)) == 120
         assert conn.execute(text("SELECT count(*) FROM gpu_window_hour")).scalar_one() == 1
         assert conn.execute(text(windows)).one() == (120, 5100.0, "7")
     downgrade(empty_engine, "0011")

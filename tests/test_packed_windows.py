@@ -102,7 +102,7 @@ def test_the_current_hour_and_unattributed_windows_stay_unpacked(engine: Engine,
     # windows no attribution run has folded in are never packed
     with engine.begin() as conn:
         write_summaries(conn, windows("GPU-r", HOUR, 10), source="agent", node="gpu01")
-        assert pack_windows(conn, now=LATER).windows == 60  # GPU-q's 11:00 hour, closed by now
+        assert pack_windows(conn, now=LATER) == 60  # GPU-q's 11:00 hour, closed by now
         assert (
             conn.execute(text("SELECT count(*) FROM gpu_window WHERE gpu_uuid = 'GPU-r'")).scalar_one() == 10
         )
@@ -217,7 +217,7 @@ def test_hours_are_utc_whatever_the_session_time_zone(engine: Engine) -> None:
     with engine.begin() as conn:
         conn.execute(text("SET LOCAL timezone = 'Asia/Kolkata'"))
         mark_batches(conn, list(conn.execute(text("SELECT id FROM ingest_batch")).scalars()))
-        assert pack_windows(conn, now=LATER).windows == 120
+        assert pack_windows(conn, now=LATER) == 120
         assert len(stored(conn)) == 120
     assert packed_rows(engine) == [("GPU-v", HOUR, 120)]
 
@@ -231,6 +231,6 @@ def test_a_run_packs_at_most_so_many_gpus_and_the_next_runs_take_the_rest(
     packed = []
     for _ in range(4):
         with engine.begin() as conn:
-            packed.append(pack_windows(conn, now=LATER, max_gpus=2).windows)
+            packed.append(pack_windows(conn, now=LATER, max_gpus=2))
     assert packed == [240, 240, 120, 0]
     assert packed_rows(engine) == [(f"GPU-w{g}", HOUR, 120) for g in range(5)]

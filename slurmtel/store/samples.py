@@ -79,7 +79,7 @@ class PostgresSampleStore:
         )
 
     def after_attribution(self, conn: Connection, *, now: datetime) -> int:
-        return telemetry.pack_windows(conn, now=now).windows
+        return telemetry.pack_windows(conn, now=now)
 
     def maintain(
         self, conn: Connection, *, first_day: date, last_day: date, cutoff: date

@@ -381,17 +381,12 @@ _FITS = " AND ".join(
 )
 
 
-@dataclass(frozen=True)
-class PackResult:
-    windows: int  # windows moved from gpu_window into packed rows
-    rows: int  # packed rows written (new, or rewritten with late windows)
-
-
-def pack_windows(conn: Connection, *, now: datetime, max_gpus: int = PACK_GPUS_PER_RUN) -> PackResult:
+def pack_windows(conn: Connection, *, now: datetime, max_gpus: int = PACK_GPUS_PER_RUN) -> int:
     """Move the windows of hours that ended PACK_DELAY before NOW, and that an attribution run
     has folded in, from gpu_window into gpu_window_hour, for at most MAX_GPUS GPUs (the rest
-    in later runs); a packed row that gets late windows is rewritten with them. In the caller's
-    transaction; idempotent (a run with nothing to move writes nothing)."""
+    in later runs); a packed row that gets late windows is rewritten with them. Returns the
+    windows moved. In the caller's transaction; idempotent (a run with nothing to move writes
+    nothing)."""
     horizon = datetime.fromtimestamp((now - PACK_DELAY).timestamp() // 3600 * 3600, UTC)
     # the GPUs with windows to pack, in UUID order through the key's index (those packed drop
     # out, so each run takes the next ones; a window that cannot be packed never picks its GPU)
@@ -411,7 +406,7 @@ def pack_windows(conn: Connection, *, now: datetime, max_gpus: int = PACK_GPUS_P
         .all()
     )
     if not gpus:
-        return PackResult(0, 0)
+        return 0
     columns = ", ".join(c for c, _ in _COPY_COLUMNS)
     conn.execute(
         text(
@@ -435,7 +430,7 @@ def pack_windows(conn: Connection, *, now: datetime, max_gpus: int = PACK_GPUS_P
         {"horizon": horizon, "gpus": list(gpus)},
     ).rowcount
     if not moved:
-        return PackResult(0, 0)
+        return 0
     # the packed rows these windows belong to come back out, to be written again with them
     conn.execute(
         text(
@@ -458,7 +453,7 @@ def pack_windows(conn: Connection, *, now: datetime, max_gpus: int = PACK_GPUS_P
             """
         )
     )
-    written = conn.execute(
+    conn.execute(
         text(
             f"""
             WITH w AS (
@@ -515,7 +510,7 @@ def pack_windows(conn: Connection, *, now: datetime, max_gpus: int = PACK_GPUS_P
                      w.energy_method, w.memory_total, k.job_sets
             """
         )
-    ).rowcount
+    )
     # the days this run has emptied give their partition's index pages back
     conn.execute(
         text(
@@ -528,7 +523,7 @@ def pack_windows(conn: Connection, *, now: datetime, max_gpus: int = PACK_GPUS_P
         ),
         {"horizon": horizon},
     )
-    return PackResult(int(moved), int(written or 0))
+    return int(moved)
 
 
 def _scaled(expression: str, pgtype: str) -> str:
