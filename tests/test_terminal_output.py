@@ -66,8 +66,15 @@ def rows() -> list[dict[str, Any]]:
     ]
 
 
-def table(width: int, monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> str:
+def terminal(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    """A terminal WIDTH columns wide, whatever the caller's TERM (rich takes a dumb terminal to
+    be 80 columns, COLUMNS or not)."""
     monkeypatch.setenv("COLUMNS", str(width))
+    monkeypatch.setenv("TERM", "xterm-256color")
+
+
+def table(width: int, monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> str:
+    terminal(monkeypatch, width)
     out = Tty()
     render(rows(), out, "table", title="Jobs [bold]of[/] \x1b[2Jlab", **kwargs)
     return out.getvalue()
@@ -158,7 +165,7 @@ def test_wide_shows_every_column_and_full_uuids(monkeypatch: pytest.MonkeyPatch)
 def test_the_uuid_is_in_tables_only_with_wide_and_always_in_csv_and_json(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "200")
+    terminal(monkeypatch, 200)
     for out in (Tty(), io.StringIO()):
         render(rows(), out, "table")
         assert "gpu01/3" in out.getvalue() and UUID[:8] not in out.getvalue()
