@@ -12,6 +12,7 @@ Window 2026-11-01 (UTC), resubmission window 6 h unless a test says otherwise:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -183,3 +184,57 @@ def test_stored_links_and_links_computed_at_query_time_agree(engine: Engine) -> 
         assert [retries_report(conn, start=s, end=e, now=NOW, scope=EVERYTHING) for s, e in windows] == stored
         assert failures_report(conn, start=START, end=END, now=NOW, scope=EVERYTHING) == stored_failures
     assert [c["job_ids"] for c in stored[0]["chains"]] == [["10", "11", "12"], ["50", "51"], ["60", "61"]]
+
+
+def _stored_and_from_scratch(engine: Engine) -> None:
+    """The report reading retry_link (as the last attribution run left it) equals the report
+    computing every link at query time, for every scope and window below."""
+    scopes = [
+        EVERYTHING,
+        Scope(users=frozenset({"alice"})),  # a researcher
+        Scope(users=frozenset({"grace"}), accounts=frozenset({"chem"})),  # a coordinator
+        NOTHING,
+    ]
+    windows = [(START, END), (at("2026-11-01T12:30:00"), at("2026-11-01T13:30:00"))]
+    cases = [(scope, s, e) for scope in scopes for s, e in windows]
+    with engine.connect() as conn:
+        stored = [retries_report(conn, start=s, end=e, now=NOW, scope=scope) for scope, s, e in cases]
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM retry_link_state"))
+    with engine.connect() as conn:
+        scratch = [retries_report(conn, start=s, end=e, now=NOW, scope=scope) for scope, s, e in cases]
+    assert stored == scratch
+    # the next run recomputes every link, as the first run did
+    run_attribution(engine, Config(), now=NOW)
+
+
+def test_the_report_equals_the_from_scratch_computation_as_jobs_change(engine: Engine) -> None:
+    load(engine)
+    _stored_and_from_scratch(engine)
+    # a resubmission arriving later, still running: a chain that has not ended
+    running = attempt(job_id_raw=32, user="carol", account="bio", name="x", state="RUNNING",
+                      submit_at=at("2026-11-01T03:40:00"), eligible_at=at("2026-11-01T03:40:00"),
+                      start_at=at("2026-11-01T03:45:00"), end_at=None, nodes=("n1",))  # fmt: skip
+    with engine.begin() as conn:
+        write_attempts(conn, [running])
+    run_attribution(engine, Config(), now=NOW)
+    carol = [c for c in report(engine)["chains"] if c["user"] == "carol"]
+    assert [(c["job_ids"], c["last_end_at"]) for c in carol] == [(["30", "32"], None)]
+    _stored_and_from_scratch(engine)
+    # a record updated: the chain's last job failed after all; a job linked after the fact:
+    # grace's cancelled job is recorded as failed, and the job after it becomes its resubmission
+    updated = [replace(j, state="FAILED") for j in JOBS if j.job_id_raw in (12, 70)]
+    with engine.begin() as conn:
+        write_attempts(conn, updated)
+    run_attribution(engine, Config(), now=NOW)
+    chains = {c["user"]: c for c in report(engine)["chains"]}
+    assert chains["alice"]["outcomes"] == ["user_failure", "user_failure", "user_failure"]
+    assert chains["grace"]["job_ids"] == ["70", "71"]
+    _stored_and_from_scratch(engine)
+    # the running job ends
+    with engine.begin() as conn:
+        write_attempts(conn, [replace(running, state="COMPLETED", end_at=at("2026-11-01T05:00:00"))])
+    run_attribution(engine, Config(), now=NOW)
+    carol = [c for c in report(engine)["chains"] if c["user"] == "carol"]
+    assert [c["last_end_at"] for c in carol] == [at("2026-11-01T05:00:00")]
+    _stored_and_from_scratch(engine)
