@@ -32,6 +32,7 @@ from slurmtel.store.jobs import write_attempts
 from slurmtel.store.reports_failures import failures_report
 from slurmtel.store.reports_idle import idle_report
 from slurmtel.store.reports_queue import queue_report
+from slurmtel.store.reports_retries import retries_report
 from slurmtel.store.rls import ScopeOutsideTransaction, set_transaction_scope
 from slurmtel.store.telemetry import existing_partitions, partition_name
 from slurmtel.store.usage import usage_report
@@ -515,6 +516,7 @@ def reports(conn: Connection, scope: Scope) -> dict[str, Any]:
         "idle": idle_report(conn, first_day=DAY, last_day=DAY, scope=scope),
         "queue": queue_report(conn, start=START, end=END, now=NOW, scope=scope),
         "failures": failures_report(conn, start=START, end=END, now=NOW, scope=scope),
+        "retries": retries_report(conn, start=START, end=END, now=NOW, scope=scope),
     }
 
 
@@ -537,7 +539,7 @@ def test_reports_give_the_same_numbers_as_the_reader(
         set_transaction_scope(conn, scope)
         as_api = reports(conn, scope)
     assert as_api == as_owner
-    assert as_owner["usage"] and as_owner["idle"]["by_account"]
+    assert as_owner["usage"] and as_owner["idle"]["by_account"] and as_owner["retries"]["by_account"]
 
 
 # ---------------------------------------------------------------- slurmtel db roles
