@@ -321,10 +321,10 @@ def retries_report(
             FROM chain_walk k JOIN chain_step l
               ON l.cluster = k.cluster AND l.prev_job_id_raw = k.job_id_raw AND l.prev_job_submit_at = k.job_submit_at
         ),
-        -- each chain's first job and its other jobs' figures are aggregated without an order
-        -- (PostgreSQL 15 sorts each group once for every ordered aggregate): the first job's
-        -- key, account, user, partition, name and visibility are the root's, and the chain's
-        -- last end is none while its last job (one that no job follows) has not ended
+        -- as few ordered aggregates as the chain's order needs (PostgreSQL 15 sorts each group
+        -- once for every one): its first job's user, account, partition, name and visibility
+        -- are its root's, and it has no last end while its last job (the one that no job
+        -- follows) has not ended
         chain AS (
             SELECT k.cluster, k.root_id_raw, k.root_submit_at,
                    min(r.user_name) AS user_name, min(r.account) AS account,
