@@ -43,6 +43,19 @@ class SampleStore(Protocol):
         as one ingest batch that the next attribution run folds in."""
         ...
 
+    def write_groups(
+        self,
+        conn: Connection,
+        groups: Sequence[tuple[str, Sequence[GpuSummary]]],
+        *,
+        source: str,
+        partition_budget: PartitionBudget | None = None,
+    ) -> list[SummaryWriteStats]:
+        """`write` for several nodes' (node, summaries) at once, in the caller's transaction: one
+        ingest batch and one SummaryWriteStats each, in the order given; what one node's
+        windows do (a repeat, a value that does not fit) costs the others nothing."""
+        ...
+
     def after_attribution(self, conn: Connection, *, now: datetime) -> int:
         """Called by each attribution run, in its transaction, once it has folded in the new
         batches; returns the windows it reorganised."""
@@ -77,6 +90,16 @@ class PostgresSampleStore:
         return telemetry.write_summaries(
             conn, summaries, source=source, node=node, partition_budget=partition_budget
         )
+
+    def write_groups(
+        self,
+        conn: Connection,
+        groups: Sequence[tuple[str, Sequence[GpuSummary]]],
+        *,
+        source: str,
+        partition_budget: PartitionBudget | None = None,
+    ) -> list[SummaryWriteStats]:
+        return telemetry.write_summary_groups(conn, groups, source=source, partition_budget=partition_budget)
 
     def after_attribution(self, conn: Connection, *, now: datetime) -> int:
         return telemetry.pack_windows(conn, now=now)

@@ -11,7 +11,7 @@ store's seam.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from operator import attrgetter
@@ -104,15 +104,20 @@ def ensure_partitions(conn: Connection, first: date, last: date) -> list[str]:
     return ensure_day_partitions(conn, [first + timedelta(days=n) for n in range((last - first).days + 1)])
 
 
-def ensure_day_partitions(conn: Connection, wanted: Iterable[date]) -> list[str]:
+def ensure_day_partitions(
+    conn: Connection, wanted: Iterable[date], *, existing: Collection[str] | None = None
+) -> list[str]:
     """Create the daily partitions (UTC days) of the days WANTED that do not exist yet.
 
     Only the days asked for: a batch of windows creates the partitions of the days its
     windows are in, never every day between its first and last (the ingest boundary has
-    refused windows outside the plausible range, so these are few).
+    refused windows outside the plausible range, so these are few). EXISTING: the partition
+    names the caller read in this transaction (not read again); a day missing from it is
+    looked up again under the lock.
     """
     days = sorted(set(wanted))
-    existing = existing_partitions(conn)
+    if existing is None:
+        existing = existing_partitions(conn)
     if all(partition_name(day) in existing for day in days):
         return []
     # writers of several nodes may want the same new day at once: one creates it, the others
@@ -184,59 +189,149 @@ def write_summaries(
     Partitions are created for the days the windows are in, as far as PARTITION_BUDGET allows
     (the newest days first); the windows of a day left without one are refused too.
     """
-    summaries, refused = _storable_windows(summaries)
-    if summaries:
-        summaries, refused_days = _within_partition_budget(conn, summaries, partition_budget)
-        refused += refused_days
-    if not summaries:
-        return SummaryWriteStats(None, len(refused), 0, tuple(refused))
-    received = len(summaries) + len(refused)
-    lo = min(s.window_start_at for s in summaries)
-    hi = max(s.window_start_at for s in summaries)
-    batch_id = int(
-        conn.execute(
-            text(
-                "INSERT INTO ingest_batch (source, node, window_min_at, window_max_at, rows) "
-                "VALUES (:source, :node, :lo, :hi, :rows) RETURNING id"
-            ),
-            {"source": source, "node": node, "lo": lo, "hi": hi, "rows": len(summaries)},
-        ).scalar_one()
+    (stats,) = write_summary_groups(
+        conn, [(node, summaries)], source=source, partition_budget=partition_budget
     )
-    ensure_day_partitions(conn, {_day(s) for s in summaries})
-    with gc_paused():  # a row tuple per window: nothing cyclic, no need to scan the heap
-        rows = summary_rows(summaries, batch_id)
-    if _hours_packed(conn, summaries):
-        # a retried pull of hours packed already: only the windows not stored yet
-        inserted, failed = _insert_new_summaries(conn, rows)
-        refused += [(summaries[i], _refusal(summaries[i], error)) for i, error in failed]
-    else:
+    return stats
+
+
+def write_summary_groups(
+    conn: Connection,
+    groups: Sequence[tuple[str, Sequence[GpuSummary]]],
+    *,
+    source: str,
+    partition_budget: PartitionBudget | None = None,
+) -> list[SummaryWriteStats]:
+    """write_summaries for several nodes' windows at once, in the caller's transaction: each
+    (node, summaries) of GROUPS gets its own ingest batch (attribution reads a batch's node and
+    window range) and its own SummaryWriteStats, in the order given, as if written one by one;
+    but the partition list is read once, the batches are made by one INSERT, and the windows of
+    all go in one binary COPY. When that COPY fails (a window stored already: a retried pull; a
+    value beyond its column), or an hour of these GPUs is packed already, each group is written
+    on its own as write_summaries does, in the same transaction: a repeat of one node's page
+    costs nothing of another's."""
+    kept_by_group: list[list[GpuSummary]] = []
+    refused_by_group: list[list[tuple[GpuSummary, str]]] = []
+    for _, summaries in groups:
+        kept, refused = _storable_windows(summaries)
+        kept_by_group.append(kept)
+        refused_by_group.append(refused)
+    existing: set[str] | None = None
+    if any(kept_by_group):
+        existing = set(existing_partitions(conn))
+        if partition_budget is not None:
+            for k, kept in enumerate(kept_by_group):
+                if kept:
+                    kept_by_group[k], refused_days = _within_partition_budget(
+                        kept, partition_budget, existing
+                    )
+                    refused_by_group[k] += refused_days
+    received = [
+        len(kept) + len(refused) for kept, refused in zip(kept_by_group, refused_by_group, strict=True)
+    ]
+    stored = [(k, kept) for k, kept in enumerate(kept_by_group) if kept]
+    stats = [SummaryWriteStats(None, received[k], 0, tuple(refused_by_group[k])) for k in range(len(groups))]
+    if not stored:
+        return stats
+    bounds = [
+        (min(s.window_start_at for s in kept), max(s.window_start_at for s in kept)) for _, kept in stored
+    ]
+    batch_ids = _new_batches(
+        conn,
+        source,
+        [(groups[k][0], lo, hi, len(kept)) for (k, kept), (lo, hi) in zip(stored, bounds, strict=True)],
+    )
+    every = [s for _, kept in stored for s in kept]
+    ensure_day_partitions(conn, {_day(s) for s in every}, existing=existing)
+    inserted: dict[int, int] = {}
+    if not _hours_packed(conn, every):
+        with gc_paused():  # a row tuple per window: nothing cyclic, no need to scan the heap
+            rows = [
+                row
+                for (_, kept), batch_id in zip(stored, batch_ids, strict=True)
+                for row in summary_rows(kept, batch_id)
+            ]
         savepoint = conn.begin_nested()
         try:
             with gc_paused():
                 copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)
             savepoint.commit()
-            inserted = len(rows)
-        except (UniqueViolation, IntegrityError):
+            inserted = {k: len(kept) for k, kept in stored}
+        except _COPY_FAILURES:
             savepoint.rollback()
-            inserted, failed = _insert_new_summaries(conn, rows)
-            refused += [(summaries[i], _refusal(summaries[i], error)) for i, error in failed]
-        except ROW_ERRORS:
-            # one summary spoils the COPY of all: name it by field, store the others
-            savepoint.rollback()
-            kept, unfit = sort_out(summaries, SUMMARY_COLUMNS)
-            refused += unfit
-            with gc_paused():
-                rows = summary_rows(kept, batch_id)
-            inserted, failed = _insert_new_summaries(conn, rows)
-            refused += [(kept[i], _refusal(kept[i], error)) for i, error in failed]
-    if inserted == 0:
-        conn.execute(text("DELETE FROM ingest_batch WHERE id = :id"), {"id": batch_id})
-        return SummaryWriteStats(None, received, 0, tuple(refused))
-    if inserted != len(summaries):
-        conn.execute(
-            text("UPDATE ingest_batch SET rows = :n WHERE id = :id"), {"n": inserted, "id": batch_id}
-        )
-    return SummaryWriteStats(batch_id, received, inserted, tuple(refused))
+    for (k, kept), batch_id in zip(stored, batch_ids, strict=True):
+        if k in inserted:
+            count = inserted[k]
+        else:
+            # a retried pull of hours packed already or stored already; or a window that spoils
+            # the COPY of all: only the windows not stored yet, each unfit one named by field
+            count, refused = _insert_new_windows(conn, kept, batch_id)
+            refused_by_group[k] += refused
+        if count == 0:
+            conn.execute(text("DELETE FROM ingest_batch WHERE id = :id"), {"id": batch_id})
+            stats[k] = SummaryWriteStats(None, received[k], 0, tuple(refused_by_group[k]))
+            continue
+        if count != len(kept):
+            conn.execute(
+                text("UPDATE ingest_batch SET rows = :n WHERE id = :id"), {"n": count, "id": batch_id}
+            )
+        stats[k] = SummaryWriteStats(batch_id, received[k], count, tuple(refused_by_group[k]))
+    return stats
+
+
+# what makes write_summary_groups' COPY fail and the groups be written one by one
+_COPY_FAILURES: tuple[type[BaseException], ...] = (UniqueViolation, IntegrityError, *ROW_ERRORS)
+
+
+def _new_batches(
+    conn: Connection, source: str, batches: Sequence[tuple[str, datetime, datetime, int]]
+) -> list[int]:
+    """One ingest batch per (node, first window start, last window start, rows), by one INSERT;
+    their ids in the order given."""
+    if len(batches) == 1:
+        node, lo, hi, rows = batches[0]
+        return [
+            int(
+                conn.execute(
+                    text(
+                        "INSERT INTO ingest_batch (source, node, window_min_at, window_max_at, rows) "
+                        "VALUES (:source, :node, :lo, :hi, :rows) RETURNING id"
+                    ),
+                    {"source": source, "node": node, "lo": lo, "hi": hi, "rows": rows},
+                ).scalar_one()
+            )
+        ]
+    nodes, los, his, counts = (list(column) for column in zip(*batches, strict=True))
+    # the ids come from the sequence in the order the rows are inserted; each row says which it is
+    made = conn.execute(
+        text(
+            """
+            INSERT INTO ingest_batch (source, node, window_min_at, window_max_at, rows)
+            SELECT :source, u.node, u.lo, u.hi, u.rows
+            FROM unnest(CAST(:nodes AS text[]), CAST(:los AS timestamptz[]), CAST(:his AS timestamptz[]),
+                        CAST(:counts AS integer[])) WITH ORDINALITY AS u(node, lo, hi, rows, k)
+            ORDER BY u.k
+            RETURNING id, node, window_min_at, window_max_at
+            """
+        ),
+        {"source": source, "nodes": nodes, "los": los, "his": his, "counts": counts},
+    ).all()
+    by_key: dict[tuple[str, datetime, datetime], list[int]] = {}
+    for row in sorted(made, key=lambda r: r.id, reverse=True):
+        by_key.setdefault((row.node, row.window_min_at, row.window_max_at), []).append(int(row.id))
+    return [by_key[(node, lo, hi)].pop() for node, lo, hi, _ in batches]
+
+
+def _insert_new_windows(
+    conn: Connection, summaries: list[GpuSummary], batch_id: int
+) -> tuple[int, list[tuple[GpuSummary, str]]]:
+    """Insert those of SUMMARIES not stored yet (nor packed) as batch BATCH_ID, without COPY's
+    all-or-nothing: (inserted, the refused ones with their reason)."""
+    kept, refused = sort_out(summaries, SUMMARY_COLUMNS)
+    with gc_paused():
+        rows = summary_rows(kept, batch_id)
+    inserted, failed = _insert_new_summaries(conn, rows)
+    return inserted, [*refused, *((kept[i], _refusal(kept[i], error)) for i, error in failed)]
 
 
 def _day(summary: GpuSummary) -> date:
@@ -244,12 +339,10 @@ def _day(summary: GpuSummary) -> date:
 
 
 def _within_partition_budget(
-    conn: Connection, summaries: list[GpuSummary], budget: PartitionBudget | None
+    summaries: list[GpuSummary], budget: PartitionBudget, existing: set[str]
 ) -> tuple[list[GpuSummary], list[tuple[GpuSummary, str]]]:
-    if budget is None:
-        return summaries, []
     days = {_day(s) for s in summaries}
-    missing = sorted(days - set(existing_partitions(conn).values()), reverse=True)
+    missing = sorted((day for day in days if partition_name(day) not in existing), reverse=True)
     if not missing:
         return summaries, []
     allowed = days - set(missing) | budget.grant(missing)
@@ -491,17 +584,17 @@ def pack_windows(conn: Connection, *, now: datetime, max_gpus: int = PACK_GPUS_P
                              AND max(w.offset_ms) - min(w.first_ms) = (count(*) - 1) * min(w.window_ms)
                         THEN NULL ELSE array_agg(w.offset_ms ORDER BY w.offset_ms) END,
                    array_agg(w.sample_count ORDER BY w.offset_ms),
-                   array_agg({_parts('covered_seconds')} ORDER BY w.offset_ms),
-                   array_agg({_parts('idle_seconds')} ORDER BY w.offset_ms),
-                   array_agg({_parts('no_process_seconds')} ORDER BY w.offset_ms),
-                   array_agg({_scaled('util_mean_percent * 100', 'smallint')} ORDER BY w.offset_ms),
-                   array_agg({_scaled('util_max_percent * 100', 'smallint')} ORDER BY w.offset_ms),
-                   array_agg({_scaled('memory_used_mean_bytes / 1024.0', 'integer')} ORDER BY w.offset_ms),
-                   array_agg({_scaled('memory_used_max_bytes / 1024.0', 'integer')} ORDER BY w.offset_ms),
-                   array_agg({_scaled('power_mean_watts * 10', 'smallint')} ORDER BY w.offset_ms),
+                   array_agg({_parts("covered_seconds")} ORDER BY w.offset_ms),
+                   array_agg({_parts("idle_seconds")} ORDER BY w.offset_ms),
+                   array_agg({_parts("no_process_seconds")} ORDER BY w.offset_ms),
+                   array_agg({_scaled("util_mean_percent * 100", "smallint")} ORDER BY w.offset_ms),
+                   array_agg({_scaled("util_max_percent * 100", "smallint")} ORDER BY w.offset_ms),
+                   array_agg({_scaled("memory_used_mean_bytes / 1024.0", "integer")} ORDER BY w.offset_ms),
+                   array_agg({_scaled("memory_used_max_bytes / 1024.0", "integer")} ORDER BY w.offset_ms),
+                   array_agg({_scaled("power_mean_watts * 10", "smallint")} ORDER BY w.offset_ms),
                    array_agg(CAST(w.energy_joules AS real) ORDER BY w.offset_ms),
-                   array_agg({_scaled('temperature_max_celsius * 10', 'smallint')} ORDER BY w.offset_ms),
-                   array_agg({_scaled('sm_clock_max_mhz', 'smallint')} ORDER BY w.offset_ms),
+                   array_agg({_scaled("temperature_max_celsius * 10", "smallint")} ORDER BY w.offset_ms),
+                   array_agg({_scaled("sm_clock_max_mhz", "smallint")} ORDER BY w.offset_ms),
                    array_agg(CAST(coalesce(array_position(k.job_sets, w.job_set), 0) AS smallint)
                              ORDER BY w.offset_ms)
             FROM placed w JOIN sets k USING (gpu_uuid, hour_at, source, node, window_seconds, util_metric,
@@ -832,4 +925,54 @@ def set_agent_cursor(
             "items": spool_items,
             "bytes": spool_bytes,
         },
+    )
+
+
+def get_agent_cursors(conn: Connection, nodes: Sequence[str]) -> dict[str, AgentCursor]:
+    """The stored cursors of NODES (those that have one), by one query."""
+    rows = conn.execute(
+        text("SELECT node, spool_id, cursor FROM agent_cursor WHERE node = ANY (CAST(:nodes AS text[]))"),
+        {"nodes": list(nodes)},
+    )
+    return {row.node: AgentCursor(row.node, row.spool_id, int(row.cursor)) for row in rows}
+
+
+@dataclass(frozen=True)
+class AgentCursorUpdate:
+    node: str
+    spool_id: str
+    cursor: int
+    evicted_total: int
+    spool_items: int
+    spool_bytes: int
+
+
+def set_agent_cursors(conn: Connection, updates: Sequence[AgentCursorUpdate]) -> None:
+    """set_agent_cursor for several nodes, by one statement."""
+    if not updates:
+        return
+    columns = list(
+        zip(
+            *((u.node, u.spool_id, u.cursor, u.evicted_total, u.spool_items, u.spool_bytes) for u in updates),
+            strict=True,
+        )
+    )
+    conn.execute(
+        text(
+            """
+            INSERT INTO agent_cursor (node, spool_id, cursor, evicted_total, spool_items, spool_bytes)
+            SELECT * FROM unnest(CAST(:nodes AS text[]), CAST(:spools AS text[]), CAST(:cursors AS bigint[]),
+                                 CAST(:evicted AS bigint[]), CAST(:items AS bigint[]), CAST(:bytes AS bigint[]))
+            ON CONFLICT (node) DO UPDATE SET spool_id = EXCLUDED.spool_id, cursor = EXCLUDED.cursor,
+                evicted_total = EXCLUDED.evicted_total, spool_items = EXCLUDED.spool_items,
+                spool_bytes = EXCLUDED.spool_bytes, updated_at = now()
+            """
+        ),
+        dict(
+            zip(
+                ("nodes", "spools", "cursors", "evicted", "items", "bytes"),
+                (list(c) for c in columns),
+                strict=True,
+            )
+        ),
     )
