@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slurmtel.config import AgentSourceConfig, Config
-from slurmtel.errors import ConfigError, SourceUnavailable
+from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
-from slurmtel.sources.targets import Target, add_target_argument, for_each_target, targets_for
+from slurmtel.sources.targets import Target, add_target_argument, add_up, targets_for
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -32,6 +36,8 @@ if TYPE_CHECKING:
 NAME = "agent"
 # pages per node and run: bounds one run when an agent has a long backlog (the rest comes next run)
 MAX_PAGES_PER_RUN = 50
+# items (windows mostly) of several nodes' pages stored in one transaction, one COPY
+STORE_GROUP_ITEMS = 5000
 
 
 class AgentSource:
@@ -59,15 +65,7 @@ class AgentSource:
         result = RunResult()
         budget = PartitionBudget(ctx.config.telemetry.max_new_partitions_per_run)
         # an unreachable agent keeps its spool: the next run pulls it
-        for_each_target(
-            targets,
-            lambda target, part: pull_agent(
-                ctx, target, _auth_headers(cfg, target.node, shared), part, budget
-            ),
-            result,
-            "agent",
-            concurrency=cfg.concurrency,
-        )
+        pull_agents(ctx, targets, lambda target: _auth_headers(cfg, target.node, shared), result, budget)
         return result
 
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
@@ -83,134 +81,275 @@ class AgentSource:
         page = decode_summaries_response(raw, origin=str(path))
         budget = PartitionBudget(ctx.config.telemetry.max_new_partitions_per_run)
         with ctx.engine.begin() as conn:
-            _store_page(ctx, conn, page, result, budget, origin=str(path))
+            _store_pages(ctx, conn, [(page, str(path))], [result], budget)
         return result
 
 
-def pull_agent(
+@dataclass
+class _Pull:
+    """One node's pull in a run: where it stands, and what it did."""
+
+    target: Target
+    headers: dict[str, str] = field(default_factory=dict)
+    spool_id: str = ""
+    cursor: int = 0
+    pages: int = 0
+    # fetched and not stored yet, or stored and not acked yet
+    page: SummariesPage | None = None
+    stored: bool = False
+    done: bool = False
+    result: RunResult = field(default_factory=RunResult)
+    failure: str | None = None
+
+    @property
+    def origin(self) -> str:
+        return f"agent {self.target.node}"
+
+    @property
+    def items(self) -> int:
+        return len(self.page.items) + len(self.page.rejected) if self.page else 0
+
+
+def pull_agents(
     ctx: RunContext,
-    target: Target,
-    headers: dict[str, str],
+    targets: Sequence[Target],
+    headers: Callable[[Target], dict[str, str]],
     result: RunResult,
     budget: PartitionBudget | None = None,
 ) -> None:
-    from slurmtel.agent.protocol import (
-        ACK_PATH,
-        decode_ack_response,
-        decode_summaries_response,
-        encode_ack_request,
-        summaries_query,
-    )
-    from slurmtel.store.telemetry import get_agent_cursor, set_agent_cursor
+    """Pull every target's agent, `concurrency` HTTP requests at a time, and add up the nodes'
+    results in RESULT in target order (a node that fails is noted, alone; SourceUnavailable
+    when none answered).
+
+    Per node, as ever: GET a page after its cursor, store the page and the new cursor in one
+    transaction, then POST the ack, and again while its spool has more. But the pages fetched
+    meanwhile from several nodes are stored together (up to STORE_GROUP_ITEMS items a
+    transaction: one COPY of their windows, one ingest batch per node, every cursor of the
+    group), so storing costs a few round trips per group rather than two dozen per node. A
+    node is acked only after the transaction holding its page and cursor has committed.
+    """
+    from slurmtel.store.telemetry import get_agent_cursors
+
+    pulls = [_Pull(target) for target in targets]
+    for pull in pulls:
+        try:
+            pull.headers = headers(pull.target)
+        except SlurmtelError as exc:
+            pull.failure = f"{pull.target.node}: {exc}"
+    live = [pull for pull in pulls if pull.failure is None]
+    if live:
+        with ctx.engine.connect() as conn:
+            stored = get_agent_cursors(conn, [pull.target.node for pull in live])
+        for pull in live:
+            if (cursor := stored.get(pull.target.node)) is not None:
+                pull.spool_id, pull.cursor = cursor.spool_id, cursor.cursor
+    workers = max(1, min(ctx.config.sources.agent.concurrency, len(live)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="slurmtel-agent") as pool:
+        waiting = deque(live)  # their next step: ack what was stored (if any), fetch the next page
+        running: set[Future[_Pull]] = set()
+        ready: list[_Pull] = []  # fetched, to store
+        while waiting or running or ready:
+            while waiting and len(running) < workers:
+                running.add(pool.submit(_step, ctx, waiting.popleft()))
+            if running:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                # a node's own failure is in its _Pull; anything else ends the run, as it would
+                ready += [pull for pull in (f.result() for f in done) if pull.page is not None]
+            if ready and (sum(pull.items for pull in ready) >= STORE_GROUP_ITEMS or not (waiting or running)):
+                group: list[_Pull] = []
+                size = 0
+                while ready and (not group or size + ready[0].items <= STORE_GROUP_ITEMS):
+                    size += ready[0].items
+                    group.append(ready.pop(0))
+                _store_group(ctx, group, budget)
+                waiting.extend(pull for pull in group if pull.failure is None)
+    add_up([(pull.result, pull.failure) for pull in pulls], result, "agent")
+
+
+def _step(ctx: RunContext, pull: _Pull) -> _Pull:
+    """A node's next HTTP step: ack the page stored (and stop if it was the last), then fetch
+    the next page. A failure ends the node's pull, with its reason."""
+    try:
+        if pull.stored:
+            assert pull.page is not None
+            _ack(ctx, pull, pull.page)
+            if not _advance(pull, pull.page, ctx.config.sources.agent.page_size):
+                pull.page, pull.done = None, True
+                return pull
+        pull.page, pull.stored = _fetch(ctx, pull), False
+    except SlurmtelError as exc:
+        pull.page, pull.failure = None, f"{pull.target.node}: {exc}"
+    return pull
+
+
+def _fetch(ctx: RunContext, pull: _Pull) -> SummariesPage:
+    from slurmtel.agent.protocol import decode_summaries_response, summaries_query
 
     cfg = ctx.config.sources.agent
-    with ctx.engine.connect() as conn:
-        stored = get_agent_cursor(conn, target.node)
-    spool_id = stored.spool_id if stored else ""
-    cursor = stored.cursor if stored else 0
-    pages = 0
-    while pages < MAX_PAGES_PER_RUN:
-        url = target.base_url + summaries_query(cursor, cfg.page_size)
-        origin = f"agent {target.node}"
+    while True:
+        url = pull.target.base_url + summaries_query(pull.cursor, cfg.page_size)
         page = decode_summaries_response(
-            http_request(url, timeout_seconds=cfg.timeout_seconds, headers=headers), origin=origin
+            http_request(url, timeout_seconds=cfg.timeout_seconds, headers=pull.headers), origin=pull.origin
         )
-        if page.spool_id != spool_id:
-            if spool_id and cursor:
-                result.notes.append(
-                    f"{target.node}: the agent's spool was recreated; reading it from the start"
+        if page.spool_id != pull.spool_id:
+            if pull.spool_id and pull.cursor:
+                pull.result.notes.append(
+                    f"{pull.target.node}: the agent's spool was recreated; reading it from the start"
                 )
-                cursor = 0
-                spool_id = page.spool_id
+                pull.cursor = 0
+                pull.spool_id = page.spool_id
                 continue
-            spool_id = page.spool_id
+            pull.spool_id = page.spool_id
+        return page
+
+
+def _ack(ctx: RunContext, pull: _Pull, page: SummariesPage) -> None:
+    from slurmtel.agent.protocol import ACK_PATH, decode_ack_response, encode_ack_request
+
+    cfg = ctx.config.sources.agent
+    # ack every time, even an empty page: an ack lost after the last store is repeated here
+    if page.next_cursor > 0:
+        ack = http_request(
+            pull.target.base_url + ACK_PATH,
+            timeout_seconds=cfg.timeout_seconds,
+            data=encode_ack_request(page.next_cursor),
+            headers={**pull.headers, "Content-Type": "application/json"},
+        )
+        decode_ack_response(ack, origin=pull.origin)
+
+
+def _advance(pull: _Pull, page: SummariesPage, page_size: int) -> bool:
+    """Move PULL past PAGE (stored and acked); whether to fetch another page."""
+    pull.pages += 1
+    # (a page of skipped kinds only has no items and still moves the cursor)
+    if page.next_cursor <= pull.cursor:
+        return False
+    pull.cursor = page.next_cursor
+    # a page short of the limit that holds all the spool had (its count is taken before the
+    # page is read) left nothing behind: no request for an empty page
+    served = len(page.items) + len(page.rejected)
+    if served < page_size and page.spool_items <= served:
+        return False
+    if pull.pages >= MAX_PAGES_PER_RUN:
+        pull.result.notes.append(f"{pull.target.node}: backlog left for the next run")
+        return False
+    return True
+
+
+def _store_group(ctx: RunContext, group: list[_Pull], budget: PartitionBudget | None) -> None:
+    """Store the fetched pages of GROUP and their nodes' cursors in one transaction. Should
+    that fail, each page is stored in a transaction of its own, so that one node's page costs
+    the others nothing; a node whose page cannot be stored fails alone."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from slurmtel.store.telemetry import AgentCursorUpdate, set_agent_cursors
+
+    parts = [RunResult() for _ in group]
+    pages = [pull.page for pull in group if pull.page is not None]
+    assert len(pages) == len(group)
+    try:
         with ctx.engine.begin() as conn:
-            # what cannot be stored of the page is quarantined in this transaction: the page
-            # is stored and acked all the same, and the agent trims it
-            _store_page(ctx, conn, page, result, budget, origin=origin)
-            set_agent_cursor(
+            # what cannot be stored of a page is quarantined in this transaction: the page is
+            # stored and acked all the same, and the agent trims it
+            _store_pages(
+                ctx,
                 conn,
-                target.node,
-                spool_id=spool_id,
-                cursor=page.next_cursor,
-                evicted_total=page.evicted_total,
-                spool_items=page.spool_items,
-                spool_bytes=page.spool_bytes,
+                [(page, pull.origin) for pull, page in zip(group, pages, strict=True)],
+                parts,
+                budget,
             )
-        pages += 1
-        # ack every time, even an empty page: an ack lost after the last store is repeated here
-        if page.next_cursor > 0:
-            ack = http_request(
-                target.base_url + ACK_PATH,
-                timeout_seconds=cfg.timeout_seconds,
-                data=encode_ack_request(page.next_cursor),
-                headers={**headers, "Content-Type": "application/json"},
+            set_agent_cursors(
+                conn,
+                [
+                    AgentCursorUpdate(
+                        node=pull.target.node,
+                        spool_id=pull.spool_id,
+                        cursor=page.next_cursor,
+                        evicted_total=page.evicted_total,
+                        spool_items=page.spool_items,
+                        spool_bytes=page.spool_bytes,
+                    )
+                    for pull, page in zip(group, pages, strict=True)
+                ],
             )
-            decode_ack_response(ack, origin=origin)
-        # (a page of skipped kinds only has no items and still moves the cursor)
-        if page.next_cursor <= cursor:
-            break
-        cursor = page.next_cursor
-    if pages == MAX_PAGES_PER_RUN:
-        result.notes.append(f"{target.node}: backlog left for the next run")
+    except (SQLAlchemyError, SlurmtelError) as exc:
+        if len(group) > 1:
+            for pull in group:
+                _store_group(ctx, [pull], budget)
+            return
+        if not isinstance(exc, SlurmtelError):
+            raise
+        group[0].page, group[0].failure = None, f"{group[0].target.node}: {exc}"
+        return
+    for pull, part in zip(group, parts, strict=True):
+        pull.result.rows_read += part.rows_read
+        pull.result.rows_written += part.rows_written
+        pull.result.rows_quarantined += part.rows_quarantined
+        pull.result.notes.extend(part.notes)
+        pull.stored = True
 
 
-def _store_page(
+def _store_pages(
     ctx: RunContext,
     conn: Connection,
-    page: SummariesPage,
-    result: RunResult,
+    pages: Sequence[tuple[SummariesPage, str]],
+    results: Sequence[RunResult],
     budget: PartitionBudget | None,
-    *,
-    origin: str,
 ) -> None:
+    """Store PAGES (each with its origin) in the caller's transaction, each page's counts and
+    note in its RESULTS; no SQL for what a page does not hold."""
     from slurmtel.sources.plausible import screen_telemetry
     from slurmtel.store.checks import rejections
     from slurmtel.store.fabric import write_nvlink_counters, write_port_counters, write_topology
     from slurmtel.store.quarantine import quarantine
     from slurmtel.store.samples import sample_store
-    from slurmtel.store.telemetry import (
-        resolve_allocation_uuids,
-        write_events,
-        write_inventory,
-    )
+    from slurmtel.store.telemetry import resolve_allocation_uuids, write_events, write_inventory
 
-    # a node whose clock is wrong: its windows and events are kept out, the rest of the page in
-    screened = screen_telemetry(
-        now=ctx.clock(),
-        telemetry=ctx.config.telemetry,
-        source=NAME,
-        origin=origin,
-        summaries=page.summaries,
-        events=page.events,
-        inventory=page.inventory,
-    )
-    summaries, events, inventory = screened.summaries, screened.events, screened.inventory
-    rejected = [*page.rejected, *screened.rejected]
-    write_inventory(conn, inventory, source=NAME)
-    stats = sample_store().write(conn, summaries, source=NAME, node=page.node, partition_budget=budget)
-    events_written = write_events(conn, events)
-    if inventory:
-        resolve_allocation_uuids(conn, node=page.node)
-    ports = write_port_counters(conn, page.port_counters)
-    nvlinks = write_nvlink_counters(conn, page.nvlink_counters)
-    topologies = write_topology(conn, page.topologies)
-    rejected += rejections(stats.refused, source=NAME, origin=origin)
-    quarantine(conn, rejected)
-    result.rows_read += len(page.items) + len(page.rejected)
-    result.rows_written += stats.inserted + events_written + len(inventory) + ports + nvlinks + topologies
-    result.rows_quarantined += len(rejected)
-    if page.items or page.rejected:
-        fabric = (
-            f", {len(page.port_counters)} port windows, {len(page.nvlink_counters)} NVLink windows, "
-            f"{topologies} topology"
-            if ports or nvlinks or topologies or page.port_counters or page.nvlink_counters
-            else ""
+    now = ctx.clock()
+    screened = [
+        # a node whose clock is wrong: its windows and events are kept out, the rest of the page in
+        screen_telemetry(
+            now=now,
+            telemetry=ctx.config.telemetry,
+            source=NAME,
+            origin=origin,
+            summaries=page.summaries,
+            events=page.events,
+            inventory=page.inventory,
         )
-        result.notes.append(
-            f"{page.node}: {len(summaries)} windows ({stats.inserted} new), {len(events)} events, "
-            f"{len(inventory)} inventory{fabric}; spool {page.spool_items} items, {page.evicted_total} evicted"
-        )
+        for page, origin in pages
+    ]
+    for s in screened:
+        write_inventory(conn, s.inventory, source=NAME)
+    all_stats = sample_store().write_groups(
+        conn, [(page.node, s.summaries) for (page, _), s in zip(pages, screened, strict=True)], source=NAME,
+        partition_budget=budget,
+    )  # fmt: skip
+    for (page, origin), s, stats, result in zip(pages, screened, all_stats, results, strict=True):
+        summaries, events, inventory = s.summaries, s.events, s.inventory
+        rejected = [*page.rejected, *s.rejected]
+        events_written = write_events(conn, events)
+        if inventory:
+            resolve_allocation_uuids(conn, node=page.node)
+        ports = write_port_counters(conn, page.port_counters)
+        nvlinks = write_nvlink_counters(conn, page.nvlink_counters)
+        topologies = write_topology(conn, page.topologies)
+        rejected += rejections(stats.refused, source=NAME, origin=origin)
+        quarantine(conn, rejected)
+        result.rows_read += len(page.items) + len(page.rejected)
+        result.rows_written += stats.inserted + events_written + len(inventory) + ports + nvlinks + topologies
+        result.rows_quarantined += len(rejected)
+        if page.items or page.rejected:
+            fabric = (
+                f", {len(page.port_counters)} port windows, {len(page.nvlink_counters)} NVLink windows, "
+                f"{topologies} topology"
+                if ports or nvlinks or topologies or page.port_counters or page.nvlink_counters
+                else ""
+            )
+            result.notes.append(
+                f"{page.node}: {len(summaries)} windows ({stats.inserted} new), {len(events)} events, "
+                f"{len(inventory)} inventory{fabric}; spool {page.spool_items} items, {page.evicted_total} evicted"
+            )
 
 
 def _shared_token(cfg: AgentSourceConfig) -> str:

@@ -111,6 +111,13 @@ def for_each_target(
     else:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"slurmtel-{what}") as pool:
             outcomes = list(pool.map(attempt, targets))
+    add_up(outcomes, result, what)
+
+
+def add_up(outcomes: Sequence[tuple[RunResult, str | None]], result: RunResult, what: str) -> None:
+    """Add each target's (its own RunResult, its failure or None), in target order, to RESULT;
+    the failures as errors (the run is then partial). Raises SourceUnavailable when every
+    target failed."""
     failures = []
     for part, failure in outcomes:
         result.rows_read += part.rows_read
@@ -121,5 +128,5 @@ def for_each_target(
         if failure is not None:
             failures.append(failure)
     result.errors.extend(failures)
-    if failures and len(failures) == len(targets):
+    if failures and len(failures) == len(outcomes):
         raise SourceUnavailable(f"no {what} answered: " + "; ".join(failures[:5]))
