@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slurmtel.config import AgentSourceConfig, Config
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from slurmtel.agent.protocol import SummariesPage
+    from slurmtel.sources.plausible import Screened
     from slurmtel.store.telemetry import PartitionBudget
 
 NAME = "agent"
@@ -38,6 +39,9 @@ NAME = "agent"
 MAX_PAGES_PER_RUN = 50
 # items (windows mostly) of several nodes' pages stored in one transaction, one COPY
 STORE_GROUP_ITEMS = 5000
+# transactions storing groups at once, and groups fetched and waiting for theirs, at most
+STORE_WRITERS = 2
+STORE_QUEUE = 3
 
 
 class AgentSource:
@@ -81,7 +85,7 @@ class AgentSource:
         page = decode_summaries_response(raw, origin=str(path))
         budget = PartitionBudget(ctx.config.telemetry.max_new_partitions_per_run)
         with ctx.engine.begin() as conn:
-            _store_pages(ctx, conn, [(page, str(path))], [result], budget)
+            _store_pages(ctx, conn, [(page, str(path), _screen(ctx, page, str(path)))], [result], budget)
         return result
 
 
@@ -96,6 +100,7 @@ class _Pull:
     pages: int = 0
     # fetched and not stored yet, or stored and not acked yet
     page: SummariesPage | None = None
+    screened: Screened | None = None
     stored: bool = False
     done: bool = False
     result: RunResult = field(default_factory=RunResult)
@@ -144,25 +149,43 @@ def pull_agents(
             if (cursor := stored.get(pull.target.node)) is not None:
                 pull.spool_id, pull.cursor = cursor.spool_id, cursor.cursor
     workers = max(1, min(ctx.config.sources.agent.concurrency, len(live)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="slurmtel-agent") as pool:
+    with (
+        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="slurmtel-agent") as pool,
+        # while a group's transaction waits for PostgreSQL, another is prepared, and the HTTP
+        # workers fetch, decode and screen the next pages
+        ThreadPoolExecutor(max_workers=STORE_WRITERS, thread_name_prefix="slurmtel-agent-store") as writer,
+    ):
         waiting = deque(live)  # their next step: ack what was stored (if any), fetch the next page
-        running: set[Future[_Pull]] = set()
-        ready: list[_Pull] = []  # fetched, to store
-        while waiting or running or ready:
-            while waiting and len(running) < workers:
-                running.add(pool.submit(_step, ctx, waiting.popleft()))
-            if running:
-                done, running = wait(running, return_when=FIRST_COMPLETED)
-                # a node's own failure is in its _Pull; anything else ends the run, as it would
-                ready += [pull for pull in (f.result() for f in done) if pull.page is not None]
-            if ready and (sum(pull.items for pull in ready) >= STORE_GROUP_ITEMS or not (waiting or running)):
-                group: list[_Pull] = []
-                size = 0
-                while ready and (not group or size + ready[0].items <= STORE_GROUP_ITEMS):
+        fetching: set[Future[Any]] = set()  # each gives its _Pull
+        storing: set[Future[Any]] = set()  # each gives its group's _Pulls
+        ready: deque[_Pull] = deque()  # fetched, to store
+        ready_items = 0
+        while waiting or fetching or storing or ready:
+            # (fetched pages wait in memory for at most STORE_QUEUE groups)
+            while waiting and len(fetching) < workers and len(storing) < STORE_QUEUE:
+                fetching.add(pool.submit(_step, ctx, waiting.popleft()))
+            while ready and (ready_items >= STORE_GROUP_ITEMS or not (waiting or fetching)):
+                group = [ready.popleft()]
+                size = group[0].items
+                while ready and size + ready[0].items <= STORE_GROUP_ITEMS:
                     size += ready[0].items
-                    group.append(ready.pop(0))
-                _store_group(ctx, group, budget)
-                waiting.extend(pull for pull in group if pull.failure is None)
+                    group.append(ready.popleft())
+                ready_items -= size
+                storing.add(writer.submit(_store_group, ctx, group, budget))
+            done, _ = wait(fetching | storing, return_when=FIRST_COMPLETED)
+            for future in done:
+                # a node's own failure is in its _Pull; anything else ends the run, as it would
+                if future in fetching:
+                    fetching.remove(future)
+                    pull = future.result()
+                    if isinstance(pull, _Pull) and pull.page is not None:
+                        ready.append(pull)
+                        ready_items += pull.items
+                else:
+                    storing.remove(future)
+                    stored = future.result()
+                    assert isinstance(stored, list)
+                    waiting.extend(pull for pull in stored if pull.failure is None)
     add_up([(pull.result, pull.failure) for pull in pulls], result, "agent")
 
 
@@ -177,6 +200,8 @@ def _step(ctx: RunContext, pull: _Pull) -> _Pull:
                 pull.page, pull.done = None, True
                 return pull
         pull.page, pull.stored = _fetch(ctx, pull), False
+        # screened here, by the HTTP worker: the writers' threads only write
+        pull.screened = _screen(ctx, pull.page, pull.origin)
     except SlurmtelError as exc:
         pull.page, pull.failure = None, f"{pull.target.node}: {exc}"
     return pull
@@ -236,7 +261,7 @@ def _advance(pull: _Pull, page: SummariesPage, page_size: int) -> bool:
     return True
 
 
-def _store_group(ctx: RunContext, group: list[_Pull], budget: PartitionBudget | None) -> None:
+def _store_group(ctx: RunContext, group: list[_Pull], budget: PartitionBudget | None) -> list[_Pull]:
     """Store the fetched pages of GROUP and their nodes' cursors in one transaction. Should
     that fail, each page is stored in a transaction of its own, so that one node's page costs
     the others nothing; a node whose page cannot be stored fails alone."""
@@ -246,7 +271,8 @@ def _store_group(ctx: RunContext, group: list[_Pull], budget: PartitionBudget | 
 
     parts = [RunResult() for _ in group]
     pages = [pull.page for pull in group if pull.page is not None]
-    assert len(pages) == len(group)
+    screened = [pull.screened for pull in group if pull.screened is not None]
+    assert len(pages) == len(screened) == len(group)
     try:
         with ctx.engine.begin() as conn:
             # what cannot be stored of a page is quarantined in this transaction: the page is
@@ -254,7 +280,7 @@ def _store_group(ctx: RunContext, group: list[_Pull], budget: PartitionBudget | 
             _store_pages(
                 ctx,
                 conn,
-                [(page, pull.origin) for pull, page in zip(group, pages, strict=True)],
+                [(page, pull.origin, s) for pull, page, s in zip(group, pages, screened, strict=True)],
                 parts,
                 budget,
             )
@@ -276,56 +302,59 @@ def _store_group(ctx: RunContext, group: list[_Pull], budget: PartitionBudget | 
         if len(group) > 1:
             for pull in group:
                 _store_group(ctx, [pull], budget)
-            return
+            return group
         if not isinstance(exc, SlurmtelError):
             raise
         group[0].page, group[0].failure = None, f"{group[0].target.node}: {exc}"
-        return
+        return group
     for pull, part in zip(group, parts, strict=True):
         pull.result.rows_read += part.rows_read
         pull.result.rows_written += part.rows_written
         pull.result.rows_quarantined += part.rows_quarantined
         pull.result.notes.extend(part.notes)
         pull.stored = True
+    return group
+
+
+def _screen(ctx: RunContext, page: SummariesPage, origin: str) -> Screened:
+    from slurmtel.sources.plausible import screen_telemetry
+
+    # a node whose clock is wrong: its windows and events are kept out, the rest of the page in
+    return screen_telemetry(
+        now=ctx.clock(),
+        telemetry=ctx.config.telemetry,
+        source=NAME,
+        origin=origin,
+        summaries=page.summaries,
+        events=page.events,
+        inventory=page.inventory,
+    )
 
 
 def _store_pages(
     ctx: RunContext,
     conn: Connection,
-    pages: Sequence[tuple[SummariesPage, str]],
+    pages: Sequence[tuple[SummariesPage, str, Screened]],
     results: Sequence[RunResult],
     budget: PartitionBudget | None,
 ) -> None:
-    """Store PAGES (each with its origin) in the caller's transaction, each page's counts and
-    note in its RESULTS; no SQL for what a page does not hold."""
-    from slurmtel.sources.plausible import screen_telemetry
+    """Store PAGES (each with its origin, and what screening kept of it) in the caller's
+    transaction, each page's counts and note in its RESULTS; no SQL for what a page does not
+    hold."""
     from slurmtel.store.checks import rejections
     from slurmtel.store.fabric import write_nvlink_counters, write_port_counters, write_topology
     from slurmtel.store.quarantine import quarantine
     from slurmtel.store.samples import sample_store
     from slurmtel.store.telemetry import resolve_allocation_uuids, write_events, write_inventory
 
-    now = ctx.clock()
-    screened = [
-        # a node whose clock is wrong: its windows and events are kept out, the rest of the page in
-        screen_telemetry(
-            now=now,
-            telemetry=ctx.config.telemetry,
-            source=NAME,
-            origin=origin,
-            summaries=page.summaries,
-            events=page.events,
-            inventory=page.inventory,
-        )
-        for page, origin in pages
-    ]
+    screened = [s for _, _, s in pages]
     for s in screened:
         write_inventory(conn, s.inventory, source=NAME)
     all_stats = sample_store().write_groups(
-        conn, [(page.node, s.summaries) for (page, _), s in zip(pages, screened, strict=True)], source=NAME,
+        conn, [(page.node, s.summaries) for (page, _, _), s in zip(pages, screened, strict=True)], source=NAME,
         partition_budget=budget,
     )  # fmt: skip
-    for (page, origin), s, stats, result in zip(pages, screened, all_stats, results, strict=True):
+    for (page, origin, s), stats, result in zip(pages, all_stats, results, strict=True):
         summaries, events, inventory = s.summaries, s.events, s.inventory
         rejected = [*page.rejected, *s.rejected]
         events_written = write_events(conn, events)

@@ -242,7 +242,7 @@ def write_summary_groups(
         [(groups[k][0], lo, hi, len(kept)) for (k, kept), (lo, hi) in zip(stored, bounds, strict=True)],
     )
     every = [s for _, kept in stored for s in kept]
-    ensure_day_partitions(conn, {_day(s) for s in every}, existing=existing)
+    ensure_day_partitions(conn, _days(every).values(), existing=existing)
     inserted: dict[int, int] = {}
     if not _hours_packed(conn, every):
         with gc_paused():  # a row tuple per window: nothing cyclic, no need to scan the heap
@@ -334,24 +334,26 @@ def _insert_new_windows(
     return inserted, [*refused, *((kept[i], _refusal(kept[i], error)) for i, error in failed)]
 
 
-def _day(summary: GpuSummary) -> date:
-    return summary.window_start_at.astimezone(UTC).date()
+def _days(summaries: Iterable[GpuSummary]) -> dict[datetime, date]:
+    """The UTC day of each window start among SUMMARIES (many windows share a start)."""
+    return {start: start.astimezone(UTC).date() for start in {s.window_start_at for s in summaries}}
 
 
 def _within_partition_budget(
     summaries: list[GpuSummary], budget: PartitionBudget, existing: set[str]
 ) -> tuple[list[GpuSummary], list[tuple[GpuSummary, str]]]:
-    days = {_day(s) for s in summaries}
+    day_of = _days(summaries)
+    days = set(day_of.values())
     missing = sorted((day for day in days if partition_name(day) not in existing), reverse=True)
     if not missing:
         return summaries, []
     allowed = days - set(missing) | budget.grant(missing)
-    kept = [s for s in summaries if _day(s) in allowed]
+    kept = [s for s in summaries if day_of[s.window_start_at] in allowed]
     reason = (
         f"its day has no partition yet, and this run has created as many as "
         f"telemetry.max_new_partitions_per_run allows ({budget.limit})"
     )
-    return kept, [(s, reason) for s in summaries if _day(s) not in allowed]
+    return kept, [(s, reason) for s in summaries if day_of[s.window_start_at] not in allowed]
 
 
 def _refusal(summary: GpuSummary, error: str) -> str:
@@ -405,9 +407,10 @@ def _insert_new_summaries(
 
 def _hours_packed(conn: Connection, summaries: Sequence[GpuSummary]) -> bool:
     """Whether any hour of these GPUs that SUMMARIES fall in has packed windows already."""
-    uuids = sorted({s.gpu_uuid for s in summaries if _plain_text(s.gpu_uuid)})
+    uuids = sorted(uuid for uuid in {s.gpu_uuid for s in summaries} if _plain_text(uuid))
     if not uuids:
         return False
+    starts = {s.window_start_at for s in summaries}
     return bool(
         conn.execute(
             text(
@@ -417,8 +420,8 @@ def _hours_packed(conn: Connection, summaries: Sequence[GpuSummary]) -> bool:
             ),
             {
                 "uuids": uuids,
-                "lo": min(s.window_start_at for s in summaries),
-                "hi": max(s.window_start_at for s in summaries),
+                "lo": min(starts),
+                "hi": max(starts),
             },
         ).scalar_one()
     )
