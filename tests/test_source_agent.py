@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -247,3 +248,148 @@ def test_a_window_from_a_wrong_clock_costs_nothing_else_of_its_page(
     assert reason.startswith("clock skew: its window starts at 2036-")
     assert all(day.year == T0.year for day in new_days)
     assert agent.spool.stats().items == 0
+
+
+def test_pages_of_several_nodes_stored_together_a_bad_or_replayed_one_costs_the_others_nothing(
+    ctx: RunContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three nodes' pages go to the store in one group: gpu01's page holds windows stored
+    already (its cursor was lost after they were stored and not acked), gpu02's are new, and
+    gpu03 serves a page that is not JSON. gpu03 fails alone with its reason; gpu01's repeats
+    are not stored twice and gpu02's windows are all stored; both are acked."""
+    import slurmtel.sources.agent as agent_source
+
+    agents = [RunningAgent(tmp_path / f"{n}.sqlite", node=f"gpu0{n}") for n in (1, 2)]
+    targets = [f"gpu0{n}=127.0.0.1:{a.port}" for n, a in zip((1, 2), agents, strict=True)]
+    real_request = agent_source.http_request
+    gpu01_ack = f"127.0.0.1:{agents[0].port}/v1/ack"
+
+    def lost_ack(url: str, **kw: object) -> bytes:
+        if url.endswith(gpu01_ack):
+            raise SourceUnavailable(f"{url}: connection reset")
+        return real_request(url, **kw)  # type: ignore[arg-type]
+
+    def bad_gpu03(url: str, **kw: object) -> bytes:
+        if "127.0.0.1:1/" in url:
+            return b'{"node": "gpu03", "items": [{"seq": 1,'
+        return real_request(url, **kw)  # type: ignore[arg-type]
+
+    try:
+        backlog(agents[0], minutes=2)
+        monkeypatch.setattr(agent_source, "http_request", lost_ack)
+        first = pull(ctx, targets[0])
+        assert first.status == "error" and agents[0].spool.stats().items > 0
+        stored = count(ctx.engine, "SELECT count(*) FROM gpu_summary")
+        assert stored == 8
+        with ctx.engine.begin() as conn:
+            conn.execute(text("DELETE FROM agent_cursor WHERE node = 'gpu01'"))
+        agents[1].spool.append_records(
+            [*inventory("gpu02", ["GPU-2a"]), *windows("GPU-2a", T0, 6, node="gpu02")]
+        )
+        monkeypatch.setattr(agent_source, "http_request", bad_gpu03)
+        outcome = pull(ctx, *targets, "gpu03=127.0.0.1:1", concurrency=3)
+        assert outcome.status == "partial"
+        assert outcome.result.errors == ["gpu03: agent gpu03: summaries response is not JSON (cut short)"]
+        assert count(ctx.engine, "SELECT count(*) FROM gpu_summary") == stored + 6
+        assert count(ctx.engine, "SELECT count(*) FROM gpu_summary WHERE node = 'gpu02'") == 6
+        assert all(a.spool.stats().items == 0 for a in agents)
+        with ctx.engine.connect() as conn:
+            cursors = dict(conn.execute(text("SELECT node, cursor FROM agent_cursor")).all())
+        assert cursors == {"gpu01": 11, "gpu02": 7}
+        # each node's notes in target order, gpu01's page counted as read, none of it new
+        assert [n.split(":")[0] for n in outcome.result.notes] == ["gpu01", "gpu02"]
+        assert "8 windows (0 new)" in outcome.result.notes[0]
+    finally:
+        for running in agents:
+            running.close()
+
+
+def test_a_node_is_acked_only_after_its_page_and_cursor_are_committed(
+    ctx: RunContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several pages per node, several nodes per transaction: at every ack, the cursor it acks
+    is already the node's stored cursor, as another connection sees it, and the page's windows
+    are there; a second run stores nothing again."""
+    import slurmtel.sources.agent as agent_source
+
+    agents = [RunningAgent(tmp_path / f"{n}.sqlite", node=f"gpu0{n}") for n in range(1, 5)]
+    ports = {a.port: a.server.node for a in agents}
+    real_request = agent_source.http_request
+    acks: list[tuple[str, int, int | None, int]] = []
+
+    def checking_ack(url: str, **kw: object) -> bytes:
+        if url.endswith("/v1/ack"):
+            node = ports[int(url.split(":")[2].split("/")[0])]
+            acked = int(json.loads(kw["data"])["cursor"])  # type: ignore[arg-type]
+            with ctx.engine.connect() as conn:
+                committed = conn.execute(
+                    text("SELECT cursor FROM agent_cursor WHERE node = :n"), {"n": node}
+                ).scalar()
+                windows_in = conn.execute(
+                    text("SELECT count(*) FROM gpu_summary WHERE node = :n"), {"n": node}
+                ).scalar_one()
+            acks.append((node, acked, committed, windows_in))
+        return real_request(url, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(agent_source, "http_request", checking_ack)
+    try:
+        for running in agents:
+            node = running.server.node
+            running.spool.append_records(windows(f"GPU-{node}", T0, 12, node=node))
+        targets = [f"{a.server.node}=127.0.0.1:{a.port}" for a in agents]
+        outcome = pull(ctx, *targets, concurrency=2, page_size=5)
+        assert outcome.status == "ok", outcome.message
+        assert count(ctx.engine, "SELECT count(*) FROM gpu_summary") == 4 * 12
+        assert all(a.spool.stats().items == 0 for a in agents)
+        # pages of 5, 5 and 2 windows per node, each acked once it was committed
+        for node in ports.values():
+            mine = [(acked, committed, n) for who, acked, committed, n in acks if who == node]
+            assert mine == [(5, 5, 5), (10, 10, 10), (12, 12, 12)]
+        again = pull(ctx, *targets, concurrency=2, page_size=5)
+        assert again.status == "ok" and again.result.rows_written == 0
+        assert count(ctx.engine, "SELECT count(*) FROM gpu_summary") == 4 * 12
+    finally:
+        for running in agents:
+            running.close()
+
+
+def test_a_page_that_fails_its_group_is_stored_alone_and_fails_alone(
+    ctx: RunContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Storing gpu02's page fails: the group's transaction is rolled back, each page is stored
+    in a transaction of its own, gpu01's page is stored and acked, gpu02 fails with the reason
+    and keeps its spool (nothing of it stored, no cursor)."""
+    import slurmtel.store.telemetry as telemetry
+
+    real_write_events = telemetry.write_events
+
+    def failing_for_gpu02(conn: object, events: list[GpuEvent]) -> int:
+        if any(e.node == "gpu02" for e in events):
+            raise SourceUnavailable("its event cannot be written")
+        return real_write_events(conn, events)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(telemetry, "write_events", failing_for_gpu02)
+    agents = [RunningAgent(tmp_path / f"{n}.sqlite", node=f"gpu0{n}") for n in (1, 2)]
+    try:
+        backlog(agents[0], minutes=1)
+        agents[1].spool.append_records(
+            [
+                *windows("GPU-2a", T0, 4, node="gpu02"),
+                GpuEvent(
+                    "gpu02", "GPU-2a", T0 + timedelta(minutes=1), "xid", 13, "graphics engine exception"
+                ),
+            ]
+        )
+        targets = [f"gpu0{n}=127.0.0.1:{a.port}" for n, a in zip((1, 2), agents, strict=True)]
+        outcome = pull(ctx, *targets, concurrency=2)
+        assert outcome.status == "partial"
+        assert outcome.result.errors == ["gpu02: its event cannot be written"]
+        assert count(ctx.engine, "SELECT count(*) FROM gpu_summary WHERE node = 'gpu01'") == 4
+        assert count(ctx.engine, "SELECT count(*) FROM gpu_summary WHERE node = 'gpu02'") == 0
+        assert count(ctx.engine, "SELECT count(*) FROM ingest_batch WHERE node = 'gpu02'") == 0
+        assert count(ctx.engine, "SELECT count(*) FROM agent_cursor WHERE node = 'gpu02'") == 0
+        assert agents[0].spool.stats().items == 0 and agents[1].spool.stats().items == 5
+        assert outcome.result.rows_written == 4 + 1 + 2  # gpu01: windows, its event, inventory
+    finally:
+        for running in agents:
+            running.close()

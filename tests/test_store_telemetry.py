@@ -17,6 +17,7 @@ from slurmtel.store.telemetry import (
     write_node_states,
     write_pending,
     write_summaries,
+    write_summary_groups,
 )
 from tests.factories import at
 
@@ -89,6 +90,69 @@ def test_a_window_repeated_within_one_write_is_stored_once_the_first_kept(engine
         (first.window_start_at, 20.0),
         (other.window_start_at, 50.0),
     ]
+
+
+def test_several_nodes_windows_in_one_write_each_its_own_batch(engine: Engine) -> None:
+    """write_summary_groups: one COPY for all, one ingest batch per node with its node and window
+    range (attribution reads them), stats in the order given; a node with nothing storable gets
+    no batch."""
+    a = [summary(f"GPU-a{g}", f"2026-11-04T10:00:{s:02d}", node="gpu01") for g in range(2) for s in (0, 30)]
+    b = [
+        summary("GPU-b0", "2026-11-05T23:59:30", node="gpu02"),
+        summary("GPU-b0", "2026-11-06T00:00:00", node="gpu02"),
+    ]
+    with engine.begin() as conn:
+        stats = write_summary_groups(conn, [("gpu01", a), ("gpu03", []), ("gpu02", b)], source="agent")
+    assert [(s.received, s.inserted) for s in stats] == [(4, 4), (0, 0), (2, 2)]
+    assert stats[1].batch_id is None and stats[0].batch_id != stats[2].batch_id
+    with engine.connect() as conn:
+        batches = conn.execute(
+            text("SELECT id, node, window_min_at, window_max_at, rows FROM ingest_batch ORDER BY id")
+        ).all()
+        by_batch = dict(conn.execute(text("SELECT batch_id, count(*) FROM gpu_window GROUP BY 1")).all())
+    assert [(r.id, r.node, r.window_min_at, r.window_max_at, r.rows) for r in batches] == [
+        (stats[0].batch_id, "gpu01", at("2026-11-04T10:00:00"), at("2026-11-04T10:00:30"), 4),
+        (stats[2].batch_id, "gpu02", at("2026-11-05T23:59:30"), at("2026-11-06T00:00:00"), 2),
+    ]
+    assert by_batch == {stats[0].batch_id: 4, stats[2].batch_id: 2}
+    assert {"gpu_window_20261104", "gpu_window_20261105", "gpu_window_20261106"} <= existing_partitions_now(
+        engine
+    )
+
+
+def test_a_retried_node_in_a_group_costs_the_others_nothing(engine: Engine) -> None:
+    """One node's windows were stored already (a retried pull): the group's COPY fails on them,
+    and each node's windows are written alone in the same transaction; the new ones of both are
+    stored, the repeats are not, and a window no column holds is refused by name."""
+    old = [summary("GPU-r0", f"2026-11-07T10:00:{s:02d}", node="gpu01") for s in (0, 30)]
+    with engine.begin() as conn:
+        write_summaries(conn, old, source="agent", node="gpu01")
+    new = summary("GPU-r0", "2026-11-07T10:01:00", node="gpu01")
+    other = [summary("GPU-s0", f"2026-11-07T10:00:{s:02d}", node="gpu02") for s in (0, 30)]
+    unfit = summary("GPU-t0", "2026-11-07T10:00:00", node="gpu03", sample_count=2**40)
+    fine = summary("GPU-t0", "2026-11-07T10:00:30", node="gpu03")
+    with engine.begin() as conn:
+        stats = write_summary_groups(
+            conn, [("gpu01", [*old, new]), ("gpu02", other), ("gpu03", [unfit, fine])], source="agent"
+        )
+    assert [(s.received, s.inserted, s.duplicates) for s in stats] == [(3, 1, 2), (2, 2, 0), (2, 1, 0)]
+    assert [(s.gpu_uuid, reason.split(" ")[0]) for s, reason in stats[2].refused] == [
+        ("GPU-t0", "sample_count")
+    ]
+    assert count(engine, "SELECT count(*) FROM gpu_summary WHERE window_start_at >= '2026-11-07'") == 6
+    with engine.connect() as conn:
+        rows = dict(
+            conn.execute(
+                text("SELECT id, rows FROM ingest_batch WHERE id = ANY(:ids)"),
+                {"ids": [s.batch_id for s in stats]},
+            ).all()
+        )
+    assert rows == {stats[0].batch_id: 1, stats[1].batch_id: 2, stats[2].batch_id: 1}
+    # the whole group again: nothing new, no batch left behind
+    with engine.begin() as conn:
+        again = write_summary_groups(conn, [("gpu01", [*old, new]), ("gpu02", other)], source="agent")
+    assert [(s.inserted, s.batch_id) for s in again] == [(0, None), (0, None)]
+    assert count(engine, "SELECT count(*) FROM ingest_batch") == 4
 
 
 def existing_partitions_now(engine: Engine) -> set[str]:
