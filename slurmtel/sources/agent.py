@@ -348,8 +348,10 @@ def _store_pages(
     from slurmtel.store.telemetry import resolve_allocation_uuids, write_events, write_inventory
 
     screened = [s for _, _, s in pages]
-    for s in screened:
-        write_inventory(conn, s.inventory, source=NAME)
+    # inventory (each node's first page, or after a change) of all pages by one statement
+    if any(s.inventory for s in screened):
+        write_inventory(conn, [g for s in screened for g in s.inventory], source=NAME)
+        resolve_allocation_uuids(conn, nodes=sorted({page.node for page, _, s in pages if s.inventory}))
     all_stats = sample_store().write_groups(
         conn, [(page.node, s.summaries) for (page, _, _), s in zip(pages, screened, strict=True)], source=NAME,
         partition_budget=budget,
@@ -358,8 +360,6 @@ def _store_pages(
         summaries, events, inventory = s.summaries, s.events, s.inventory
         rejected = [*page.rejected, *s.rejected]
         events_written = write_events(conn, events)
-        if inventory:
-            resolve_allocation_uuids(conn, node=page.node)
         ports = write_port_counters(conn, page.port_counters)
         nvlinks = write_nvlink_counters(conn, page.nvlink_counters)
         topologies = write_topology(conn, page.topologies)

@@ -765,10 +765,14 @@ def write_allocations(conn: Connection, allocations: Iterable[GpuAllocation]) ->
     return len(rows)
 
 
-def resolve_allocation_uuids(conn: Connection, *, node: str | None = None) -> int:
-    """Fill in UUIDs of allocations seen before their node's inventory arrived: on NODE, whose
-    inventory was just written (concurrent writers of other nodes' rows never wait on each
-    other), or on every node."""
+def resolve_allocation_uuids(
+    conn: Connection, *, node: str | None = None, nodes: Sequence[str] | None = None
+) -> int:
+    """Fill in UUIDs of allocations seen before their node's inventory arrived: on NODE (or
+    NODES), whose inventory was just written (concurrent writers of other nodes' rows never
+    wait on each other), or on every node."""
+    if node is not None:
+        nodes = [*(nodes or ()), node]
     result = conn.execute(
         text(
             """
@@ -781,13 +785,14 @@ def resolve_allocation_uuids(conn: Connection, *, node: str | None = None) -> in
                              abs(extract(epoch FROM i.last_seen_at - u.first_seen_at))
                     LIMIT 1) AS gpu_uuid
                 FROM gpu_allocation u
-                WHERE u.gpu_uuid = '' AND (CAST(:node AS text) IS NULL OR u.node = CAST(:node AS text))
+                WHERE u.gpu_uuid = ''
+                  AND (CAST(:nodes AS text[]) IS NULL OR u.node = ANY (CAST(:nodes AS text[])))
             ) found
             WHERE found.gpu_uuid IS NOT NULL AND a.cluster = found.cluster AND a.job_id_raw = found.job_id_raw
               AND a.submit_at = found.submit_at AND a.node = found.node AND a.gpu_index = found.gpu_index
             """
         ),
-        {"node": node},
+        {"nodes": None if nodes is None else list(nodes)},
     )
     return int(result.rowcount or 0)
 
