@@ -12,8 +12,8 @@ Simulated time moves in steps of the attribution interval (config attribution.in
   agent:  every node's agent serves its 30 s window summaries (and its inventory, first) as
           /v1/summaries pages (slurmtel.agent.protocol), pulled every --pull-seconds
           (sources.agent.interval_seconds) by the agent source (`collect agent`: decode,
-          screen, write_summaries' COPY, cursor, ack, several nodes at a time); only the HTTP
-          socket is replaced by an in-process call to the prepared pages;
+          screen, one COPY per group of nodes' pages, cursors, ack, several nodes at a
+          time); only the HTTP socket is replaced by an in-process call to the prepared pages;
   attribution: `run_attribution(engine, config, now=step_end)`, as the daemon's schedule runs it.
 
 Printed: per step the ingest rate, attribution seconds and attempts recomputed, and whether
