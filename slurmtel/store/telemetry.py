@@ -311,15 +311,15 @@ def _new_batches(
             FROM unnest(CAST(:nodes AS text[]), CAST(:los AS timestamptz[]), CAST(:his AS timestamptz[]),
                         CAST(:counts AS integer[])) WITH ORDINALITY AS u(node, lo, hi, rows, k)
             ORDER BY u.k
-            RETURNING id, node, window_min_at, window_max_at
+            RETURNING id, node, window_min_at, window_max_at, rows
             """
         ),
         {"source": source, "nodes": nodes, "los": los, "his": his, "counts": counts},
     ).all()
-    by_key: dict[tuple[str, datetime, datetime], list[int]] = {}
+    by_key: dict[tuple[str, datetime, datetime, int], list[int]] = {}
     for row in sorted(made, key=lambda r: r.id, reverse=True):
-        by_key.setdefault((row.node, row.window_min_at, row.window_max_at), []).append(int(row.id))
-    return [by_key[(node, lo, hi)].pop() for node, lo, hi, _ in batches]
+        by_key.setdefault((row.node, row.window_min_at, row.window_max_at, row.rows), []).append(int(row.id))
+    return [by_key[batch].pop() for batch in batches]
 
 
 def _insert_new_windows(
