@@ -92,8 +92,13 @@ def test_a_backlog_is_pulled_in_pages_stored_once_and_acked(ctx: RunContext, age
     assert count(ctx.engine, "SELECT count(*) FROM gpu_event") == 1
     assert count(ctx.engine, "SELECT count(*) FROM gpu_inventory") == 2
     with ctx.engine.connect() as conn:
-        cursor = conn.execute(text("SELECT cursor, spool_items FROM agent_cursor WHERE node = 'gpu01'")).one()
+        cursor = conn.execute(
+            text("SELECT cursor, spool_items, spool_bytes FROM agent_cursor WHERE node = 'gpu01'")
+        ).one()
     assert cursor.cursor == total
+    # the last page held the rest of the spool, so no empty page was asked for: the backlog the
+    # head shows (slurmtel_agent_spool_items) is what the ack left, none, not the page's count
+    assert (cursor.spool_items, cursor.spool_bytes) == (0, 0)
     # everything acked: the agent's spool is empty
     assert agent.spool.stats().items == 0
     # a second pull finds nothing and stores nothing

@@ -252,13 +252,30 @@ def _advance(pull: _Pull, page: SummariesPage, page_size: int) -> bool:
     pull.cursor = page.next_cursor
     # a page short of the limit that holds all the spool had (its count is taken before the
     # page is read) left nothing behind: no request for an empty page
-    served = len(page.items) + len(page.rejected)
-    if served < page_size and page.spool_items <= served:
+    if _served(page) < page_size and _holds_whole_spool(page):
         return False
     if pull.pages >= MAX_PAGES_PER_RUN:
         pull.result.notes.append(f"{pull.target.node}: backlog left for the next run")
         return False
     return True
+
+
+def _served(page: SummariesPage) -> int:
+    return len(page.items) + len(page.rejected)
+
+
+def _holds_whole_spool(page: SummariesPage) -> bool:
+    # (the spool's count is taken before the page is read)
+    return page.spool_items <= _served(page)
+
+
+def _spool_left(page: SummariesPage) -> tuple[int, int]:
+    """The agent's spool (items, bytes) once PAGE is acked, as far as the page tells: empty
+    after a page that held all of it (no request for an empty page follows to say so), else
+    what the agent reported with the page."""
+    if _holds_whole_spool(page):
+        return 0, 0
+    return page.spool_items, page.spool_bytes
 
 
 def _store_group(ctx: RunContext, group: list[_Pull], budget: PartitionBudget | None) -> list[_Pull]:
@@ -292,10 +309,11 @@ def _store_group(ctx: RunContext, group: list[_Pull], budget: PartitionBudget | 
                         spool_id=pull.spool_id,
                         cursor=page.next_cursor,
                         evicted_total=page.evicted_total,
-                        spool_items=page.spool_items,
-                        spool_bytes=page.spool_bytes,
+                        spool_items=left[0],
+                        spool_bytes=left[1],
                     )
                     for pull, page in zip(group, pages, strict=True)
+                    for left in [_spool_left(page)]
                 ],
             )
     except (SQLAlchemyError, SlurmtelError) as exc:
