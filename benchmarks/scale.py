@@ -395,7 +395,7 @@ def telemetry_storage_bytes(conn: Connection) -> dict[str, int]:
     windows one row each and packed hours), of the ingest batches naming them and of the
     attribution tables derived from them."""
     sizes = {"window store": sample_store().size(conn)[0]}
-    for table in ("ingest_batch", "gpu_job_span", "gpu_attribution"):
+    for table in ("ingest_batch", "gpu_job_span", "gpu_attribution", "gpu_attribution_part"):
         sizes[table] = int(
             conn.execute(
                 text("SELECT pg_total_relation_size(CAST(:t AS regclass))"), {"t": table}

@@ -1,8 +1,9 @@
 """Attribution: fold telemetry into per attempt x GPU x day rollups (DESIGN §6).
 
 Incremental and idempotent: each run recomputes only the attempts that may have changed
-(see slurmtel.store.attribution) inside one transaction, and records which telemetry batches
-it folded in. Running it twice gives identical rows; data that arrives late is absorbed by the
+(see slurmtel.store.attribution), and of those only the hour slices from the end they were
+computed to (or the first new telemetry) on, inside one transaction, and records which
+telemetry batches it folded in. Running it twice gives identical rows; data that arrives late is absorbed by the
 next run. Only one run at a time (a transaction-level advisory lock).
 
 Then the sample store may reorganise what it has folded in (slurmtel.store.samples): PostgreSQL's
@@ -21,6 +22,7 @@ from sqlalchemy import Engine
 
 from slurmtel.config import Config
 from slurmtel.store.attribution import (
+    Recomputed,
     get_watermark,
     mark_batches,
     recompute_dirty,
@@ -40,6 +42,8 @@ class AttributionResult:
     batches: int
     retry_links: int = 0  # links (re)written
     packed_windows: int = 0  # windows of closed hours moved into packed rows
+    slices: int = 0  # attempt x GPU x hour slices recomputed (gpu_attribution_part rows written)
+    windows: int = 0  # windows read into them
 
 
 def run_attribution(
@@ -60,7 +64,11 @@ def run_attribution(
             everything=full,
         )
         refresh_job_spans(conn, selection, everything=full)
-        rows = recompute_dirty(conn, timezone=config.site.timezone) if selection.attempts else 0
+        done = (
+            recompute_dirty(conn, timezone=config.site.timezone, full=full)
+            if selection.attempts
+            else Recomputed(0, 0, 0)
+        )
         links = refresh_retry_links(
             conn,
             window_seconds=config.attribution.resubmission_window_seconds,
@@ -74,4 +82,6 @@ def run_attribution(
             set_watermark(conn, "jobs", selection.max_updated_at)
         if selection.max_allocation_seen_at is not None:
             set_watermark(conn, "allocations", selection.max_allocation_seen_at)
-    return AttributionResult(selection.attempts, rows, len(selection.batches), links.links, packed)
+    return AttributionResult(
+        selection.attempts, done.rows, len(selection.batches), links.links, packed, done.slices, done.windows
+    )

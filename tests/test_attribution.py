@@ -16,6 +16,7 @@ from slurmtel.attribution import run_attribution
 from slurmtel.config import Config, config_from_dict
 from slurmtel.records import GpuAllocation
 from slurmtel.store.jobs import write_attempts
+from slurmtel.store.samples import sample_store
 from slurmtel.store.telemetry import write_allocations, write_inventory, write_summaries
 from tests.factories import T0, at, attempt, inventory, windows
 
@@ -318,3 +319,146 @@ def test_incremental_runs_keep_unchanged_days_and_equal_a_full_recompute(engine:
 
     run_attribution(engine, config, now=start + timedelta(hours=30), full=True)
     assert strip(rows(engine)) == incremental
+
+
+def parts(engine: Engine) -> list[dict]:
+    with engine.connect() as conn:
+        result = conn.execute(
+            text("SELECT * FROM gpu_attribution_part ORDER BY job_id_raw, day, node, gpu_uuid, hour_at")
+        ).mappings()
+        return [dict(r) for r in result]
+
+
+def _packable(summaries: list) -> list:  # type: ignore[type-arg]
+    """_varied, but with energies a packed hour keeps exactly (it keeps them as real): the runs
+    fold hours in before they are packed, a full recompute reads them packed."""
+    return [replace(s, energy_joules=250.0 + (i % 13) / 8) for i, s in enumerate(_varied(summaries))]
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata"])
+def test_runs_through_a_day_read_only_the_new_hours_and_equal_a_full_recompute(
+    engine: Engine, zone: str
+) -> None:
+    """A run every 20 minutes for 32 hours, with windows arriving late (one chunk across the
+    site's midnight, which in Kolkata (+05:30) cuts a UTC hour in two) and an attempt whose
+    record changes (it ended before the last run's `now`). Each run without late data reads only
+    the windows of the hour slices from the previous run's `now` on, however long the attempts
+    have run; the rows and the slices equal those of a full recompute."""
+    config = config_from_dict({"attribution": {"overlap_seconds": 0}, "site": {"timezone": zone}})
+    start = T0 - timedelta(days=1, hours=2)  # 08:00 UTC on Oct 31st
+    job = attempt(
+        job_id_raw=31, nodes=("gpu01",), alloc_gpus=2, start_at=start, end_at=None, state="RUNNING",
+        submit_at=start,
+    )  # fmt: skip
+    other = attempt(
+        job_id_raw=32, nodes=("gpu01",), alloc_gpus=1, start_at=start + timedelta(minutes=7), end_at=None,
+        state="RUNNING", submit_at=start - timedelta(minutes=1),
+    )  # fmt: skip
+    feed_all = _packable(windows("GPU-0", start, 120 * 33, busy=set(range(0, 4000, 3)), job="31"))
+    feed_all += _packable(windows("GPU-1", start, 120 * 33, busy=set(range(0, 4000, 5)), job="31"))
+    feed_all += _packable(windows("GPU-2", start, 120 * 33, busy=set(range(0, 4000, 2)), job="32"))
+    store(engine, attempts=[job, other], inv=inventory("gpu01", ["GPU-0", "GPU-1", "GPU-2"]))
+    # (held back, arrives at): a chunk of hour 5, and one across 18:30 UTC (Kolkata's midnight)
+    late = [
+        ((start + timedelta(hours=5), start + timedelta(hours=5, minutes=10)), start + timedelta(hours=9)),
+        ((start + timedelta(hours=10, minutes=20), start + timedelta(hours=10, minutes=40)), start + timedelta(hours=14)),
+    ]  # fmt: skip
+    ended = start + timedelta(hours=29, minutes=10)
+
+    def held(t: datetime) -> bool:
+        return any(lo <= t < hi for (lo, hi), _ in late)
+
+    step = timedelta(minutes=20)
+    now = start + step
+    reads: list[int] = []
+    while now <= start + timedelta(hours=32):
+        new = [s for s in feed_all if now - step <= s.window_start_at < now and not held(s.window_start_at)]
+        arriving = [(lo, hi) for (lo, hi), when in late if when == now]
+        for lo, hi in arriving:
+            new += [s for s in feed_all if lo <= s.window_start_at < hi]
+        if now == start + timedelta(hours=30):  # job 32 ended 50 minutes ago
+            store(engine, attempts=[replace(other, end_at=ended, state="COMPLETED")])
+        store(engine, summaries=new)
+        result = run_attribution(engine, config, now=now)
+        if not arriving and now > start + step:
+            # from the start of the hour of the previous run's `now` (an hour at most, one
+            # more slice where a site midnight cuts it) plus the new 20 minutes, per GPU
+            assert result.slices <= 3 * 3, now
+            assert result.windows <= 3 * (120 + 40 + 3), now
+            reads.append(result.windows)
+        now += step
+    # late in the replay a run reads no more than early in it
+    assert max(reads[-20:]) <= max(reads[:20])
+    incremental, incremental_parts = strip(rows(engine)), parts(engine)
+    assert {r["job_id_raw"] for r in incremental} == {31, 32}
+    assert max(r["hour_at"] for r in incremental_parts if r["job_id_raw"] == 32) < ended
+
+    run_attribution(engine, config, now=now - step, full=True)
+    assert strip(rows(engine)) == incremental
+    assert parts(engine) == incremental_parts
+
+
+def test_record_changes_requeues_and_retention_keep_runs_equal_to_a_full_recompute(engine: Engine) -> None:
+    """An attempt's GPU count changes (every day's unmapped row changes), it is requeued (it
+    ends, a new attempt of the job starts on the same GPU), and the windows of its first day
+    are dropped by retention: each incremental run gives the rows and slices of a full
+    recompute as of then, and after retention the days whose windows are gone keep their rows."""
+    config = config_from_dict({"attribution": {"overlap_seconds": 0}})
+    start = T0 - timedelta(days=1, hours=2)  # 08:00 UTC on Oct 31st
+    first = attempt(
+        job_id_raw=41, nodes=("gpu01",), alloc_gpus=1, start_at=start, end_at=None, state="RUNNING",
+        submit_at=start,
+    )  # fmt: skip
+    feed_all = _packable(windows("GPU-0", start, 120 * 30, busy=set(range(0, 3600, 3)), job="41"))
+    store(engine, attempts=[first], inv=inventory("gpu01", ["GPU-0", "GPU-1"]))
+    fed = start
+
+    def run(now: datetime) -> None:
+        nonlocal fed
+        store(engine, summaries=[s for s in feed_all if fed <= s.window_start_at < now])
+        fed = now
+        run_attribution(engine, config, now=now)
+
+    def equals_a_full_recompute(now: datetime) -> None:
+        incremental, incremental_parts = strip(rows(engine)), parts(engine)
+        run_attribution(engine, config, now=now, full=True)
+        assert strip(rows(engine)) == incremental, now
+        assert parts(engine) == incremental_parts, now
+
+    for hours in range(1, 20, 2):
+        run(start + timedelta(hours=hours, minutes=10))
+    equals_a_full_recompute(start + timedelta(hours=19, minutes=10))
+    # the attempt holds 2 GPUs (one without telemetry: unmapped) from its start
+    store(engine, attempts=[replace(first, alloc_gpus=2)])
+    run(start + timedelta(hours=20, minutes=10))
+    assert {r["mapping"] for r in rows(engine, 41)} == {"process", "unmapped"}
+    equals_a_full_recompute(start + timedelta(hours=20, minutes=10))
+    # requeued at 21:05 (before the last run's `now`); the job runs again from 21:20
+    requeued_at = start + timedelta(hours=21, minutes=5)
+    store(engine, attempts=[replace(first, alloc_gpus=2, end_at=requeued_at, state="REQUEUED")])
+    again = attempt(
+        job_id_raw=41, nodes=("gpu01",), alloc_gpus=1, start_at=requeued_at + timedelta(minutes=15), end_at=None,
+        state="RUNNING", submit_at=requeued_at + timedelta(minutes=1),
+    )  # fmt: skip
+    store(engine, attempts=[again])
+    for minutes in (0, 20, 40, 60, 80):
+        run(start + timedelta(hours=21, minutes=30 + minutes))
+    assert {r["submit_at"] for r in rows(engine, 41)} == {first.submit_at, again.submit_at}
+    now = start + timedelta(hours=22, minutes=50)
+    equals_a_full_recompute(now)
+    # retention drops Oct 31st's windows; the runs after it keep that day's rows
+    day_before = {
+        (r["submit_at"], r["gpu_uuid"]): r
+        for r in strip(rows(engine))
+        if r["day"].isoformat() == "2026-10-31"
+    }
+    assert day_before
+    with engine.begin() as conn:
+        sample_store().maintain(conn, first_day=T0.date(), last_day=T0.date(), cutoff=T0.date())
+    for minutes in (20, 40, 60):
+        run(now + timedelta(minutes=minutes))
+    assert {
+        (r["submit_at"], r["gpu_uuid"]): r
+        for r in strip(rows(engine))
+        if r["day"].isoformat() == "2026-10-31"
+    } == day_before

@@ -59,6 +59,8 @@ EVERYTHING_ONLY = (
     "chargeback_statement_voided",
     "chargeback_audit",
     "node_day_allocation",
+    "gpu_attribution_part",
+    "attribution_progress",
 )
 PROTECTED = OWN_ROWS + OF_ATTEMPT + EVERYTHING_ONLY
 

@@ -3,8 +3,10 @@
 An attribution run recomputes the `gpu_attribution` rows of the attempts that may have
 changed ("dirty"): attempts written since the job watermark, attempts still running, attempts
 whose GPU allocations were seen since the allocation watermark, and attempts overlapping a
-telemetry batch that no run has folded in yet. Recomputing an attempt replaces all its rows,
-so a run is idempotent and late data is absorbed by the run after it arrives.
+telemetry batch that no run has folded in yet. Of those it recomputes the hour slices that can
+have changed and rebuilds their days' rows from the slices (recompute_dirty), so a run is
+idempotent, gives the rows a full recompute gives, and late data is absorbed by the run after
+it arrives.
 
 GPU <-> job mapping, in order of trust (DESIGN §6): GPUs on which the node agent saw the job's
 processes (gpu_job_span: per GPU, job and hour, kept up to date from each run's new telemetry
@@ -86,9 +88,11 @@ def select_dirty_attempts(
             CREATE TEMP TABLE IF NOT EXISTS dirty_attempt (
                 cluster text, job_id_raw bigint, submit_at timestamptz, start_at timestamptz,
                 end_eff timestamptz, nodes text[], alloc_gpus integer,
-                -- the attempt's record or GPU allocations changed (or FULL): all its rows are
-                -- recomputed; otherwise only its days from from_day on (recompute_dirty sets it)
-                changed boolean, from_day date,
+                -- the attempt's record or GPU allocations changed (or FULL)
+                changed boolean,
+                -- recompute_dirty recomputes its slices from from_at on and its day rows from
+                -- from_day (from_at's site day) on; all of them when NULL
+                from_at timestamptz, from_day date,
                 PRIMARY KEY (cluster, job_id_raw, submit_at)
             ) ON COMMIT DELETE ROWS
             """
@@ -118,7 +122,7 @@ def select_dirty_attempts(
                          AND (CAST(:alloc_mark AS timestamptz) IS NULL
                               OR g.last_seen_at > CAST(:alloc_mark AS timestamptz) - CAST(:overlap AS interval))
                    ),
-                   NULL
+                   NULL, NULL
             FROM job_attempt a
             WHERE a.start_at IS NOT NULL AND a.alloc_gpus > 0
               AND a.start_at < CAST(:now AS timestamptz)
@@ -153,17 +157,41 @@ def select_dirty_attempts(
     return DirtySelection(int(count or 0), batches, (lo, hi) if batches else None, marks[0], marks[1])
 
 
-def recompute_dirty(conn: Connection, *, timezone: str) -> int:
-    """Replace the gpu_attribution rows of every attempt in dirty_attempt; return rows written.
+@dataclass(frozen=True)
+class Recomputed:
+    rows: int  # gpu_attribution rows written (rows whose values did not change are kept)
+    slices: int  # gpu_attribution_part rows written
+    windows: int  # windows read into them
 
-    An attempt whose record and GPU allocations are unchanged and whose GPU mapping is the one
-    its stored rows have keeps the rows of its days before from_day: the last day it has rows
-    for (a running attempt's last day grew with `now`), the first day a new telemetry batch on
-    its nodes has windows in, and the day `now` is in, whichever is earliest. Those earlier
-    days' segments and windows are the same as when they were computed, so a run reads only
-    the windows of the days that can have changed, not every window since a long job began,
-    and gives the rows a full recompute would. Any other attempt is recomputed whole."""
-    # JIT would compile this query for a second or more on every run (whatever the engine says)
+
+# the columns of a gpu_attribution row a run computes (computed_at is when it was written)
+_ROW_VALUES = (
+    "mapping, gpu_fraction, util_metric, allocated_seconds, covered_seconds, busy_seconds, idle_seconds, "
+    "no_process_seconds, unmeasured_seconds, util_weighted_sum, util_max_percent, memory_used_max_bytes, "
+    "energy_joules"
+)
+_ROW_KEY = ("cluster", "job_id_raw", "submit_at", "node", "gpu_uuid", "day")
+
+
+def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> Recomputed:
+    """Bring the gpu_attribution rows of every attempt in dirty_attempt up to date.
+
+    Two grains (migration 0015): gpu_attribution_part holds per attempt x node x GPU x slice
+    (a UTC hour cut at the site's day boundaries) the unclamped sums and maxima of the windows
+    overlapping the slice; gpu_attribution's day rows are built from them, the clamps applied
+    to the day sums. attribution_progress records per attempt the end its slices were computed
+    to (its end, or `now` while it runs) and its start, nodes, GPU count and time zone.
+
+    An attempt whose start, nodes, GPU count and time zone are those of its progress and whose
+    GPU mapping is that of its stored rows keeps its slices that end by from_at: the earliest
+    of the end they were computed to, its end now, and the first window of a new telemetry
+    batch on its nodes. Those slices' windows and bounds are what they were, so a run reads
+    only the windows from the slice holding from_at on (a running attempt: the current hour),
+    however long the attempt has run, and gives the rows a full recompute gives: that goes
+    through the same slices, and the day sums add the slices in hour order. Any other attempt
+    (and every attempt with FULL) is recomputed whole. Day rows from from_at's day on are
+    rebuilt; a row is rewritten only if its values changed."""
+    # JIT would compile these queries for a second or more on every run (whatever the engine says)
     conn.execute(text("SET LOCAL jit = off"))
     # the GPUs each dirty attempt is mapped to, as of this run
     conn.execute(
@@ -226,123 +254,174 @@ def recompute_dirty(conn: Connection, *, timezone: str) -> int:
             """
         )
     )
-    # from which day on each unchanged attempt is recomputed (NULL: all of it)
+    # from when on each attempt is recomputed (NULL: all of it): only an attempt whose slices
+    # were computed for the same start, nodes, GPU count and day boundaries keeps any
+    conn.execute(text("UPDATE dirty_attempt SET from_at = NULL, from_day = NULL"))
+    if not full:
+        conn.execute(
+            text(
+                """
+                UPDATE dirty_attempt d
+                SET from_at = least(
+                    p.computed_to, d.end_eff,
+                    (SELECT min(b.lo) FROM new_batch b
+                     WHERE (b.node = '' OR b.node = ANY (d.nodes)) AND b.lo < d.end_eff AND b.hi > d.start_at))
+                FROM attribution_progress p
+                WHERE p.cluster = d.cluster AND p.job_id_raw = d.job_id_raw AND p.submit_at = d.submit_at
+                  AND p.start_at = d.start_at AND p.nodes = d.nodes AND p.alloc_gpus = d.alloc_gpus
+                  AND p.timezone = CAST(:tz AS text)
+                """
+            ),
+            {"tz": timezone},
+        )
+        # an attempt whose stored rows were mapped otherwise (new process evidence, inventory)
+        # is recomputed whole
+        conn.execute(
+            text(
+                """
+                UPDATE dirty_attempt d SET from_at = NULL
+                WHERE d.from_at IS NOT NULL AND EXISTS (
+                    (SELECT m.node, m.gpu_uuid, m.mapping, m.gpu_fraction FROM dirty_mapping m
+                     WHERE m.cluster = d.cluster AND m.job_id_raw = d.job_id_raw AND m.submit_at = d.submit_at
+                     EXCEPT
+                     SELECT g.node, g.gpu_uuid, g.mapping, g.gpu_fraction FROM gpu_attribution g
+                     WHERE g.cluster = d.cluster AND g.job_id_raw = d.job_id_raw AND g.submit_at = d.submit_at
+                       AND g.mapping <> 'unmapped')
+                    UNION ALL
+                    (SELECT g.node, g.gpu_uuid, g.mapping, g.gpu_fraction FROM gpu_attribution g
+                     WHERE g.cluster = d.cluster AND g.job_id_raw = d.job_id_raw AND g.submit_at = d.submit_at
+                       AND g.mapping <> 'unmapped'
+                     EXCEPT
+                     SELECT m.node, m.gpu_uuid, m.mapping, m.gpu_fraction FROM dirty_mapping m
+                     WHERE m.cluster = d.cluster AND m.job_id_raw = d.job_id_raw AND m.submit_at = d.submit_at)
+                )
+                """
+            )
+        )
+        conn.execute(
+            text(
+                "UPDATE dirty_attempt SET from_day = CAST(from_at AT TIME ZONE CAST(:tz AS text) AS date) "
+                "WHERE from_at IS NOT NULL"
+            ),
+            {"tz": timezone},
+        )
+    # the slices from from_at on: a slice ends at the end of its UTC hour or of its site day
+    # through the index, attempt by attempt: a hash join would read every attempt's slices
+    conn.execute(text("SET LOCAL enable_hashjoin = off"))
+    conn.execute(text("SET LOCAL enable_mergejoin = off"))
     conn.execute(
         text(
             """
-            UPDATE dirty_attempt d
-            SET from_day = (
-                SELECT CASE WHEN max(g.day) IS NULL THEN NULL ELSE least(
-                    max(g.day),
-                    CAST((d.end_eff - interval '1 microsecond') AT TIME ZONE CAST(:tz AS text) AS date),
-                    (SELECT CAST(min(b.lo) AT TIME ZONE CAST(:tz AS text) AS date) FROM new_batch b
-                     WHERE (b.node = '' OR b.node = ANY (d.nodes)) AND b.lo < d.end_eff AND b.hi > d.start_at)
-                ) END
-                FROM gpu_attribution g
-                WHERE g.cluster = d.cluster AND g.job_id_raw = d.job_id_raw AND g.submit_at = d.submit_at
-            )
-            WHERE NOT d.changed
+            DELETE FROM gpu_attribution_part g USING dirty_attempt d
+            WHERE g.cluster = d.cluster AND g.job_id_raw = d.job_id_raw AND g.submit_at = d.submit_at
+              AND (d.from_at IS NULL OR (
+                  g.day >= d.from_day
+                  AND least(g.hour_at + interval '1 hour', CAST(g.day + 1 AS timestamp) AT TIME ZONE CAST(:tz AS text))
+                      > d.from_at))
             """
         ),
         {"tz": timezone},
     )
-    # an attempt whose kept rows were mapped otherwise (new process evidence, inventory) is
-    # recomputed whole
-    conn.execute(
-        text(
-            """
-            UPDATE dirty_attempt d SET from_day = NULL
-            WHERE d.from_day IS NOT NULL AND EXISTS (
-                (SELECT m.node, m.gpu_uuid, m.mapping, m.gpu_fraction FROM dirty_mapping m
-                 WHERE m.cluster = d.cluster AND m.job_id_raw = d.job_id_raw AND m.submit_at = d.submit_at
-                 EXCEPT
-                 SELECT g.node, g.gpu_uuid, g.mapping, g.gpu_fraction FROM gpu_attribution g
-                 WHERE g.cluster = d.cluster AND g.job_id_raw = d.job_id_raw AND g.submit_at = d.submit_at
-                   AND g.day < d.from_day AND g.mapping <> 'unmapped')
-                UNION ALL
-                (SELECT g.node, g.gpu_uuid, g.mapping, g.gpu_fraction FROM gpu_attribution g
-                 WHERE g.cluster = d.cluster AND g.job_id_raw = d.job_id_raw AND g.submit_at = d.submit_at
-                   AND g.day < d.from_day AND g.mapping <> 'unmapped'
-                 EXCEPT
-                 SELECT m.node, m.gpu_uuid, m.mapping, m.gpu_fraction FROM dirty_mapping m
-                 WHERE m.cluster = d.cluster AND m.job_id_raw = d.job_id_raw AND m.submit_at = d.submit_at)
-            )
-            """
-        )
-    )
-    conn.execute(
-        text(
-            """
-            DELETE FROM gpu_attribution g USING dirty_attempt d
-            WHERE g.cluster = d.cluster AND g.job_id_raw = d.job_id_raw AND g.submit_at = d.submit_at
-              AND (d.from_day IS NULL OR g.day >= d.from_day)
-            """
-        )
-    )
-    # the planner cannot count the rows of the CTEs below and joined the per-GPU sums to the
-    # segments in a nested loop, rows x rows (2.8 s of a 4.2 s run at 2,500 GPUs, growing with
-    # the square); the lateral reads stay nested loops, the only plan they have
+    conn.execute(text("RESET enable_hashjoin"))
+    conn.execute(text("RESET enable_mergejoin"))
+    # the planner cannot count the rows of the CTEs below and joined them in nested loops,
+    # rows x rows (2.8 s of a 4.2 s run at 2,500 GPUs, growing with the square); the lateral
+    # reads stay nested loops, the only plan they have
     conn.execute(text("SET LOCAL enable_nestloop = off"))
-    inserted = conn.execute(
+    slices, windows = conn.execute(
         text(
-            """
-            INSERT INTO gpu_attribution (cluster, job_id_raw, submit_at, node, gpu_uuid, day, mapping,
-                gpu_fraction, util_metric, allocated_seconds, covered_seconds, busy_seconds, idle_seconds,
-                no_process_seconds, unmeasured_seconds, util_weighted_sum, util_max_percent,
-                memory_used_max_bytes, energy_joules)
-            WITH node_share AS (
-                SELECT d.cluster, d.job_id_raw, d.submit_at, n.node, d.start_at, d.end_eff, d.from_day,
-                       CAST(d.alloc_gpus AS float8) / cardinality(d.nodes) AS gpus_on_node
-                FROM dirty_attempt d CROSS JOIN LATERAL unnest(d.nodes) AS n(node)
-            ),
-            mapped AS (SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, mapping, gpu_fraction FROM dirty_mapping),
-            segments AS (
-                SELECT ns.cluster, ns.job_id_raw, ns.submit_at, ns.node, ns.gpus_on_node, dd.day,
-                       greatest(ns.start_at, dd.lo) AS seg_start, least(ns.end_eff, dd.hi) AS seg_end
-                FROM node_share ns
-                CROSS JOIN LATERAL (
-                    SELECT CAST(g AS date) AS day,
-                           g AT TIME ZONE CAST(:tz AS text) AS lo,
-                           (g + interval '1 day') AT TIME ZONE CAST(:tz AS text) AS hi
-                    FROM generate_series(
-                        date_trunc('day', ns.start_at AT TIME ZONE CAST(:tz AS text)),
-                        date_trunc('day', (ns.end_eff - interval '1 microsecond') AT TIME ZONE CAST(:tz AS text)),
-                        interval '1 day') AS g
-                ) dd
-                WHERE ns.from_day IS NULL OR dd.day >= ns.from_day
-            ),
-            gpu_segments AS (
-                SELECT s.cluster, s.job_id_raw, s.submit_at, s.node, s.day, s.seg_start, s.seg_end,
-                       m.gpu_uuid, m.mapping, m.gpu_fraction
+            f"""
+            WITH {_SEGMENTS},
+            slices AS (
+                SELECT s.cluster, s.job_id_raw, s.submit_at, s.node, s.day, h.hour_at,
+                       greatest(s.seg_start, h.hour_at) AS sl_start,
+                       least(s.seg_end, h.hour_at + interval '1 hour') AS sl_end
                 FROM segments s
-                JOIN mapped m USING (cluster, job_id_raw, submit_at, node)
+                CROSS JOIN LATERAL (
+                    SELECT g AT TIME ZONE 'UTC' AS hour_at
+                    FROM generate_series(
+                        date_trunc('hour', s.seg_start AT TIME ZONE 'UTC'),
+                        (s.seg_end - interval '1 microsecond') AT TIME ZONE 'UTC',
+                        interval '1 hour') AS g
+                ) h
+                WHERE s.from_at IS NULL OR least(h.hour_at + interval '1 hour', s.day_hi) > s.from_at
             ),
             windows AS (
-                SELECT gs.cluster, gs.job_id_raw, gs.submit_at, gs.node, gs.gpu_uuid, gs.day, w.*,
+                SELECT sl.cluster, sl.job_id_raw, sl.submit_at, sl.node, m.gpu_uuid, sl.day, sl.hour_at, w.*,
                        greatest(0, extract(epoch FROM
-                           least(w.window_start_at + make_interval(secs => w.window_seconds), gs.seg_end)
-                           - greatest(w.window_start_at, gs.seg_start))) / w.window_seconds AS f
-                FROM gpu_segments gs
+                           least(w.window_start_at + make_interval(secs => w.window_seconds), sl.sl_end)
+                           - greatest(w.window_start_at, sl.sl_start))) / w.window_seconds AS f
+                FROM slices sl
+                JOIN dirty_mapping m USING (cluster, job_id_raw, submit_at, node)
                 JOIN LATERAL (
                     SELECT DISTINCT ON (s.window_start_at) s.window_start_at, s.window_seconds, s.util_metric,
                            s.covered_seconds, s.idle_seconds, s.no_process_seconds, s.util_mean_percent,
                            s.util_max_percent, s.memory_used_max_bytes, s.energy_joules
-                    FROM slurmtel_gpu_windows(ARRAY[gs.gpu_uuid], gs.seg_start, gs.seg_end) s
+                    FROM slurmtel_gpu_windows(ARRAY[m.gpu_uuid], sl.sl_start, sl.sl_end) s
                     ORDER BY s.window_start_at, (s.source = 'agent') DESC
                 ) w ON true
             ),
-            per_gpu AS (
-                SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day,
-                       sum(f * covered_seconds) AS covered,
-                       sum(f * least(idle_seconds, covered_seconds)) AS idle,
-                       sum(f * least(coalesce(no_process_seconds, 0), covered_seconds)) AS no_process,
-                       sum(f * covered_seconds * coalesce(util_mean_percent, 0)) AS util_weighted,
-                       max(util_max_percent) AS util_max,
-                       max(memory_used_max_bytes) AS memory_max,
-                       sum(f * energy_joules) AS energy,
-                       min(util_metric) AS util_metric
+            written AS (
+                INSERT INTO gpu_attribution_part (cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at,
+                    windows, util_metric, covered_seconds, idle_seconds, no_process_seconds, util_weighted_sum,
+                    util_max_percent, memory_used_max_bytes, energy_joules)
+                SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at, count(*),
+                       min(util_metric),
+                       sum(f * covered_seconds ORDER BY window_start_at),
+                       sum(f * least(idle_seconds, covered_seconds) ORDER BY window_start_at),
+                       sum(f * least(coalesce(no_process_seconds, 0), covered_seconds) ORDER BY window_start_at),
+                       sum(f * covered_seconds * coalesce(util_mean_percent, 0) ORDER BY window_start_at),
+                       max(util_max_percent),
+                       max(memory_used_max_bytes),
+                       sum(f * energy_joules ORDER BY window_start_at)
                 FROM windows WHERE f > 0
-                GROUP BY cluster, job_id_raw, submit_at, node, gpu_uuid, day
+                GROUP BY cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at
+                RETURNING windows
+            )
+            SELECT count(*), coalesce(sum(windows), 0) FROM written
+            """
+        ),
+        {"tz": timezone},
+    ).one()
+    # the day rows from from_day on, built from the slices
+    conn.execute(
+        text(
+            "CREATE TEMP TABLE IF NOT EXISTS new_attribution (LIKE gpu_attribution INCLUDING DEFAULTS) "
+            "ON COMMIT DELETE ROWS"
+        )
+    )
+    conn.execute(text("TRUNCATE new_attribution"))
+    conn.execute(
+        text(
+            f"""
+            INSERT INTO new_attribution (cluster, job_id_raw, submit_at, node, gpu_uuid, day, {_ROW_VALUES})
+            WITH {_SEGMENTS},
+            gpu_segments AS (
+                SELECT s.cluster, s.job_id_raw, s.submit_at, s.node, s.day, s.seg_start, s.seg_end,
+                       m.gpu_uuid, m.mapping, m.gpu_fraction
+                FROM segments s
+                JOIN dirty_mapping m USING (cluster, job_id_raw, submit_at, node)
+            ),
+            -- the slices' sums per day, added in hour order (so a run gives the floats a full
+            -- recompute gives); read attempt by attempt (lateral) through the index
+            per_gpu AS (
+                SELECT d.cluster, d.job_id_raw, d.submit_at, p.*
+                FROM dirty_attempt d
+                CROSS JOIN LATERAL (
+                    SELECT p.node, p.gpu_uuid, p.day,
+                           sum(p.covered_seconds ORDER BY p.hour_at) AS covered,
+                           sum(p.idle_seconds ORDER BY p.hour_at) AS idle,
+                           sum(p.no_process_seconds ORDER BY p.hour_at) AS no_process,
+                           sum(p.util_weighted_sum ORDER BY p.hour_at) AS util_weighted,
+                           max(p.util_max_percent) AS util_max,
+                           max(p.memory_used_max_bytes) AS memory_max,
+                           sum(p.energy_joules ORDER BY p.hour_at) AS energy,
+                           min(p.util_metric) AS util_metric
+                    FROM gpu_attribution_part p
+                    WHERE p.cluster = d.cluster AND p.job_id_raw = d.job_id_raw AND p.submit_at = d.submit_at
+                      AND (d.from_day IS NULL OR p.day >= d.from_day)
+                    GROUP BY p.node, p.gpu_uuid, p.day
+                ) p
             ),
             mapped_rows AS (
                 SELECT gs.cluster, gs.job_id_raw, gs.submit_at, gs.node, gs.gpu_uuid, gs.day, gs.mapping,
@@ -378,9 +457,79 @@ def recompute_dirty(conn: Connection, *, timezone: str) -> int:
             """
         ),
         {"tz": timezone},
-    ).rowcount
+    )
     conn.execute(text("RESET enable_nestloop"))
-    return int(inserted or 0)
+    conn.execute(text("ANALYZE new_attribution"))
+    # rewrite only the rows whose values changed: the report rollups' triggers recompute what
+    # a statement touched
+    same_key = " AND ".join(f"n.{c} = g.{c}" for c in _ROW_KEY)
+    values = ", ".join(f"{{t}}.{c.strip()}" for c in _ROW_VALUES.split(","))
+    conn.execute(
+        text(
+            f"""
+            DELETE FROM gpu_attribution g USING dirty_attempt d
+            WHERE g.cluster = d.cluster AND g.job_id_raw = d.job_id_raw AND g.submit_at = d.submit_at
+              AND (d.from_day IS NULL OR g.day >= d.from_day)
+              AND NOT EXISTS (
+                  SELECT 1 FROM new_attribution n
+                  WHERE {same_key}
+                    AND ({values.format(t="n")}) IS NOT DISTINCT FROM ({values.format(t="g")}))
+            """
+        )
+    )
+    rows = conn.execute(
+        text(
+            f"""
+            INSERT INTO gpu_attribution (cluster, job_id_raw, submit_at, node, gpu_uuid, day, {_ROW_VALUES})
+            SELECT n.cluster, n.job_id_raw, n.submit_at, n.node, n.gpu_uuid, n.day, {values.format(t="n")}
+            FROM new_attribution n
+            WHERE NOT EXISTS (SELECT 1 FROM gpu_attribution g WHERE {same_key})
+            """
+        )
+    ).rowcount
+    conn.execute(
+        text(
+            """
+            INSERT INTO attribution_progress AS p
+                (cluster, job_id_raw, submit_at, computed_to, start_at, nodes, alloc_gpus, timezone)
+            SELECT cluster, job_id_raw, submit_at, end_eff, start_at, nodes, alloc_gpus, CAST(:tz AS text)
+            FROM dirty_attempt
+            ON CONFLICT (cluster, job_id_raw, submit_at) DO UPDATE
+            SET computed_to = EXCLUDED.computed_to, start_at = EXCLUDED.start_at, nodes = EXCLUDED.nodes,
+                alloc_gpus = EXCLUDED.alloc_gpus, timezone = EXCLUDED.timezone
+            WHERE (p.computed_to, p.start_at, p.nodes, p.alloc_gpus, p.timezone)
+                  IS DISTINCT FROM (EXCLUDED.computed_to, EXCLUDED.start_at, EXCLUDED.nodes,
+                                    EXCLUDED.alloc_gpus, EXCLUDED.timezone)
+            """
+        ),
+        {"tz": timezone},
+    )
+    return Recomputed(int(rows or 0), int(slices), int(windows))
+
+
+# each dirty attempt's node segments per site day, from from_day on (all days when NULL)
+_SEGMENTS = """
+            node_share AS (
+                SELECT d.cluster, d.job_id_raw, d.submit_at, n.node, d.start_at, d.end_eff, d.from_at,
+                       d.from_day, CAST(d.alloc_gpus AS float8) / cardinality(d.nodes) AS gpus_on_node
+                FROM dirty_attempt d CROSS JOIN LATERAL unnest(d.nodes) AS n(node)
+            ),
+            segments AS (
+                SELECT ns.cluster, ns.job_id_raw, ns.submit_at, ns.node, ns.gpus_on_node, ns.from_at, dd.day,
+                       dd.hi AS day_hi,
+                       greatest(ns.start_at, dd.lo) AS seg_start, least(ns.end_eff, dd.hi) AS seg_end
+                FROM node_share ns
+                CROSS JOIN LATERAL (
+                    SELECT CAST(g AS date) AS day,
+                           g AT TIME ZONE CAST(:tz AS text) AS lo,
+                           (g + interval '1 day') AT TIME ZONE CAST(:tz AS text) AS hi
+                    FROM generate_series(
+                        date_trunc('day', ns.start_at AT TIME ZONE CAST(:tz AS text)),
+                        date_trunc('day', (ns.end_eff - interval '1 microsecond') AT TIME ZONE CAST(:tz AS text)),
+                        interval '1 day') AS g
+                ) dd
+                WHERE ns.from_day IS NULL OR dd.day >= ns.from_day
+            )"""
 
 
 def refresh_job_spans(conn: Connection, selection: DirtySelection, *, everything: bool = False) -> int:
