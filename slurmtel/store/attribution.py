@@ -332,34 +332,49 @@ def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> R
         text(
             f"""
             WITH {_SEGMENTS},
-            slices AS (
-                SELECT s.cluster, s.job_id_raw, s.submit_at, s.node, s.day, h.hour_at,
-                       greatest(s.seg_start, h.hour_at) AS sl_start,
-                       least(s.seg_end, h.hour_at + interval '1 hour') AS sl_end
+            -- per GPU and day segment, one read: from the start of the slice holding from_at
+            gpu_segments AS (
+                SELECT s.cluster, s.job_id_raw, s.submit_at, s.node, s.day, s.day_hi, s.from_at,
+                       s.seg_start, s.seg_end, m.gpu_uuid,
+                       CASE WHEN s.from_at IS NULL THEN s.seg_start
+                            ELSE greatest(s.seg_start,
+                                          date_trunc('hour', s.from_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')
+                       END AS read_start
                 FROM segments s
-                CROSS JOIN LATERAL (
-                    SELECT g AT TIME ZONE 'UTC' AS hour_at
-                    FROM generate_series(
-                        date_trunc('hour', s.seg_start AT TIME ZONE 'UTC'),
-                        (s.seg_end - interval '1 microsecond') AT TIME ZONE 'UTC',
-                        interval '1 hour') AS g
-                ) h
-                WHERE s.from_at IS NULL OR least(h.hour_at + interval '1 hour', s.day_hi) > s.from_at
-            ),
-            windows AS (
-                SELECT sl.cluster, sl.job_id_raw, sl.submit_at, sl.node, m.gpu_uuid, sl.day, sl.hour_at, w.*,
-                       greatest(0, extract(epoch FROM
-                           least(w.window_start_at + make_interval(secs => w.window_seconds), sl.sl_end)
-                           - greatest(w.window_start_at, sl.sl_start))) / w.window_seconds AS f
-                FROM slices sl
                 JOIN dirty_mapping m USING (cluster, job_id_raw, submit_at, node)
+            ),
+            read AS (
+                SELECT gs.cluster, gs.job_id_raw, gs.submit_at, gs.node, gs.gpu_uuid, gs.day, gs.day_hi,
+                       gs.from_at, gs.seg_start, gs.seg_end, gs.read_start, w.*,
+                       w.window_start_at + make_interval(secs => w.window_seconds) AS window_end_at
+                FROM gpu_segments gs
                 JOIN LATERAL (
                     SELECT DISTINCT ON (s.window_start_at) s.window_start_at, s.window_seconds, s.util_metric,
                            s.covered_seconds, s.idle_seconds, s.no_process_seconds, s.util_mean_percent,
                            s.util_max_percent, s.memory_used_max_bytes, s.energy_joules
-                    FROM slurmtel_gpu_windows(ARRAY[m.gpu_uuid], sl.sl_start, sl.sl_end) s
+                    FROM slurmtel_gpu_windows(ARRAY[gs.gpu_uuid], gs.read_start, gs.seg_end) s
                     ORDER BY s.window_start_at, (s.source = 'agent') DESC
-                ) w ON true
+                ) w ON gs.read_start < gs.seg_end
+            ),
+            -- each window in the UTC hours it overlaps inside the read (a window is at most an
+            -- hour long: one or two), by the fraction of it in the slice
+            windows AS (
+                SELECT r.*, h.hour_at,
+                       greatest(0, extract(epoch FROM
+                           least(r.window_end_at, r.seg_end, h.hour_at + interval '1 hour')
+                           - greatest(r.window_start_at, r.read_start, h.hour_at))) / r.window_seconds AS f
+                FROM read r
+                CROSS JOIN LATERAL (
+                    VALUES (date_trunc('hour', greatest(r.window_start_at, r.read_start) AT TIME ZONE 'UTC')
+                            AT TIME ZONE 'UTC'),
+                           (CASE WHEN date_trunc('hour', (least(r.window_end_at, r.seg_end) - interval '1 microsecond')
+                                                  AT TIME ZONE 'UTC')
+                                      > date_trunc('hour', greatest(r.window_start_at, r.read_start) AT TIME ZONE 'UTC')
+                                 THEN date_trunc('hour', (least(r.window_end_at, r.seg_end) - interval '1 microsecond')
+                                                 AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' END)
+                ) AS h(hour_at)
+                WHERE h.hour_at IS NOT NULL
+                  AND (r.from_at IS NULL OR least(h.hour_at + interval '1 hour', r.day_hi) > r.from_at)
             ),
             written AS (
                 INSERT INTO gpu_attribution_part (cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at,
