@@ -176,7 +176,8 @@ def main() -> int:
         t0 = time.perf_counter()
         full = run_attribution(engine, config, now=end + timedelta(hours=1), full=True)
         full_seconds = time.perf_counter() - t0
-        print(f"full recompute: {full.attempts:,} attempts, {full.rows:,} rows in {full_seconds:.1f} s "
+        print(f"full recompute: {full.attempts:,} attempts, {full.slices:,} hour slices, {full.rows:,} rows "
+              f"rewritten (unchanged rows are kept) in {full_seconds:.1f} s "
               f"({(windows + hour) / full_seconds:,.0f} windows/s, {(windows + hour) * 30 / full_seconds:,.0f} samples/s)")  # fmt: skip
         return 0
 
