@@ -375,6 +375,7 @@ class Schedule:
 
     def _maintain(self) -> Failure:
         """The sample store's days ahead; drop those past retention and their batches."""
+        from slurmtel.store.attribution import delete_parts_before
         from slurmtel.store.daemon import delete_batches_before
         from slurmtel.store.fabric import delete_counter_windows_before
         from slurmtel.store.samples import sample_store
@@ -384,12 +385,17 @@ class Schedule:
         cutoff = today - timedelta(days=telemetry.retention_days)
         with self.ctx.engine.begin() as conn:
             created, dropped = sample_store().maintain(
-                conn, first_day=today, last_day=today + timedelta(days=telemetry.partitions_ahead_days), cutoff=cutoff
+                conn,
+                first_day=today,
+                last_day=today + timedelta(days=telemetry.partitions_ahead_days),
+                cutoff=cutoff,
             )
             cutoff_at = datetime(cutoff.year, cutoff.month, cutoff.day, tzinfo=UTC)
             batches = delete_batches_before(conn, cutoff_at)
             # the fabric counters' windows live as long as the raw summaries
             counter_windows = delete_counter_windows_before(conn, cutoff_at)
+            # and the attribution's hour slices of those windows
+            slices = delete_parts_before(conn, cutoff_at)
         self.metrics.partitions.labels(action="created").inc(len(created))
         self.metrics.partitions.labels(action="dropped").inc(len(dropped))
         self.metrics.batches_deleted.inc(batches)
@@ -400,6 +406,7 @@ class Schedule:
             partitions_dropped=len(dropped),
             batches_deleted=batches,
             counter_windows_deleted=counter_windows,
+            attribution_slices_deleted=slices,
             retention_cutoff=cutoff.isoformat(),
         )
         return None

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, text
 from slurmtel.attribution import run_attribution
 from slurmtel.config import Config, config_from_dict
 from slurmtel.records import GpuAllocation
+from slurmtel.store.attribution import delete_parts_before
 from slurmtel.store.jobs import write_attempts
 from slurmtel.store.samples import sample_store
 from slurmtel.store.telemetry import write_allocations, write_inventory, write_summaries
@@ -455,6 +456,10 @@ def test_record_changes_requeues_and_retention_keep_runs_equal_to_a_full_recompu
     assert day_before
     with engine.begin() as conn:
         sample_store().maintain(conn, first_day=T0.date(), last_day=T0.date(), cutoff=T0.date())
+        # the hour slices of those windows go with them (the daemon's maintenance job)
+        pruned = delete_parts_before(conn, T0.replace(hour=0, minute=0, second=0, microsecond=0))
+    assert pruned > 0
+    assert {p["day"].isoformat() for p in parts(engine)} == {"2026-11-01"}
     for minutes in (20, 40, 60):
         run(now + timedelta(minutes=minutes))
     assert {

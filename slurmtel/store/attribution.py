@@ -176,7 +176,7 @@ _ROW_KEY = ("cluster", "job_id_raw", "submit_at", "node", "gpu_uuid", "day")
 def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> Recomputed:
     """Bring the gpu_attribution rows of every attempt in dirty_attempt up to date.
 
-    Two grains (migration 0015): gpu_attribution_part holds per attempt x node x GPU x slice
+    Two grains (migration 0014): gpu_attribution_part holds per attempt x node x GPU x slice
     (a UTC hour cut at the site's day boundaries) the unclamped sums and maxima of the windows
     overlapping the slice; gpu_attribution's day rows are built from them, the clamps applied
     to the day sums. attribution_progress records per attempt the end its slices were computed
@@ -577,6 +577,16 @@ def refresh_job_spans(conn: Connection, selection: DirtySelection, *, everything
             """
         ),
         bind,
+    )
+    return int(result.rowcount or 0)
+
+
+def delete_parts_before(conn: Connection, cutoff_at: datetime) -> int:
+    """Forget the hour slices that end by CUTOFF_AT (retention: they live as long as the windows
+    they sum; the day rows built from them stay). A run only ever rebuilds days from the first
+    new window on, and no window before the retention is taken, so no run needs them again."""
+    result = conn.execute(
+        text("DELETE FROM gpu_attribution_part WHERE hour_at < :cutoff"), {"cutoff": cutoff_at}
     )
     return int(result.rowcount or 0)
 

@@ -1,6 +1,6 @@
 """attribution hours: raw partial sums per attempt x GPU x hour slice, and each attempt's progress
 
-Revision ID: 0015
+Revision ID: 0014
 Revises: 0013
 
 An attribution run recomputed a running attempt's current day from all that day's windows, so
@@ -24,7 +24,7 @@ reader only with a scope of everything (as gpu_job_span). Deleted with their att
 
 from alembic import op
 
-revision = "0015"
+revision = "0014"
 down_revision = "0013"
 branch_labels = None
 depends_on = None
