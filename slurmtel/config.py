@@ -664,6 +664,10 @@ def _validate_agent(agent: AgentConfig) -> None:
         raise ConfigError("agent.sample_interval_seconds must be positive")
     if agent.summary_window_seconds < 2 * agent.sample_interval_seconds:
         raise ConfigError("agent.summary_window_seconds must be at least two sample intervals")
+    if agent.summary_window_seconds > 3600:
+        raise ConfigError(
+            "agent.summary_window_seconds must be at most 3600 (a window spans at most an hour)"
+        )
     if not 0 <= agent.idle_threshold_percent <= 100:
         raise ConfigError("agent.idle_threshold_percent must be between 0 and 100")
     if agent.spool_max_bytes < 65536:
@@ -777,6 +781,8 @@ def _validate_prometheus(prometheus: PrometheusSourceConfig) -> None:
     for name in ("interval_seconds", "timeout_seconds", "step_seconds", "nodes_per_query"):
         if getattr(prometheus, name) <= 0:
             raise ConfigError(f"{key}.{name} must be positive")
+    if prometheus.step_seconds > 3600:
+        raise ConfigError(f"{key}.step_seconds must be at most 3600 (a window spans at most an hour)")
     for name in ("delay_seconds", "initial_lookback_seconds"):
         if getattr(prometheus, name) < 0:
             raise ConfigError(f"{key}.{name} must not be negative")

@@ -535,6 +535,11 @@ def test_check_config_prints_the_effective_config_with_the_password_masked(
         ('[daemon]\nport = "9768"\n', "'daemon.port' must be an integer"),
         ("[daemon]\nport = 70000\n", "daemon.port must be between 0 and 65535"),
         ("[daemon]\nbackoff_max_seconds = 0\n", "daemon.backoff_max_seconds must be positive"),
+        ("[agent]\nsummary_window_seconds = 7200\n", "agent.summary_window_seconds must be at most 3600"),
+        (
+            '[sources.prometheus]\nurl = "http://prom:9090"\nstep_seconds = 7200\n',
+            "sources.prometheus.step_seconds must be at most 3600",
+        ),
         ("[daemon\n", "invalid TOML"),
     ],
 )

@@ -290,3 +290,16 @@ def test_events_and_pending_jobs_are_idempotent(engine: Engine) -> None:
         snapshot = conn.execute(text("SELECT observed_at FROM controller_snapshot")).scalar_one()
     assert tuple(row) == ("AssocGrpGRES", at("2026-11-01T10:01:00"), at("2026-11-01T10:02:00"))
     assert snapshot == at("2026-11-01T10:02:00")
+
+
+def test_a_window_longer_than_an_hour_is_refused_by_name_and_the_rest_stored(engine: Engine) -> None:
+    """The window reads look back an hour and attribution sums hour slices: a longer window
+    (a hostile or misconfigured source) would be counted short, so it is refused with its reason."""
+    long = summary("GPU-l0", "2026-11-08T10:00:00", node="gpu01", window_seconds=7200.0)
+    hour = summary("GPU-l0", "2026-11-08T12:00:00", node="gpu01", window_seconds=3600.0)
+    with engine.begin() as conn:
+        stats = write_summaries(conn, [long, hour], source="agent", node="gpu01")
+    assert (stats.received, stats.inserted) == (2, 1)
+    assert [(s.window_start_at.hour, reason) for s, reason in stats.refused] == [
+        (10, "window_seconds (7200.0) is longer than a window may be (3600 s)")
+    ]

@@ -28,6 +28,9 @@ from slurmtel.store.copy import ROW_ERRORS, copy_rows, copy_rows_isolating
 from slurmtel.store.locks import PARTITION_LOCK_KEY, advisory_xact_lock
 
 PARTITIONED_TABLE = "gpu_window"
+# a window spans at most an hour: the window reads look back an hour for windows that began
+# before their range, and attribution sums windows per hour slice (migration 0014)
+MAX_WINDOW_SECONDS = 3600
 PACKED_TABLE = "gpu_window_hour"
 
 # (column, PostgreSQL type): every GpuSummary field, stored under its own name
@@ -364,15 +367,24 @@ def _storable_windows(
     summaries: Sequence[GpuSummary],
 ) -> tuple[list[GpuSummary], list[tuple[GpuSummary, str]]]:
     """The summaries whose window start can place them in a partition, and the others (a
-    window start that is no aware datetime cannot be compared or given a day)."""
+    window start that is no aware datetime cannot be compared or given a day; a window longer
+    than MAX_WINDOW_SECONDS would be missed by the window reads and the hour slices)."""
     kept: list[GpuSummary] = []
     refused: list[tuple[GpuSummary, str]] = []
     for summary in summaries:
         start = summary.window_start_at
-        if type(start) is datetime and start.tzinfo is not None:
-            kept.append(summary)
-        else:
+        length = summary.window_seconds
+        if not (type(start) is datetime and start.tzinfo is not None):
             refused.append((summary, f"window_start_at {value_problem(start, 'timestamptz')}"))
+        elif isinstance(length, int | float) and length > MAX_WINDOW_SECONDS:
+            refused.append(
+                (
+                    summary,
+                    f"window_seconds ({length!r}) is longer than a window may be ({MAX_WINDOW_SECONDS} s)",
+                )
+            )
+        else:
+            kept.append(summary)
     return kept, refused
 
 
