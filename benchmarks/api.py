@@ -160,7 +160,9 @@ def main() -> int:
                 f"API p50 / direct p50 = {statistics.median(latencies) / statistics.median(local):.1f}"
             )
         with engine.connect() as conn:
-            job = conn.execute(text("SELECT max(job_id_raw) FROM job_attempt WHERE start_at IS NOT NULL")).scalar_one()
+            job = conn.execute(
+                text("SELECT max(job_id_raw) FROM job_attempt WHERE start_at IS NOT NULL")
+            ).scalar_one()
         login_node_cli(port, daemon.socket, job, user, args.cli_repeat)
         server.should_exit = True
         thread.join(timeout=30)
@@ -186,7 +188,9 @@ def login_node_cli(port: int, munge_socket: str, job: int, user: str, repeat: in
             "slurmtel report usage": ["report", "usage", "-S", "2026-11-01", "-E", "2026-12-01"],
         }
         bare = _timed([sys.executable, "-c", "pass"], env, repeat)
-        print(f"login-node CLI through the API, best / median of {repeat} (a bare interpreter: {min(bare):.3f} s)")
+        print(
+            f"login-node CLI through the API, best / median of {repeat} (a bare interpreter: {min(bare):.3f} s)"
+        )
         for name, argv in commands.items():
             times = _timed([sys.executable, "-m", "slurmtel", "--config", str(config), *argv], env, repeat)
             verdict = "met" if min(times) < CLI_TARGET_SECONDS else "NOT met"

@@ -171,7 +171,9 @@ def end_to_end(dsn: str, gpus: int, hours: int) -> None:
             rates = {}
             for concurrency in (1, AgentSourceConfig.concurrency):
                 with engine.begin() as conn:
-                    conn.execute(text("TRUNCATE gpu_window, gpu_window_hour, agent_cursor, ingest_batch CASCADE"))
+                    conn.execute(
+                        text("TRUNCATE gpu_window, gpu_window_hour, agent_cursor, ingest_batch CASCADE")
+                    )
                 config = config_from_dict(
                     {
                         "sources": {

@@ -224,7 +224,9 @@ def test_ack_messages() -> None:
     assert decode_ack_response(encode_ack_response(result)) == result
     # the request of a head from before kinds were negotiated; this head names what it stores
     assert summaries_query(41, 500, None) == "/v1/summaries?after=41&limit=500"
-    assert summaries_query(41, 500).startswith("/v1/summaries?after=41&limit=500&kinds=summary%2Cevent%2Cinventory")
+    assert summaries_query(41, 500).startswith(
+        "/v1/summaries?after=41&limit=500&kinds=summary%2Cevent%2Cinventory"
+    )
 
 
 def test_protocol_imports_no_nvml() -> None:

@@ -672,7 +672,9 @@ def test_damaged_dcgm_scrape(cli: Cli, engine: Engine, path: Path, kind: str) ->
     baseline = {r[0] for r in rows(engine, "SELECT gpu_uuid FROM gpu_summary")}
     with engine.begin() as conn:
         conn.execute(
-            text("TRUNCATE gpu_window, gpu_window_hour, gpu_inventory, collect_run, quarantine, ingest_batch CASCADE")
+            text(
+                "TRUNCATE gpu_window, gpu_window_hour, gpu_inventory, collect_run, quarantine, ingest_batch CASCADE"
+            )
         )
     lines = raw.split("\n")
     samples = [i for i, line in enumerate(lines) if line.startswith(("DCGM_", "dcgm_"))]
@@ -996,7 +998,9 @@ def test_damaged_prometheus_answer(cli: Cli, engine: Engine, path: Path, kind: s
     assert baseline
     with engine.begin() as conn:
         conn.execute(
-            text("TRUNCATE gpu_window, gpu_window_hour, gpu_inventory, collect_run, quarantine, ingest_batch CASCADE")
+            text(
+                "TRUNCATE gpu_window, gpu_window_hour, gpu_inventory, collect_run, quarantine, ingest_batch CASCADE"
+            )
         )
     series = doc["data"]["result"]
     victim = series[rng.randrange(len(series))]

@@ -145,7 +145,9 @@ def test_input_linked_to_a_job_takes_its_nodes_and_their_inventory(cli_env: Engi
     assert rows(cli_env, "SELECT count(*) FROM nccl_run") == [(2,)]
 
 
-def test_input_for_an_unknown_job_is_a_usage_error(cli_env: Engine, capsys: pytest.CaptureFixture[str]) -> None:
+def test_input_for_an_unknown_job_is_a_usage_error(
+    cli_env: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["collect", "nccl", "--input", str(GOOD_LOG), "--job", "999"]) == 2
     assert "config_error: --job 999: no such job" in capsys.readouterr().err
     assert rows(cli_env, "SELECT count(*) FROM nccl_log") == [(0,)]

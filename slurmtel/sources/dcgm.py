@@ -129,7 +129,9 @@ class DcgmSource:
         rejected = [*scrape.rejected, *screened.rejected]
         with ctx.engine.begin() as conn:
             write_inventory(conn, inventory, source=NAME)
-            stats = sample_store().write(conn, summaries, source=NAME, node=scrape.node, partition_budget=budget)
+            stats = sample_store().write(
+                conn, summaries, source=NAME, node=scrape.node, partition_budget=budget
+            )
             resolve_allocation_uuids(conn, node=scrape.node)
             rejected += rejections(stats.refused, source=NAME, origin=origin)
             quarantine(conn, rejected)
