@@ -20,12 +20,11 @@ indexes); --days 3 gives the same rates in minutes.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-from scratch import scratch_database
+from scratch import configured_server, scratch_database
 from sqlalchemy import Engine, text
 
 from slurmtel.attribution import run_attribution
@@ -127,7 +126,7 @@ def main() -> int:
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     args = parser.parse_args()
-    base = args.dsn or os.environ.get("SLURMTEL_TEST_DSN") or os.environ.get("SLURMTEL_DATABASE_URL")
+    base = configured_server(args.dsn)
     if not base:
         print("give --dsn or SLURMTEL_TEST_DSN: this benchmark needs a PostgreSQL server with room for it")
         return 2

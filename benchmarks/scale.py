@@ -41,7 +41,6 @@ import argparse
 import bisect
 import heapq
 import math
-import os
 import random
 import statistics
 import sys
@@ -54,7 +53,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from scratch import scratch_database
+from scratch import configured_server, scratch_database
 from sqlalchemy import Connection, Engine, text
 
 import slurmtel.sources.agent as agent_source
@@ -578,7 +577,7 @@ def main() -> int:
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     args = parser.parse_args()
-    dsn = args.dsn or os.environ.get("SLURMTEL_TEST_DSN") or os.environ.get("SLURMTEL_DATABASE_URL")
+    dsn = configured_server(args.dsn)
     if not dsn:
         print("give --dsn or SLURMTEL_TEST_DSN: this benchmark needs a PostgreSQL server with room for it")
         return 2

@@ -21,10 +21,15 @@ from slurmtel.store.engine import make_engine, normalize_url
 from slurmtel.store.migrate import upgrade
 
 
+def configured_server(dsn: str | None) -> str | None:
+    """The server given: --dsn, else $SLURMTEL_TEST_DSN / $SLURMTEL_DATABASE_URL (None: none)."""
+    return dsn or os.environ.get("SLURMTEL_TEST_DSN") or os.environ.get("SLURMTEL_DATABASE_URL")
+
+
 @contextmanager
 def server_url(dsn: str | None) -> Iterator[str]:
     """A URL of a database on which the benchmark may CREATE DATABASE."""
-    url = dsn or os.environ.get("SLURMTEL_TEST_DSN") or os.environ.get("SLURMTEL_DATABASE_URL")
+    url = configured_server(dsn)
     if url:
         yield normalize_url(url)
         return

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
 import sys
 import tempfile
 import threading
@@ -32,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import agent_cpu
 import dcgm_parse
-from scratch import scratch_database
+from scratch import configured_server, scratch_database
 
 from slurmtel.agent.protocol import (
     AckResult,
@@ -226,7 +225,7 @@ def main() -> int:
     parser.add_argument("--hours", type=int, default=24)
     parser.add_argument("--dsn", default=None)
     args = parser.parse_args()
-    dsn = args.dsn or os.environ.get("SLURMTEL_TEST_DSN") or os.environ.get("SLURMTEL_DATABASE_URL")
+    dsn = configured_server(args.dsn)
     if not dsn:
         print("give --dsn or SLURMTEL_TEST_DSN")
         return 2
