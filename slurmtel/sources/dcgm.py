@@ -132,7 +132,7 @@ class DcgmSource:
             stats = sample_store().write(
                 conn, summaries, source=NAME, node=scrape.node, partition_budget=budget
             )
-            resolve_allocation_uuids(conn, node=scrape.node)
+            resolve_allocation_uuids(conn, nodes=[scrape.node])
             rejected += rejections(stats.refused, source=NAME, origin=origin)
             quarantine(conn, rejected)
         result.rows_read += scrape.sample_lines

@@ -230,7 +230,7 @@ def _store_node(
     )
     write_inventory(conn, screened.inventory, source=NAME)
     stats = sample_store().write(conn, screened.summaries, source=NAME, node=node, partition_budget=budget)
-    resolve_allocation_uuids(conn, node=node)
+    resolve_allocation_uuids(conn, nodes=[node])
     result.rows_written += stats.inserted
     dropped: dict[str, int] = {}
     for scrape in kept:

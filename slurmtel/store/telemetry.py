@@ -291,19 +291,6 @@ def _new_batches(
 ) -> list[int]:
     """One ingest batch per (node, first window start, last window start, rows), by one INSERT;
     their ids in the order given."""
-    if len(batches) == 1:
-        node, lo, hi, rows = batches[0]
-        return [
-            int(
-                conn.execute(
-                    text(
-                        "INSERT INTO ingest_batch (source, node, window_min_at, window_max_at, rows) "
-                        "VALUES (:source, :node, :lo, :hi, :rows) RETURNING id"
-                    ),
-                    {"source": source, "node": node, "lo": lo, "hi": hi, "rows": rows},
-                ).scalar_one()
-            )
-        ]
     nodes, los, his, counts = (list(column) for column in zip(*batches, strict=True))
     # the ids come from the sequence in the order the rows are inserted; each row says which it is
     made = conn.execute(
@@ -777,14 +764,10 @@ def write_allocations(conn: Connection, allocations: Iterable[GpuAllocation]) ->
     return len(rows)
 
 
-def resolve_allocation_uuids(
-    conn: Connection, *, node: str | None = None, nodes: Sequence[str] | None = None
-) -> int:
-    """Fill in UUIDs of allocations seen before their node's inventory arrived: on NODE (or
-    NODES), whose inventory was just written (concurrent writers of other nodes' rows never
-    wait on each other), or on every node."""
-    if node is not None:
-        nodes = [*(nodes or ()), node]
+def resolve_allocation_uuids(conn: Connection, *, nodes: Sequence[str] | None = None) -> int:
+    """Fill in UUIDs of allocations seen before their node's inventory arrived: on NODES, whose
+    inventory was just written (concurrent writers of other nodes' rows never wait on each
+    other), or on every node."""
     result = conn.execute(
         text(
             """
@@ -910,44 +893,6 @@ class AgentCursor:
     cursor: int
 
 
-def get_agent_cursor(conn: Connection, node: str) -> AgentCursor | None:
-    row = conn.execute(
-        text("SELECT node, spool_id, cursor FROM agent_cursor WHERE node = :node"), {"node": node}
-    ).first()
-    return AgentCursor(row.node, row.spool_id, int(row.cursor)) if row else None
-
-
-def set_agent_cursor(
-    conn: Connection,
-    node: str,
-    *,
-    spool_id: str,
-    cursor: int,
-    evicted_total: int,
-    spool_items: int,
-    spool_bytes: int,
-) -> None:
-    conn.execute(
-        text(
-            """
-            INSERT INTO agent_cursor (node, spool_id, cursor, evicted_total, spool_items, spool_bytes)
-            VALUES (:node, :spool_id, :cursor, :evicted, :items, :bytes)
-            ON CONFLICT (node) DO UPDATE SET spool_id = EXCLUDED.spool_id, cursor = EXCLUDED.cursor,
-                evicted_total = EXCLUDED.evicted_total, spool_items = EXCLUDED.spool_items,
-                spool_bytes = EXCLUDED.spool_bytes, updated_at = now()
-            """
-        ),
-        {
-            "node": node,
-            "spool_id": spool_id,
-            "cursor": cursor,
-            "evicted": evicted_total,
-            "items": spool_items,
-            "bytes": spool_bytes,
-        },
-    )
-
-
 def get_agent_cursors(conn: Connection, nodes: Sequence[str]) -> dict[str, AgentCursor]:
     """The stored cursors of NODES (those that have one), by one query."""
     rows = conn.execute(
@@ -968,7 +913,8 @@ class AgentCursorUpdate:
 
 
 def set_agent_cursors(conn: Connection, updates: Sequence[AgentCursorUpdate]) -> None:
-    """set_agent_cursor for several nodes, by one statement."""
+    """Store the cursors (and the spool figures the agents sent with them) of several nodes, by one
+    statement."""
     if not updates:
         return
     columns = list(
