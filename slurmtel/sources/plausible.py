@@ -54,9 +54,17 @@ def split_plausible(
     earliest, latest = plausible_range(now, telemetry)
     kept: list[T] = []
     refused: list[Rejected] = []
+    # the windows of a page share few starts: each start is compared once
+    plausible: dict[datetime, bool] = {}
     for record in records:
         at = _when(record)
-        if not isinstance(at, datetime) or at.tzinfo is None or earliest <= at <= latest:
+        if not isinstance(at, datetime) or at.tzinfo is None:
+            kept.append(record)
+            continue
+        fits = plausible.get(at)
+        if fits is None:
+            fits = plausible[at] = earliest <= at <= latest
+        if fits:
             kept.append(record)
             continue
         what = {GpuSummary: "window starts", GpuEvent: "event is dated"}.get(
@@ -74,19 +82,6 @@ def split_plausible(
             )
         refused.append(rejection(record, reason, source=source, origin=origin))
     return kept, refused
-
-
-def _all_plausible(summaries: Sequence[GpuSummary], earliest: datetime, latest: datetime) -> bool:
-    """Whether every window of SUMMARIES starts at an aware time inside [EARLIEST, LATEST]
-    (False also when that cannot be told this way: split_plausible tells it window by window)."""
-    try:
-        starts = {s.window_start_at for s in summaries}
-        return all(
-            isinstance(start, datetime) and start.tzinfo is not None and earliest <= start <= latest
-            for start in starts
-        )
-    except Exception:  # a start that cannot be hashed or compared
-        return False
 
 
 @dataclass(frozen=True)
@@ -114,14 +109,9 @@ def screen_telemetry(
     become Rejected; the rest goes on to the store (which checks summaries itself)."""
     from slurmtel.store.checks import EVENT_COLUMNS, INVENTORY_COLUMNS, split_storable
 
-    rejected: list[Rejected]
-    if _all_plausible(summaries, *plausible_range(now, telemetry)):
-        # the common case, checked once per window start rather than once per window
-        kept_summaries, rejected = list(summaries), []
-    else:
-        kept_summaries, rejected = split_plausible(
-            summaries, now=now, telemetry=telemetry, source=source, origin=origin
-        )
+    kept_summaries, rejected = split_plausible(
+        summaries, now=now, telemetry=telemetry, source=source, origin=origin
+    )
     kept_events, skewed = split_plausible(events, now=now, telemetry=telemetry, source=source, origin=origin)
     rejected += skewed
     kept_inventory, skewed = split_plausible(
