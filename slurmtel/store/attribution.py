@@ -88,8 +88,6 @@ def select_dirty_attempts(
             CREATE TEMP TABLE IF NOT EXISTS dirty_attempt (
                 cluster text, job_id_raw bigint, submit_at timestamptz, start_at timestamptz,
                 end_eff timestamptz, nodes text[], alloc_gpus integer,
-                -- the attempt's record or GPU allocations changed (or FULL)
-                changed boolean,
                 -- recompute_dirty recomputes its slices from from_at on and its day rows from
                 -- from_day (from_at's site day) on; all of them when NULL
                 from_at timestamptz, from_day date,
@@ -112,17 +110,7 @@ def select_dirty_attempts(
             INSERT INTO dirty_attempt
             SELECT a.cluster, a.job_id_raw, a.submit_at, a.start_at,
                    least(coalesce(a.end_at, CAST(:now AS timestamptz)), CAST(:now AS timestamptz)),
-                   a.nodes, a.alloc_gpus,
-                   CAST(:everything AS boolean)
-                   OR CAST(:job_mark AS timestamptz) IS NULL
-                   OR a.updated_at > CAST(:job_mark AS timestamptz) - CAST(:overlap AS interval)
-                   OR EXISTS (
-                       SELECT 1 FROM gpu_allocation g
-                       WHERE g.cluster = a.cluster AND g.job_id_raw = a.job_id_raw AND g.submit_at = a.submit_at
-                         AND (CAST(:alloc_mark AS timestamptz) IS NULL
-                              OR g.last_seen_at > CAST(:alloc_mark AS timestamptz) - CAST(:overlap AS interval))
-                   ),
-                   NULL, NULL
+                   a.nodes, a.alloc_gpus, NULL, NULL
             FROM job_attempt a
             WHERE a.start_at IS NOT NULL AND a.alloc_gpus > 0
               AND a.start_at < CAST(:now AS timestamptz)
@@ -254,9 +242,9 @@ def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> R
             """
         )
     )
-    # from when on each attempt is recomputed (NULL: all of it): only an attempt whose slices
-    # were computed for the same start, nodes, GPU count and day boundaries keeps any
-    conn.execute(text("UPDATE dirty_attempt SET from_at = NULL, from_day = NULL"))
+    # from when on each attempt is recomputed (NULL, as select_dirty_attempts leaves it: all of
+    # it): only an attempt whose slices were computed for the same start, nodes, GPU count and
+    # day boundaries keeps any
     if not full:
         conn.execute(
             text(
