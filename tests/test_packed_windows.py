@@ -234,3 +234,31 @@ def test_a_run_packs_at_most_so_many_gpus_and_the_next_runs_take_the_rest(
             packed.append(pack_windows(conn, now=LATER, max_gpus=2))
     assert packed == [240, 240, 120, 0]
     assert packed_rows(engine) == [(f"GPU-w{g}", HOUR, 120) for g in range(5)]
+
+
+def test_runs_take_the_oldest_day_first_and_step_over_gpus_that_cannot_be_packed(
+    engine: Engine, config: Config
+) -> None:
+    """A GPU whose windows the packed types cannot hold is never picked, so it takes no place of
+    another's in a run; a GPU with windows to pack on two days is picked once."""
+    day_before = HOUR - timedelta(days=1)
+    unfit = [replace(w, util_mean_percent=1e6) for w in windows("GPU-a", HOUR, 10)]
+    with engine.begin() as conn:
+        write_summaries(conn, windows("GPU-z", day_before, 10), source="agent", node="gpu01")
+        write_summaries(conn, unfit + windows("GPU-b", HOUR, 10), source="agent", node="gpu02")
+        write_summaries(conn, windows("GPU-c", day_before, 5) + windows("GPU-c", HOUR, 5), source="agent")
+        mark_batches(conn, list(conn.execute(text("SELECT id FROM ingest_batch")).scalars()))
+    packed, gpus = [], []
+    for _ in range(4):
+        with engine.begin() as conn:
+            packed.append(pack_windows(conn, now=LATER, max_gpus=1))
+        gpus.append(sorted({uuid for uuid, _, _ in packed_rows(engine)}))
+    # the day before: GPU-c (both its days at once), then GPU-z; then GPU-b, stepping over GPU-a
+    assert packed == [10, 10, 10, 0]
+    assert gpus == [["GPU-c"], ["GPU-c", "GPU-z"], ["GPU-b", "GPU-c", "GPU-z"], ["GPU-b", "GPU-c", "GPU-z"]]
+    assert [(uuid, hour) for uuid, hour, _ in packed_rows(engine)] == [
+        ("GPU-b", HOUR), ("GPU-c", day_before), ("GPU-c", HOUR), ("GPU-z", day_before),
+    ]  # fmt: skip
+    with engine.connect() as conn:
+        left = conn.execute(text("SELECT DISTINCT gpu_uuid FROM gpu_window")).scalars().all()
+    assert left == ["GPU-a"]

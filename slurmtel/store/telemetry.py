@@ -476,6 +476,50 @@ _FITS = " AND ".join(
 )
 
 
+def _gpus_to_pack(conn: Connection, horizon: datetime, max_gpus: int) -> list[str]:
+    """Up to MAX_GPUS GPUs with windows to pack (before HORIZON, folded in by an attribution
+    run, fitting the packed types), oldest day first and in UUID order within a day.
+
+    Each day is walked through its partition's key index, from one GPU with a window before
+    HORIZON to the next (a GPU packed already is stepped over), and a GPU's windows are checked
+    only until one can be packed: a window that cannot be packed never picks its GPU. Checking
+    every window before HORIZON instead cost 2.7-3.4 s a run at 10,000 GPUs (an hour of 1.2
+    million windows, checked again by each of the ten runs that pack it)."""
+    gpus: list[str] = []
+    days = sorted(day for day in existing_partitions(conn).values() if day <= horizon.date())
+    for day in days:
+        if len(gpus) >= max_gpus:
+            break
+        lo = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        # the day's bounds as parameters: each read is pruned to that day's partition
+        gpus += conn.execute(
+            text(
+                f"""
+                WITH RECURSIVE walk(gpu_uuid) AS (
+                    (SELECT s.gpu_uuid FROM {PARTITIONED_TABLE} s
+                     WHERE s.window_start_at >= :lo AND s.window_start_at < :hi
+                     ORDER BY s.gpu_uuid LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT s.gpu_uuid FROM {PARTITIONED_TABLE} s
+                            WHERE s.gpu_uuid > w.gpu_uuid AND s.window_start_at >= :lo AND s.window_start_at < :hi
+                            ORDER BY s.gpu_uuid LIMIT 1)
+                    FROM walk w WHERE w.gpu_uuid IS NOT NULL
+                )
+                SELECT w.gpu_uuid FROM walk w
+                WHERE w.gpu_uuid IS NOT NULL AND EXISTS (
+                    SELECT 1 FROM {PARTITIONED_TABLE} s
+                    WHERE s.gpu_uuid = w.gpu_uuid AND s.window_start_at >= :lo AND s.window_start_at < :hi
+                      AND {_FITS}
+                      AND EXISTS (SELECT 1 FROM attribution_batch b WHERE b.batch_id = s.batch_id))
+                LIMIT :gpus
+                """
+            ),
+            {"lo": lo, "hi": min(lo + timedelta(days=1), horizon), "gpus": max_gpus - len(gpus)},
+        ).scalars()
+    # a GPU may have windows to pack on several days
+    return sorted(set(gpus))
+
+
 def pack_windows(conn: Connection, *, now: datetime, max_gpus: int = PACK_GPUS_PER_RUN) -> int:
     """Move the windows of hours that ended PACK_DELAY before NOW, and that an attribution run
     has folded in, from gpu_window into gpu_window_hour, for at most MAX_GPUS GPUs (the rest
@@ -483,23 +527,7 @@ def pack_windows(conn: Connection, *, now: datetime, max_gpus: int = PACK_GPUS_P
     windows moved. In the caller's transaction; idempotent (a run with nothing to move writes
     nothing)."""
     horizon = datetime.fromtimestamp((now - PACK_DELAY).timestamp() // 3600 * 3600, UTC)
-    # the GPUs with windows to pack, in UUID order through the key's index (those packed drop
-    # out, so each run takes the next ones; a window that cannot be packed never picks its GPU)
-    gpus = (
-        conn.execute(
-            text(
-                f"""
-                SELECT s.gpu_uuid FROM {PARTITIONED_TABLE} s
-                WHERE s.window_start_at < :horizon AND {_FITS}
-                  AND EXISTS (SELECT 1 FROM attribution_batch b WHERE b.batch_id = s.batch_id)
-                GROUP BY s.gpu_uuid ORDER BY s.gpu_uuid LIMIT :gpus
-                """
-            ),
-            {"horizon": horizon, "gpus": max_gpus},
-        )
-        .scalars()
-        .all()
-    )
+    gpus = _gpus_to_pack(conn, horizon, max_gpus)
     if not gpus:
         return 0
     columns = ", ".join(c for c, _ in _COPY_COLUMNS)
