@@ -7,6 +7,7 @@ from sqlalchemy import Engine, text
 
 from slurmtel.records import GpuAllocation, GpuEvent, GpuInventory, GpuSummary, NodeState, PendingJob
 from slurmtel.store.telemetry import (
+    PartitionBudget,
     drop_partitions_before,
     ensure_partitions,
     existing_partitions,
@@ -303,3 +304,31 @@ def test_a_window_longer_than_an_hour_is_refused_by_name_and_the_rest_stored(eng
     assert [(s.window_start_at.hour, reason) for s, reason in stats.refused] == [
         (10, "window_seconds (7200.0) is longer than a window may be (3600 s)")
     ]
+
+
+def test_a_new_day_costs_a_run_one_partition_however_many_nodes_and_tries_bring_it() -> None:
+    """The budget counts the days a run may create, not the pages asking for them: at midnight
+    every node's page brings the new day, and a page retried after a failed group asks again."""
+    budget = PartitionBudget(2)
+    new_day, next_day, third_day = date(2026, 11, 2), date(2026, 11, 3), date(2026, 11, 4)
+    for _ in range(3):
+        assert budget.grant([new_day]) == {new_day}
+    assert budget.grant([third_day, next_day]) == {third_day}  # newest first, as far as it goes
+    assert budget.grant([next_day, new_day]) == {new_day}
+
+
+def test_at_midnight_every_node_of_a_group_stores_the_new_days_windows(engine: Engine) -> None:
+    """The nodes of one group all ask for the new day's partition, each in turn; a budget of one
+    partition covers them all."""
+    groups = [
+        (
+            f"gpu{n:02d}",
+            [summary(f"GPU-{n}", "2029-05-17T23:59:30"), summary(f"GPU-{n}", "2029-05-18T00:00:00")],
+        )
+        for n in range(5)
+    ]
+    with engine.begin() as conn:
+        ensure_partitions(conn, date(2029, 5, 17), date(2029, 5, 17))
+        stats = write_summary_groups(conn, groups, source="agent", partition_budget=PartitionBudget(1))
+    assert [(s.inserted, s.refused) for s in stats] == [(2, ())] * 5
+    assert count(engine, "SELECT count(*) FROM gpu_window") == 10

@@ -159,19 +159,23 @@ def drop_partitions_before(conn: Connection, cutoff: date) -> list[str]:
 class PartitionBudget:
     """How many daily partitions one run may still create (telemetry.max_new_partitions_per_run).
 
-    Shared by the threads of one run (agents pulled several at a time)."""
+    Shared by the threads of one run (agents pulled several at a time). It counts days, not
+    requests: at midnight every node's page asks for the new day, and a page stored again after
+    its group failed asks again; each day costs the run one partition at most."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._left = limit
+        self._granted: set[date] = set()
         self._lock = threading.Lock()
 
     def grant(self, days: Sequence[date]) -> set[date]:
-        """The DAYS (in the order given) that may get a partition; the budget shrinks by them."""
+        """The DAYS that may get a partition: those granted to this run already, and new ones
+        in the order given while the budget lasts."""
         with self._lock:
-            granted = list(days[: max(self._left, 0)])
-            self._left -= len(granted)
-        return set(granted)
+            for day in days:
+                if day not in self._granted and len(self._granted) < self.limit:
+                    self._granted.add(day)
+            return self._granted.intersection(days)
 
 
 def write_summaries(
