@@ -3,8 +3,8 @@
 Incremental and idempotent: each run recomputes only the attempts that may have changed
 (see slurmtel.store.attribution), and of those only the hour slices from the end they were
 computed to (or the first new telemetry) on, inside one transaction, and records which
-telemetry batches it folded in. Running it twice gives identical rows; data that arrives late is absorbed by the
-next run. Only one run at a time (a transaction-level advisory lock).
+telemetry batches it folded in. Running it twice gives identical rows; data that arrives late
+is absorbed by the next run. Only one run at a time (a transaction-level advisory lock).
 
 Then the sample store may reorganise what it has folded in (slurmtel.store.samples): PostgreSQL's
 packs closed hours into one row per GPU and hour instead of one per window.

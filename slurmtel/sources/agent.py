@@ -112,7 +112,7 @@ class _Pull:
 
     @property
     def items(self) -> int:
-        return len(self.page.items) + len(self.page.rejected) if self.page else 0
+        return _served(self.page) if self.page else 0
 
 
 def pull_agents(
@@ -261,6 +261,7 @@ def _advance(pull: _Pull, page: SummariesPage, page_size: int) -> bool:
 
 
 def _served(page: SummariesPage) -> int:
+    """The items PAGE served: those decoded and those refused."""
     return len(page.items) + len(page.rejected)
 
 
@@ -383,7 +384,7 @@ def _store_pages(
         topologies = write_topology(conn, page.topologies)
         rejected += rejections(stats.refused, source=NAME, origin=origin)
         quarantine(conn, rejected)
-        result.rows_read += len(page.items) + len(page.rejected)
+        result.rows_read += _served(page)
         result.rows_written += stats.inserted + events_written + len(inventory) + ports + nvlinks + topologies
         result.rows_quarantined += len(rejected)
         if page.items or page.rejected:

@@ -22,6 +22,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, text
 
+from slurmtel.store.telemetry import utc_hour
+
 
 @dataclass(frozen=True)
 class DirtySelection:
@@ -356,8 +358,7 @@ def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> R
                 ) w ON gs.read_start < gs.seg_end
             ),
             -- each window in the UTC hours it overlaps inside the read (a window is at most an
-            -- hour long: one or two), by the fraction of it in the slice; date_bin from the epoch
-            -- is the UTC hour without a time zone conversion per window
+            -- hour long: one or two), by the fraction of it in the slice
             clipped AS (
                 SELECT r.*, greatest(r.window_start_at, r.read_start) AS clip_start,
                        least(r.window_end_at, r.seg_end) AS clip_end
@@ -369,11 +370,10 @@ def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> R
                                                       - greatest(c.clip_start, h.hour_at))) / c.window_seconds AS f
                 FROM clipped c
                 CROSS JOIN LATERAL unnest(
-                    CASE WHEN date_bin('1 hour', c.clip_end - interval '1 microsecond', {_EPOCH})
-                              > date_bin('1 hour', c.clip_start, {_EPOCH})
-                         THEN ARRAY[date_bin('1 hour', c.clip_start, {_EPOCH}),
-                                    date_bin('1 hour', c.clip_end - interval '1 microsecond', {_EPOCH})]
-                         ELSE ARRAY[date_bin('1 hour', c.clip_start, {_EPOCH})] END
+                    CASE WHEN {utc_hour("c.clip_end - interval '1 microsecond'")} > {utc_hour("c.clip_start")}
+                         THEN ARRAY[{utc_hour("c.clip_start")},
+                                    {utc_hour("c.clip_end - interval '1 microsecond'")}]
+                         ELSE ARRAY[{utc_hour("c.clip_start")}] END
                 ) AS h(hour_at)
                 WHERE c.from_at IS NULL OR least(h.hour_at + interval '1 hour', c.day_hi) > c.from_at
             ),
@@ -530,9 +530,6 @@ def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> R
     )
     return Recomputed(int(rows or 0), int(slices), int(windows))
 
-
-# the origin of date_bin's UTC hours
-_EPOCH = "TIMESTAMPTZ '1970-01-01 00:00:00+00'"
 
 # each dirty attempt's node segments per site day, from from_day on (all days when NULL)
 _SEGMENTS = """

@@ -33,6 +33,13 @@ PARTITIONED_TABLE = "gpu_window"
 MAX_WINDOW_SECONDS = 3600
 PACKED_TABLE = "gpu_window_hour"
 
+
+def utc_hour(expression: str) -> str:
+    """SQL for the UTC hour that the timestamptz EXPRESSION falls in, whatever the session's time
+    zone (date_trunc would cut India's hours at :30), without a time zone conversion."""
+    return f"date_bin('1 hour', {expression}, TIMESTAMPTZ '1970-01-01 00:00+00')"
+
+
 # (column, PostgreSQL type): every GpuSummary field, stored under its own name
 SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("source", "text"),
@@ -418,7 +425,7 @@ def _hours_packed(conn: Connection, summaries: Sequence[GpuSummary]) -> bool:
         conn.execute(
             text(
                 f"SELECT EXISTS (SELECT 1 FROM {PACKED_TABLE} WHERE gpu_uuid = ANY (CAST(:uuids AS text[])) "
-                "AND hour_at >= date_bin('1 hour', CAST(:lo AS timestamptz), TIMESTAMPTZ '1970-01-01 00:00+00') "
+                f"AND hour_at >= {utc_hour('CAST(:lo AS timestamptz)')} "
                 "AND hour_at <= CAST(:hi AS timestamptz))"
             ),
             {
@@ -437,8 +444,7 @@ def _plain_text(value: object) -> bool:
 
 # ---------------------------------------------------------------- packing closed hours
 
-# UTC hours, whatever the session's time zone (date_trunc would cut India's hours at :30)
-_HOUR_OF_WINDOW = "date_bin('1 hour', s.window_start_at, TIMESTAMPTZ '1970-01-01 00:00+00')"
+_HOUR_OF_WINDOW = utc_hour("s.window_start_at")
 _OFFSET_MS = f"CAST(round(extract(epoch FROM s.window_start_at - {_HOUR_OF_WINDOW}) * 1000) AS integer)"
 
 # GPUs packed per attribution run at most: at 10,000 GPUs an hour of windows (1.2 million) is
