@@ -3,9 +3,9 @@ types it), against the 0.3 s a command should answer in (issue 12), in one run:
 
 - a bare interpreter (`python -c pass`), for reference: the machine's floor;
 - `slurmtel --version` and `slurmtel --help`: parsing only, no database stack;
-- the floor of any command that reads the database: the config, SQLAlchemy and psycopg
-  imported, an engine made (the embedded PostgreSQL joined, if that is the site's), one
-  connection and `SELECT 1`;
+- the floor of any command that reads the database: the config and psycopg imported, one
+  connection (the embedded PostgreSQL joined, if that is the site's) with the schema checked,
+  as `job`, `me` and `report` open it (slurmtel.store.reader), and `SELECT 1`;
 - `slurmtel job JOBID`, `slurmtel me`, `slurmtel report usage` on a small real database.
 
 Each figure is the best of --repeat runs (the machine's noise only ever adds), after one run
@@ -41,13 +41,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_SECONDS = 0.3
 
-# what every command that reads the database pays before its own work
+# what every command that reads the database pays before its own work: the config, psycopg,
+# one connection and the schema check (slurmtel.store.reader), and SELECT 1
 FLOOR = """
 import sys
-from sqlalchemy import text
 from slurmtel.config import load_config
-from slurmtel.store.engine import make_engine
-with make_engine(load_config(sys.argv[1])).connect() as conn:
+from slurmtel.store.reader import connect_reader
+from slurmtel.store.sql import text
+with connect_reader(load_config(sys.argv[1])) as conn:
     conn.execute(text("SELECT 1"))
 """
 
@@ -169,7 +170,7 @@ def main() -> int:
             ("slurmtel --version", [*slurmtel, "--version"], True),
             ("slurmtel --help", [*slurmtel, "--help"], True),
             (
-                "floor: engine, connect, SELECT 1",
+                "floor: connect, schema, SELECT 1",
                 [sys.executable, "-c", FLOOR, str(args.config)],
                 False,
             ),

@@ -90,10 +90,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _is_database_error(exc: BaseException) -> bool:
-    """An SQLAlchemy error. SQLAlchemy is imported only by the commands that use the database
-    (`slurmtel --version` and `--help` must start fast), so one raised means it is loaded."""
+    """An SQLAlchemy error, or psycopg's (the read commands use psycopg alone). Either is
+    imported only by the commands that use the database (`slurmtel --version` and `--help` must
+    start fast), so one raised means it is loaded."""
     sa_exc = sys.modules.get("sqlalchemy.exc")
-    return sa_exc is not None and isinstance(exc, sa_exc.SQLAlchemyError)
+    if sa_exc is not None and isinstance(exc, sa_exc.SQLAlchemyError):
+        return True
+    pg_errors = sys.modules.get("psycopg.errors")
+    return pg_errors is not None and isinstance(exc, pg_errors.Error)
 
 
 def _error(message: object) -> None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+# States an attempt ends in when Slurm runs the same job again (sacct -D shows each attempt).
+REQUEUE_STATES = ("REQUEUED", "NODE_FAIL", "PREEMPTED", "REQUEUE_FED", "REQUEUE_HOLD")
+
 
 @dataclass(frozen=True, slots=True)
 class JobAttempt:

@@ -159,7 +159,9 @@ def test_the_head_revision_is_alembics() -> None:
 
 
 def test_a_database_error_is_known_without_importing_sqlalchemy() -> None:
+    import psycopg
     from sqlalchemy.exc import OperationalError
 
     assert _is_database_error(OperationalError("SELECT 1", {}, Exception("server closed the connection")))
+    assert _is_database_error(psycopg.OperationalError("server closed the connection"))
     assert not _is_database_error(ValueError("not the database"))

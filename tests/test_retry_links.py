@@ -19,8 +19,8 @@ from sqlalchemy import Engine, text
 from slurmtel.access import EVERYTHING, Scope
 from slurmtel.attribution import run_attribution
 from slurmtel.config import Config
-from slurmtel.records import JobAttempt
-from slurmtel.store.jobs import REQUEUE_STATES, sync_outcome_classes, write_attempts
+from slurmtel.records import REQUEUE_STATES, JobAttempt
+from slurmtel.store.jobs import sync_outcome_classes, write_attempts
 from slurmtel.store.reports_failures import failures_report
 from slurmtel.store.reports_retries import retries_report
 from slurmtel.store.reports_taxonomy import capacity_report

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import pwd
 import sys
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ from slurmtel.sources.io import run_command
 from slurmtel.timeparse import report_window
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
+    from slurmtel.store.sql import Connection
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 
@@ -188,6 +189,19 @@ def scope_for(config: Config, action: Action, identity: Identity | None = None) 
     if scope.is_empty:
         raise AccessDenied(f"{who.user} ({who.role.value}) may not {action.value.replace('_', ' ')}")
     return scope
+
+
+@contextlib.contextmanager
+def open_reader(config: Config) -> Iterator[tuple[Connection, datetime]]:
+    """For a command that only reads (job, me, report): a connection with the schema checked,
+    and the time it reads at (site.clock, or the wall clock). SQLAlchemy is not loaded for a
+    PostgreSQL URL: it would cost the command half its time (slurmtel.store.sql)."""
+    from slurmtel.clock import site_clock
+    from slurmtel.store.reader import connect_reader
+
+    with connect_reader(config) as conn:
+        # utc_now is read here, so tests can patch it
+        yield conn, site_clock(config, utc_now)()
 
 
 def open_context(config: Config) -> RunContext:

@@ -22,7 +22,7 @@ from slurmtel.commands.common import (
     add_format_argument,
     add_window_arguments,
     job_filter,
-    open_context,
+    open_reader,
     resolve_window,
     warn_unknown,
 )
@@ -90,22 +90,20 @@ def cmd_report(spec: ReportSpec, args: argparse.Namespace, config: Config) -> in
         write_report(document, sys.stdout, args.format)
         return EXIT_OK
     identity = common.current_identity(config)
-    ctx = open_context(config)
-    now = ctx.clock()
-    start, end = resolve_window(args, config, now)
-    query = build_query(
-        spec,
-        identity,
-        start=start,
-        end=end,
-        now=now,
-        zone=config.zone,
-        job_filter=wanted,
-        options=options,
-        resubmission_window_seconds=config.attribution.resubmission_window_seconds,
-        poll_interval_seconds=config.sources.slurmctld.interval_seconds,
-    )
-    with ctx.engine.connect() as conn:
+    with open_reader(config) as (conn, now):
+        start, end = resolve_window(args, config, now)
+        query = build_query(
+            spec,
+            identity,
+            start=start,
+            end=end,
+            now=now,
+            zone=config.zone,
+            job_filter=wanted,
+            options=options,
+            resubmission_window_seconds=config.attribution.resubmission_window_seconds,
+            poll_interval_seconds=config.sources.slurmctld.interval_seconds,
+        )
         warn_unknown(conn, query.scope, wanted)
         result = run_report(conn, spec, query)
     write_report(report_document(result), sys.stdout, args.format)

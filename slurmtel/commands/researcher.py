@@ -17,7 +17,7 @@ from slurmtel.commands.common import (
     EXIT_ERROR,
     EXIT_OK,
     add_wide_argument,
-    open_context,
+    open_reader,
     split_list,
 )
 from slurmtel.config import Config
@@ -85,9 +85,8 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
         plot = client.job_plot(args.jobid, clusters, fmt) if fmt and reports else None
     else:
         identity = common.current_identity(config)  # looked up at call time (tests replace it)
-        ctx = open_context(config)
-        query = job_query(identity, args.jobid, clusters=clusters, now=ctx.clock(), zone=config.zone)
-        with ctx.engine.connect() as conn:
+        with open_reader(config) as (conn, now):
+            query = job_query(identity, args.jobid, clusters=clusters, now=now, zone=config.zone)
             reports = job_document(conn, query)
             plot = job_plot(conn, query, fmt) if fmt and reports else None
     if not reports:
@@ -114,17 +113,16 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
         write_me(document, sys.stdout, args.format)
         return EXIT_OK
     identity = common.current_identity(config)  # looked up at call time (tests replace it)
-    ctx = open_context(config)
-    query = me_query(
-        identity,
-        user=args.user,
-        month=args.month,
-        now=ctx.clock(),
-        zone=config.zone,
-        jobs=args.jobs,
-        top=args.top,
-    )
-    with ctx.engine.connect() as conn:
+    with open_reader(config) as (conn, now):
+        query = me_query(
+            identity,
+            user=args.user,
+            month=args.month,
+            now=now,
+            zone=config.zone,
+            jobs=args.jobs,
+            top=args.top,
+        )
         if args.user:
             common.warn_unknown(conn, query.scope, JobFilter(users=(query.user,)))
         document = me_document(conn, query)

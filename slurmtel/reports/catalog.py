@@ -30,7 +30,7 @@ from slurmtel.reports.spec import (
 )
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
+    from slurmtel.store.sql import Connection
 
 
 def top_title(rows: Sequence[Any], what: str, by: str) -> str:

@@ -26,11 +26,10 @@ from slurmtel.reports.render import escape_controls, render
 from slurmtel.timeparse import month_bounds
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
-
     from slurmtel.reports.plot import GpuSeries, SeriesPoint
     from slurmtel.store.efficiency import AttemptEfficiency
     from slurmtel.store.jobview import AttemptView
+    from slurmtel.store.sql import Connection
 
 
 @dataclass(frozen=True)

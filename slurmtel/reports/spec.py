@@ -25,7 +25,7 @@ from slurmtel.errors import AccessDenied, ConfigError
 from slurmtel.filters import JobFilter
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
+    from slurmtel.store.sql import Connection
 
 # --- typed rows -------------------------------------------------------------------------------
 

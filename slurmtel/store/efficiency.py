@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
-
 from slurmtel.access import Scope
+from slurmtel.store.sql import Connection, text
 
 MIB = 1024 * 1024
 

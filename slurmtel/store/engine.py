@@ -7,8 +7,9 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
 from slurmtel.config import Config
-from slurmtel.errors import DatabaseUnavailable, SchemaMissing
+from slurmtel.errors import DatabaseUnavailable
 from slurmtel.store.embedded import embedded_url
+from slurmtel.store.sql import session_arguments
 
 
 def normalize_url(url: str) -> str:
@@ -43,11 +44,7 @@ def make_engine(config: Config, url: str | None = None) -> Engine:
     engine = create_engine(
         url or database_url(config),
         pool_pre_ping=True,
-        connect_args={
-            "connect_timeout": config.database.connect_timeout_seconds,
-            # JIT compiles our short rollup and report queries for a second or more and gains nothing
-            "options": "-c jit=off",
-        },
+        connect_args=session_arguments(config),
     )
     return engine
 
@@ -67,16 +64,10 @@ def _unavailable(engine: Engine, exc: OperationalError) -> DatabaseUnavailable:
 def require_schema(engine: Engine) -> None:
     """Fail clearly when the database cannot be reached, or its schema is missing or older
     than this slurmtel: one connection and two short queries (alembic is not loaded)."""
-    from slurmtel.store.migrate import current_revision, head_revision
+    from slurmtel.store.migrate import check_revision, current_revision
 
     try:
         current = current_revision(engine)
     except OperationalError as exc:
         raise _unavailable(engine, exc) from exc
-    head = head_revision()
-    if current is None:
-        raise SchemaMissing("the database has no slurmtel schema yet: run `slurmtel db upgrade` first")
-    if current != head:
-        raise SchemaMissing(
-            f"the database schema is at {current}, this slurmtel needs {head}: run `slurmtel db upgrade`"
-        )
+    check_revision(current)

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
-
 from slurmtel.access import Scope
 from slurmtel.filters import JOB_ID, JobFilter
 from slurmtel.rows import GpuFigures, UtilWindow
+from slurmtel.store.sql import Connection, text
 
 AttemptKey = tuple[str, int, datetime]
 

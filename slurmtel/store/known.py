@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, text
-
 from slurmtel.access import Scope
+from slurmtel.store.sql import Connection, text
 
 # filter kind -> column of job_attempt and pending_job
 COLUMNS = {"account": "account", "user": "user_name", "partition": "partition", "cluster": "cluster"}

@@ -14,11 +14,14 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import text
+from slurmtel.errors import SchemaMissing
+from slurmtel.store.sql import text
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
     from sqlalchemy import Engine
+
+    from slurmtel.store.sql import Connection
 
 # alembic's default version table, in the schema the connection's search_path names first
 VERSION_TABLE = "alembic_version"
@@ -85,14 +88,30 @@ def current_revision(engine: Engine) -> str | None:
     """The database's revision, None when it has no slurmtel schema (no version table, or an
     empty one)."""
     with engine.connect() as conn:
-        if conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": VERSION_TABLE}).scalar_one():
-            rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
-        else:
-            rows = []
+        return schema_revision(conn)
+
+
+def schema_revision(conn: Connection) -> str | None:
+    """current_revision, on a connection."""
+    if conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": VERSION_TABLE}).scalar_one():
+        rows = list(conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars())
+    else:
+        rows = []
     if len(rows) > 1:
         # as alembic's MigrationContext.get_current_revision: one head or none
         raise RuntimeError(f"the database is at several revisions ({', '.join(sorted(rows))})")
     return rows[0] if rows else None
+
+
+def check_revision(current: str | None) -> None:
+    """Raise SchemaMissing unless CURRENT (the database's revision) is this slurmtel's head."""
+    head = head_revision()
+    if current is None:
+        raise SchemaMissing("the database has no slurmtel schema yet: run `slurmtel db upgrade` first")
+    if current != head:
+        raise SchemaMissing(
+            f"the database schema is at {current}, this slurmtel needs {head}: run `slurmtel db upgrade`"
+        )
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

@@ -15,10 +15,9 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, text
-
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
+from slurmtel.store.sql import Connection, text
 
 # a 30-day month, for useful work per GPU and month (DESIGN §1)
 HOURS_PER_MONTH = 30 * 24

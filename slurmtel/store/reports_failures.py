@@ -11,8 +11,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
-
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
 from slurmtel.store.reports_admin import hours, no_jit, params, share
@@ -21,6 +19,7 @@ from slurmtel.store.reports_retries import (
     job_scope_params,
     retry_ctes,
 )
+from slurmtel.store.sql import Connection, text
 
 SECTIONS = ("by_account", "by_user", "by_partition", "by_node", "top_attempts")
 

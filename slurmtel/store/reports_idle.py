@@ -13,12 +13,11 @@ from __future__ import annotations
 from datetime import date
 from typing import Any
 
-from sqlalchemy import Connection, text
-
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
 from slurmtel.store.reports_admin import hours, no_jit, params, share
 from slurmtel.store.reports_retries import job_scope_params
+from slurmtel.store.sql import Connection, text
 
 SECTIONS = ("by_account", "by_user", "by_partition", "top_jobs", "unmapped")
 

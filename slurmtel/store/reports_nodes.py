@@ -15,11 +15,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
-
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
 from slurmtel.store.reports_admin import hours, no_jit, params
+from slurmtel.store.sql import Connection, text
 
 
 def nodes_report(

@@ -13,11 +13,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
-
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
 from slurmtel.store.reports_admin import no_jit, params, seconds_value
+from slurmtel.store.sql import Connection, text
 
 SECTIONS = ("wait_by_partition", "wait_by_account", "pending", "quota")
 QUOTA_REASON_PREFIXES = ("AssocGrp", "AssocMax", "QOSGrp", "QOSMax")

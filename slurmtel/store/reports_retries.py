@@ -28,11 +28,9 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Connection, text
-
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
-from slurmtel.store.jobs import REQUEUE_STATES
+from slurmtel.records import REQUEUE_STATES
 from slurmtel.store.reports_admin import hours, no_jit, params
 from slurmtel.store.retry_links import (
     RESUBMISSION_WINDOW,
@@ -41,6 +39,7 @@ from slurmtel.store.retry_links import (
     requeued_sql,
     retry_links_current,
 )
+from slurmtel.store.sql import Connection, text
 
 DEFAULT_RESUBMISSION_WINDOW_SECONDS = 21600
 

@@ -44,12 +44,11 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import Connection, text
-
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
 from slurmtel.store.reports_admin import HOURS_PER_MONTH, apportion_hours, no_jit, params
 from slurmtel.store.reports_retries import DEFAULT_RESUBMISSION_WINDOW_SECONDS, retry_ctes
+from slurmtel.store.sql import Connection, text
 
 # a node whose states include one of these is unavailable (scontrol spells MAINT and INVAL,
 # the JSON views MAINTENANCE and INVALID / INVALID_REG)

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
-
-from slurmtel.store.jobs import REQUEUE_STATES
+from slurmtel.records import REQUEUE_STATES
+from slurmtel.store.sql import Connection, text
 
 # A resubmission is a job that follows a failed job (its last attempt user_failure or
 # system_failure, and not requeued) of the same cluster, user, account, partition and job

@@ -12,13 +12,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
-
 from slurmtel.access import Scope
 
 # re-exported: they lived here before slurmtel.filters
 from slurmtel.filters import OUTCOME_CLASSES, JobFilter
 from slurmtel.store.reports_admin import no_jit
+from slurmtel.store.sql import Connection, text
 
 __all__ = ["GROUPS", "OUTCOME_CLASSES", "JobFilter", "usage_report"]
 
