@@ -94,7 +94,8 @@ TARGET_REPORT_SECONDS = 1.0
 GPUS_PER_NODE = 8
 WINDOW = 30
 JOBS_PER_DAY_PER_10K = 30_000
-COPY_PAGE = 5000
+# the baseline COPY commits as many rows a transaction as the agent source stores in one group
+COPY_PAGE = agent_source.STORE_GROUP_ITEMS
 CLUSTER = "scale"
 START = datetime(2026, 11, 2, tzinfo=UTC)
 USERS = [f"u{i:03d}" for i in range(400)]

@@ -306,6 +306,60 @@ def test_the_fast_decoder_agrees_with_the_checking_one(
     ]
 
 
+@pytest.mark.parametrize(
+    ("target", "change"),
+    [
+        ("event", {}),
+        ("event", {"at": "2026-12-02T15:00:30+01:00"}),
+        ("event", {"at": "2026-12-02T14:00:30"}),
+        ("event", {"value": "43"}),
+        ("event", {"value": 43.0}),
+        ("event", {"detail": None}),
+        ("inventory", {"observed_at": "2026-12-02T09:00:30-05:00"}),
+        ("inventory", {"observed_at": "2026-12-02T14:00:30"}),
+        ("inventory", {"index": True}),
+        ("inventory", {"gpu_fraction": 1}),
+        ("inventory", {"memory_total_bytes": None}),
+        ("inventory", {"from_a_newer_agent": [1]}),
+        ("summary", {"window_start_at": "2026-12-02T15:00:30+01:00"}),
+    ],
+)
+def test_pages_of_several_kinds_decode_at_once_as_the_checking_decoder_does(
+    target: str, change: dict[str, object]
+) -> None:
+    """A node's first page holds its inventory, an agent reading the fabric sends counters with
+    its windows: such pages are decoded in one msgspec call too (the items told apart by their
+    kind), and must come out as the checking decoder makes them, whichever record is odd. A
+    kind this head does not know sends the page a record at a time."""
+    from slurmtel.agent.protocol import _decode_checking, _decode_well_formed, _SlowPath
+
+    body = json.loads(page(("inventory", INVENTORY), ("summary", SUMMARY), ("event", EVENT)))
+    for item in body["items"]:
+        if item["kind"] == target:
+            item["record"].update(change)
+    raw = json.dumps(body).encode()
+    checked = _decode_checking(raw, "gpu01:9767")
+    try:
+        fast = _decode_well_formed(raw, "gpu01:9767")
+    except _SlowPath:
+        assert checked.rejected
+        return
+    assert fast == checked
+    assert [[type(v) for v in vars_of(i.record)] for i in fast.items] == [
+        [type(v) for v in vars_of(i.record)] for i in checked.items
+    ]
+    assert all(
+        getattr(i.record, f).tzinfo is UTC
+        for i in fast.items
+        for f in ("at", "observed_at", "window_start_at")
+        if hasattr(i.record, f)
+    )
+    body["items"].append({"seq": 99, "kind": "from_a_newer_agent", "record": {"x": 1}})
+    body["next_cursor"] = 99
+    raw = json.dumps(body).encode()
+    assert _decode_well_formed(raw, "gpu01:9767") == _decode_checking(raw, "gpu01:9767")
+
+
 def vars_of(record: AgentRecord) -> list[object]:
     return [getattr(record, name) for name in record.__dataclass_fields__]
 

@@ -398,3 +398,36 @@ def test_a_page_that_fails_its_group_is_stored_alone_and_fails_alone(
     finally:
         for running in agents:
             running.close()
+
+
+def test_the_collector_is_off_for_the_whole_pull_and_back_on_after_it(
+    ctx: RunContext, agent: RunningAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pull's pages and rows die with their group: the cyclic collector stays off while
+    the source fetches, decodes and stores (it rescanned them between pages, a fifth of the
+    pull's CPU), and is on again after the run, a run that fails included."""
+    import gc
+
+    import slurmtel.sources.agent as agent_source
+
+    backlog(agent, minutes=2)
+    real_request = agent_source.http_request
+    seen: list[bool] = []
+
+    def watching(url: str, **kw: object) -> bytes:
+        seen.append(gc.isenabled())
+        return real_request(url, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(agent_source, "http_request", watching)
+    assert gc.isenabled()
+    assert pull(ctx, f"gpu01=127.0.0.1:{agent.port}").status == "ok"
+    assert seen and not any(seen)
+    assert gc.isenabled()
+
+    def failing(url: str, **kw: object) -> bytes:
+        raise RuntimeError("a bug in the middle of a pull")
+
+    monkeypatch.setattr(agent_source, "http_request", failing)
+    failed = pull(ctx, f"gpu01=127.0.0.1:{agent.port}")
+    assert failed.status == "error" and "a bug in the middle of a pull" in failed.message
+    assert gc.isenabled()

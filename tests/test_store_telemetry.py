@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import date, timedelta
+from typing import Any
 
 from sqlalchemy import Engine, text
 
@@ -332,3 +333,82 @@ def test_at_midnight_every_node_of_a_group_stores_the_new_days_windows(engine: E
         stats = write_summary_groups(conn, groups, source="agent", partition_budget=PartitionBudget(1))
     assert [(s.inserted, s.refused) for s in stats] == [(2, ())] * 5
     assert count(engine, "SELECT count(*) FROM gpu_window") == 10
+
+
+def test_an_inventory_written_at_once_is_what_writing_it_row_by_row_leaves(engine: Engine) -> None:
+    """One statement for a whole inventory (a configuration given twice merged first): the
+    same rows as upserting each GPU alone, in order. A new driver is a new configuration."""
+
+    def gpu(
+        uuid: str, hour: int, *, model: str = "H100", driver: str = "550.54", index: int = 0
+    ) -> GpuInventory:
+        return GpuInventory(
+            node="gpu01",
+            gpu_uuid=uuid,
+            index=index,
+            model=model,
+            observed_at=at(f"2026-11-01T{hour:02d}:00:00"),
+            memory_total_bytes=80 * 2**30,
+            driver_version=driver,
+        )
+
+    batches = [
+        [gpu("GPU-a", 10), gpu("GPU-b", 10, index=1)],
+        # GPU-a twice in one call (the later one renamed, the earlier one earlier than any),
+        # GPU-b on a new driver, GPU-c new
+        [
+            gpu("GPU-a", 12, model="H100 80GB HBM3"),
+            gpu("GPU-a", 8),
+            gpu("GPU-b", 11, index=1, driver="560.28"),
+            gpu("GPU-c", 9, index=2),
+        ],
+        [gpu("GPU-a", 11)],
+    ]
+
+    def table() -> list[tuple[Any, ...]]:
+        with engine.connect() as conn:
+            return [
+                tuple(r)
+                for r in conn.execute(
+                    text(
+                        "SELECT node, gpu_uuid, gpu_index, model, driver_version, first_seen_at, last_seen_at "
+                        "FROM gpu_inventory ORDER BY gpu_uuid, driver_version"
+                    )
+                )
+            ]
+
+    for batch in batches:
+        with engine.begin() as conn:
+            for g in batch:
+                assert write_inventory(conn, [g], source="agent") == 1
+    one_by_one = table()
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE gpu_inventory"))
+    for batch in batches:
+        with engine.begin() as conn:
+            assert write_inventory(conn, batch, source="agent") == len(batch)
+    assert table() == one_by_one
+    # what JSON could mangle: quotes, a backslash, non-ASCII text; a float4 fraction (read back
+    # as psycopg reads a real), infinity
+    odd = replace(
+        gpu("GPU-d", 9, index=3), model='H100 "SXM5" \\ \u2603', gpu_fraction=1 / 7, memory_total_bytes=None
+    )
+    inf = replace(gpu("GPU-e", 9, index=4), gpu_fraction=float("inf"), minor_number=2**31 - 1)
+    with engine.begin() as conn:
+        write_inventory(conn, [odd, inf], source="agent")
+        stored = conn.execute(
+            text(
+                "SELECT model, gpu_fraction, memory_total_bytes, minor_number, source FROM gpu_inventory "
+                "WHERE gpu_uuid IN ('GPU-d', 'GPU-e') ORDER BY gpu_uuid"
+            )
+        ).all()
+    assert [tuple(r) for r in stored] == [
+        ('H100 "SXM5" \\ \u2603', 0.14285715, None, None, "agent"),
+        ("H100", float("inf"), 80 * 2**30, 2**31 - 1, "agent"),
+    ]
+    assert [(r[1], r[3], r[4], r[5].hour, r[6].hour) for r in one_by_one] == [
+        ("GPU-a", "H100", "550.54", 8, 12),
+        ("GPU-b", "H100", "550.54", 10, 10),
+        ("GPU-b", "H100", "560.28", 11, 11),
+        ("GPU-c", "H100", "550.54", 9, 9),
+    ]

@@ -37,10 +37,10 @@ import json
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlencode
 
 import msgspec
@@ -102,33 +102,45 @@ class SummariesPage:
     spool_id: str = ""
     protocol_version: int = PROTOCOL_VERSION
     rejected: tuple[Rejected, ...] = ()
+    # the records by type, in page order: sorted out once (the head asks for each kind of
+    # every page, some twice)
+    _by_type: dict[type, list[Any]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_type: dict[type, list[Any]] = {}
+        for item in self.items:
+            by_type.setdefault(type(item.record), []).append(item.record)
+        object.__setattr__(self, "_by_type", by_type)
 
     def records(self, kind: str) -> list[AgentRecord]:
         return [item.record for item in self.items if item.kind == kind]
 
+    def _of(self, cls: type) -> list[Any]:
+        return list(self._by_type.get(cls, ()))
+
     @property
     def summaries(self) -> list[GpuSummary]:
-        return [item.record for item in self.items if isinstance(item.record, GpuSummary)]
+        return self._of(GpuSummary)
 
     @property
     def events(self) -> list[GpuEvent]:
-        return [item.record for item in self.items if isinstance(item.record, GpuEvent)]
+        return self._of(GpuEvent)
 
     @property
     def inventory(self) -> list[GpuInventory]:
-        return [item.record for item in self.items if isinstance(item.record, GpuInventory)]
+        return self._of(GpuInventory)
 
     @property
     def port_counters(self) -> list[PortCounters]:
-        return [item.record for item in self.items if isinstance(item.record, PortCounters)]
+        return self._of(PortCounters)
 
     @property
     def nvlink_counters(self) -> list[NvlinkCounters]:
-        return [item.record for item in self.items if isinstance(item.record, NvlinkCounters)]
+        return self._of(NvlinkCounters)
 
     @property
     def topologies(self) -> list[NodeTopology]:
-        return [item.record for item in self.items if isinstance(item.record, NodeTopology)]
+        return self._of(NodeTopology)
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,17 +411,23 @@ class _WireItem(msgspec.Struct):
     record: msgspec.Raw
 
 
-class _SummaryItem(msgspec.Struct):
-    seq: int
-    kind: Literal["summary"]
-    record: GpuSummary
+def _known_item(kind: str, cls: type) -> type[msgspec.Struct]:
+    # an item of one known kind, told apart from the others by its "kind" (a tagged union)
+    return msgspec.defstruct(
+        f"_{cls.__name__}Item", [("seq", int), ("record", cls)], tag_field="kind", tag=kind
+    )
+
+
+_KNOWN_ITEMS: dict[type, str] = {_known_item(kind, cls): kind for kind, cls in RECORD_TYPES.items()}
 
 
 # the envelope's fields as SummariesPage declares them, with the items of one wire shape
-_ENVELOPE = tuple(f for f in dataclasses.fields(SummariesPage) if f.name not in ("items", "rejected"))
+_ENVELOPE = tuple(
+    f for f in dataclasses.fields(SummariesPage) if f.init and f.name not in ("items", "rejected")
+)
 
 
-def _wire_page(name: str, item: type) -> type[msgspec.Struct]:
+def _wire_page(name: str, item: Any) -> type[msgspec.Struct]:
     hints = _hints(SummariesPage)
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
         (f.name, hints[f.name]) if f.default is dataclasses.MISSING else (f.name, hints[f.name], f.default)
@@ -419,9 +437,10 @@ def _wire_page(name: str, item: type) -> type[msgspec.Struct]:
 
 
 _WirePage = _wire_page("_WirePage", _WireItem)
-_SummaryPage = _wire_page("_SummaryPage", _SummaryItem)
-# most pages hold window summaries alone: one msgspec call builds all their records
-_SUMMARY_PAGE = msgspec.json.Decoder(_SummaryPage)
+_KnownPage = _wire_page("_KnownPage", typing.Union[tuple(_KNOWN_ITEMS)])  # noqa: UP007  # built at runtime
+# a page of known kinds (most hold window summaries alone; a node's first page its inventory
+# too, and an agent that reads the fabric its counters): one msgspec call builds all records
+_KNOWN_PAGE = msgspec.json.Decoder(_KnownPage)
 _WIRE_PAGE = msgspec.json.Decoder(_WirePage)
 # msgspec builds the frozen records straight from their JSON, checking each field's type the
 # way record_from_dict does (exact types, an int is a float, unknown fields ignored)
@@ -440,9 +459,9 @@ def _decode_well_formed(raw: bytes | str, origin: str) -> SummariesPage:
     record_from_dict alone, so it is rejected with the same reason as on the checking path."""
     wire: Any
     try:
-        wire = _SUMMARY_PAGE.decode(raw)
+        wire = _KNOWN_PAGE.decode(raw)
     except msgspec.ValidationError:
-        # other kinds, or a record that is not right: each record on its own
+        # a kind this head does not know, or a record that is not right: each record on its own
         try:
             wire = _WIRE_PAGE.decode(raw)
         except (msgspec.DecodeError, UnicodeError, RecursionError):
@@ -461,9 +480,10 @@ def _decode_well_formed(raw: bytes | str, origin: str) -> SummariesPage:
             raise _SlowPath
         last_seq = seq
         record: AgentRecord | None
-        if isinstance(item, _SummaryItem):
+        if not isinstance(item, _WireItem):
             record = item.record
-            if record.window_start_at.tzinfo is not UTC:
+            # a summary's one datetime, in UTC as agents send it: nothing to convert
+            if not (type(record) is GpuSummary and record.window_start_at.tzinfo is UTC):
                 record = _utc_datetimes(record)
         else:
             decoder = _RECORD_DECODERS.get(item.kind)
@@ -473,7 +493,7 @@ def _decode_well_formed(raw: bytes | str, origin: str) -> SummariesPage:
                 record = None
         if record is None:
             if not isinstance(item, _WireItem):
-                raise _SlowPath  # a summary without a time zone: the checking path names it
+                raise _SlowPath  # a datetime without a time zone: the checking path names it
             try:
                 data = {"seq": seq, "kind": item.kind, "record": _loads(memoryview(item.record))}
             except (ValueError, RecursionError) as exc:
@@ -484,7 +504,9 @@ def _decode_well_formed(raw: bytes | str, origin: str) -> SummariesPage:
                 rejected.append(decoded)
                 continue
             record = decoded
-        items.append(PageItem(seq, item.kind, record))
+        items.append(
+            PageItem(seq, item.kind if isinstance(item, _WireItem) else _KNOWN_ITEMS[type(item)], record)
+        )
     if last_seq is not None and wire.next_cursor < last_seq:
         raise _SlowPath
     if any(not 0 <= getattr(wire, name) <= _INT8_MAX for name in _COUNTERS):

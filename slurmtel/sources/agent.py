@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurmtel.config import AgentSourceConfig, Config
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
+from slurmtel.gcpause import gc_paused
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
 from slurmtel.sources.targets import Target, add_target_argument, add_up, targets_for
@@ -37,8 +38,10 @@ if TYPE_CHECKING:
 NAME = "agent"
 # pages per node and run: bounds one run when an agent has a long backlog (the rest comes next run)
 MAX_PAGES_PER_RUN = 50
-# items (windows mostly) of several nodes' pages stored in one transaction, one COPY
-STORE_GROUP_ITEMS = 5000
+# items (windows mostly) of several nodes' pages stored in one transaction, one COPY: each
+# transaction costs its statements' round trips, each a wait for the GIL on a busy head
+# (10,000 against 5,000: 0.57 against 0.52 x COPY at 10,000 GPUs, docs/scale.md)
+STORE_GROUP_ITEMS = 10_000
 # transactions storing groups at once, and groups fetched and waiting for theirs, at most
 STORE_WRITERS = 2
 STORE_QUEUE = 3
@@ -133,6 +136,21 @@ def pull_agents(
     group), so storing costs a few round trips per group rather than two dozen per node. A
     node is acked only after the transaction holding its page and cursor has committed.
     """
+    # the collector off for the whole pull, not only while each page is decoded and written:
+    # the pages, records and rows of a pull are acyclic and die with their group, and between
+    # those pauses every collection rescanned what the pull held (a fifth of its CPU at 10,000
+    # GPUs, measured). What a pull leaves cyclic waits for the collection after it.
+    with gc_paused():
+        _pull_agents(ctx, targets, headers, result, budget)
+
+
+def _pull_agents(
+    ctx: RunContext,
+    targets: Sequence[Target],
+    headers: Callable[[Target], dict[str, str]],
+    result: RunResult,
+    budget: PartitionBudget | None,
+) -> None:
     from slurmtel.store.telemetry import get_agent_cursors
 
     pulls = [_Pull(target) for target in targets]
