@@ -252,15 +252,16 @@ def write_summary_groups(
     bounds = [
         (min(s.window_start_at for s in kept), max(s.window_start_at for s in kept)) for _, kept in stored
     ]
-    batch_ids = _new_batches(
+    every = [s for _, kept in stored for s in kept]
+    batch_ids, packed = _new_batches(
         conn,
         source,
         [(groups[k][0], lo, hi, len(kept)) for (k, kept), (lo, hi) in zip(stored, bounds, strict=True)],
+        every,
     )
-    every = [s for _, kept in stored for s in kept]
     ensure_day_partitions(conn, _days(every).values(), existing=existing)
     inserted: dict[int, int] = {}
-    if not _hours_packed(conn, every):
+    if not packed:
         with gc_paused():  # a row tuple per window: nothing cyclic, no need to scan the heap
             rows = [
                 row
@@ -300,29 +301,52 @@ _COPY_FAILURES: tuple[type[BaseException], ...] = (UniqueViolation, IntegrityErr
 
 
 def _new_batches(
-    conn: Connection, source: str, batches: Sequence[tuple[str, datetime, datetime, int]]
-) -> list[int]:
+    conn: Connection,
+    source: str,
+    batches: Sequence[tuple[str, datetime, datetime, int]],
+    summaries: Sequence[GpuSummary],
+) -> tuple[list[int], bool]:
     """One ingest batch per (node, first window start, last window start, rows), by one INSERT;
-    their ids in the order given."""
+    their ids in the order given, and whether any hour of these GPUs that SUMMARIES (the
+    batches' windows) fall in has packed windows already: asked in the same statement, as each
+    round trip of a group's transaction is a wait for the GIL on a busy head."""
     nodes, los, his, counts = (list(column) for column in zip(*batches, strict=True))
+    uuids = sorted(uuid for uuid in {s.gpu_uuid for s in summaries} if _plain_text(uuid))
+    starts = {s.window_start_at for s in summaries}
     # the ids come from the sequence in the order the rows are inserted; each row says which it is
     made = conn.execute(
         text(
-            """
-            INSERT INTO ingest_batch (source, node, window_min_at, window_max_at, rows)
-            SELECT :source, u.node, u.lo, u.hi, u.rows
-            FROM unnest(CAST(:nodes AS text[]), CAST(:los AS timestamptz[]), CAST(:his AS timestamptz[]),
-                        CAST(:counts AS integer[])) WITH ORDINALITY AS u(node, lo, hi, rows, k)
-            ORDER BY u.k
-            RETURNING id, node, window_min_at, window_max_at, rows
+            f"""
+            WITH made AS (
+                INSERT INTO ingest_batch (source, node, window_min_at, window_max_at, rows)
+                SELECT :source, u.node, u.lo, u.hi, u.rows
+                FROM unnest(CAST(:nodes AS text[]), CAST(:los AS timestamptz[]), CAST(:his AS timestamptz[]),
+                            CAST(:counts AS integer[])) WITH ORDINALITY AS u(node, lo, hi, rows, k)
+                ORDER BY u.k
+                RETURNING id, node, window_min_at, window_max_at, rows
+            )
+            SELECT made.*,
+                   EXISTS (SELECT 1 FROM {PACKED_TABLE} WHERE gpu_uuid = ANY (CAST(:uuids AS text[]))
+                           AND hour_at >= {utc_hour("CAST(:lo AS timestamptz)")}
+                           AND hour_at <= CAST(:hi AS timestamptz)) AS packed
+            FROM made
             """
         ),
-        {"source": source, "nodes": nodes, "los": los, "his": his, "counts": counts},
+        {
+            "source": source,
+            "nodes": nodes,
+            "los": los,
+            "his": his,
+            "counts": counts,
+            "uuids": uuids,
+            "lo": min(starts),
+            "hi": max(starts),
+        },
     ).all()
     by_key: dict[tuple[str, datetime, datetime, int], list[int]] = {}
     for row in sorted(made, key=lambda r: r.id, reverse=True):
         by_key.setdefault((row.node, row.window_min_at, row.window_max_at, row.rows), []).append(int(row.id))
-    return [by_key[batch].pop() for batch in batches]
+    return [by_key[batch].pop() for batch in batches], any(row.packed for row in made)
 
 
 def _insert_new_windows(
@@ -415,28 +439,6 @@ def _insert_new_summaries(
         )
     )
     return int(result.rowcount or 0), failed
-
-
-def _hours_packed(conn: Connection, summaries: Sequence[GpuSummary]) -> bool:
-    """Whether any hour of these GPUs that SUMMARIES fall in has packed windows already."""
-    uuids = sorted(uuid for uuid in {s.gpu_uuid for s in summaries} if _plain_text(uuid))
-    if not uuids:
-        return False
-    starts = {s.window_start_at for s in summaries}
-    return bool(
-        conn.execute(
-            text(
-                f"SELECT EXISTS (SELECT 1 FROM {PACKED_TABLE} WHERE gpu_uuid = ANY (CAST(:uuids AS text[])) "
-                f"AND hour_at >= {utc_hour('CAST(:lo AS timestamptz)')} "
-                "AND hour_at <= CAST(:hi AS timestamptz))"
-            ),
-            {
-                "uuids": uuids,
-                "lo": min(starts),
-                "hi": max(starts),
-            },
-        ).scalar_one()
-    )
 
 
 def _plain_text(value: object) -> bool:
