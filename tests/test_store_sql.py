@@ -62,6 +62,7 @@ URLS = [
     "postgresql+psycopg://postgres@/slurmtel?host=/run/postgresql",
     "postgresql+psycopg://postgres:@/postgres?host=/tmp/pgserver-x&application_name=slurmtel",
     "postgresql://db.example.org/slurmtel?connect_timeout=3",
+    "postgresql://u%2Fx:p%40@h/db%20x?application_name=a%20b",
 ]
 
 
