@@ -1,13 +1,9 @@
-"""slurmtel.store.sql: the read functions on psycopg alone give what they give on SQLAlchemy,
-and the read commands (`job`, `me`, `report`) load no SQLAlchemy (issue 12: it costs a command
-about half its 0.3 s)."""
+"""slurmtel.store.sql and slurmtel.store.reader: the read functions on psycopg alone give what
+they give on SQLAlchemy (that the read commands load no SQLAlchemy: tests/test_cli_start.py)."""
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +26,6 @@ from slurmtel.store.sql import Connection as StoreConnection
 from slurmtel.store.sql import ReadConnection, psycopg_sql, text
 from tests.factories import load_admin_day
 
-ROOT = Path(__file__).resolve().parents[1]
 START, END = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)
 NOW = datetime(2026, 11, 2, 6, tzinfo=UTC)
 ADMIN = Identity("root", Role.ADMIN)
@@ -204,45 +199,3 @@ def test_the_reader_checks_the_schema_and_says_why_it_cannot_connect(server_url:
     with pytest.raises(DatabaseUnavailable) as exc, connect_reader(config):
         pass
     assert "cannot connect to PostgreSQL at" in str(exc.value) and "s3cret" not in str(exc.value)
-
-
-LOADED = """
-import json, sys
-from slurmtel.head import main
-try:
-    code = main(sys.argv[1:])
-finally:
-    print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})), file=sys.stderr)
-sys.exit(code)
-"""
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ("job", "103"),
-        ("me", "--user", "carol", "--month", "2026-11"),
-        ("report", "usage", "-S", "2026-11-01", "-E", "2026-11-02"),
-        ("report", "retries", "-S", "2026-11-01", "-E", "2026-11-02", "--format", "json"),
-    ],
-    ids=lambda argv: " ".join(argv[:2]),
-)
-def test_a_read_command_answers_without_sqlalchemy(
-    loaded: Engine, database_url: str, tmp_path: Path, argv: tuple[str, ...]
-) -> None:
-    config = tmp_path / "slurmtel.toml"
-    config.write_text(
-        f'[site]\nstate_dir = "{tmp_path}"\nclock = "{NOW.isoformat()}"\n\n[database]\nurl = "{database_url}"\n'
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", LOADED, "--config", str(config), *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip()
-    loaded_packages = set(json.loads(done.stderr.strip().splitlines()[-1]))
-    assert "psycopg" in loaded_packages
-    assert "sqlalchemy" not in loaded_packages

@@ -480,33 +480,35 @@ def _decode_well_formed(raw: bytes | str, origin: str) -> SummariesPage:
             raise _SlowPath
         last_seq = seq
         record: AgentRecord | None
-        if not isinstance(item, _WireItem):
-            record = item.record
-            # a summary's one datetime, in UTC as agents send it: nothing to convert
-            if not (type(record) is GpuSummary and record.window_start_at.tzinfo is UTC):
-                record = _utc_datetimes(record)
-        else:
-            decoder = _RECORD_DECODERS.get(item.kind)
+        if isinstance(item, _WireItem):
+            kind = item.kind
+            decoder = _RECORD_DECODERS.get(kind)
             try:
                 record = _utc_datetimes(decoder.decode(item.record)) if decoder else None
             except msgspec.DecodeError:
                 record = None
-        if record is None:
-            if not isinstance(item, _WireItem):
-                raise _SlowPath  # a datetime without a time zone: the checking path names it
-            try:
-                data = {"seq": seq, "kind": item.kind, "record": _loads(memoryview(item.record))}
-            except (ValueError, RecursionError) as exc:
-                rejected.append(_rejected_item(item, seq, wire.node, origin, f"record is not JSON: {exc}"))
-                continue
-            decoded = _decode_item(data, seq, wire.node, origin)
-            if isinstance(decoded, Rejected):
-                rejected.append(decoded)
-                continue
-            record = decoded
-        items.append(
-            PageItem(seq, item.kind if isinstance(item, _WireItem) else _KNOWN_ITEMS[type(item)], record)
-        )
+            if record is None:
+                try:
+                    data = {"seq": seq, "kind": kind, "record": _loads(memoryview(item.record))}
+                except (ValueError, RecursionError) as exc:
+                    rejected.append(
+                        _rejected_item(item, seq, wire.node, origin, f"record is not JSON: {exc}")
+                    )
+                    continue
+                decoded = _decode_item(data, seq, wire.node, origin)
+                if isinstance(decoded, Rejected):
+                    rejected.append(decoded)
+                    continue
+                record = decoded
+        else:
+            kind = _KNOWN_ITEMS[type(item)]
+            record = item.record
+            # a summary's one datetime, in UTC as agents send it: nothing to convert
+            if not (type(record) is GpuSummary and record.window_start_at.tzinfo is UTC):
+                record = _utc_datetimes(record)
+                if record is None:
+                    raise _SlowPath  # a datetime without a time zone: the checking path names it
+        items.append(PageItem(seq, kind, record))
     if last_seq is not None and wire.next_cursor < last_seq:
         raise _SlowPath
     if any(not 0 <= getattr(wire, name) <= _INT8_MAX for name in _COUNTERS):
