@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import replace
 from datetime import date, timedelta
 from typing import Any
@@ -7,11 +9,13 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from slurmtel.records import GpuAllocation, GpuEvent, GpuInventory, GpuSummary, NodeState, PendingJob
+from slurmtel.store.locks import PARTITION_LOCK_KEY
 from slurmtel.store.telemetry import (
     PartitionBudget,
     drop_partitions_before,
     ensure_partitions,
     existing_partitions,
+    partition_name,
     resolve_allocation_uuids,
     write_allocations,
     write_events,
@@ -412,3 +416,41 @@ def test_an_inventory_written_at_once_is_what_writing_it_row_by_row_leaves(engin
         ("GPU-b", "H100", "560.28", 11, 11),
         ("GPU-c", "H100", "550.54", 9, 9),
     ]
+
+
+def test_a_writer_waiting_for_the_partition_lock_holds_no_lock_its_creator_needs(engine: Engine) -> None:
+    """Creating a day's partitions takes the partition lock, then an exclusive lock on
+    gpu_window and gpu_window_hour. A writer waiting for the partition lock must not hold a lock
+    on either (it did once: the packed-hours check read gpu_window_hour first, and two writers of
+    a new day deadlocked in `slurmtel demo`)."""
+    day = date(2026, 11, 3)
+    windows = [summary(f"GPU-{g}", "2026-11-03T00:00:00") for g in range(4)]
+    stored: list[int] = []
+    with engine.begin() as conn:  # the day has no partition yet, whatever ran before
+        conn.execute(text("SELECT slurmtel_drop_summary_partition(:day)"), {"day": day})
+    with engine.connect() as holder:
+        holder.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PARTITION_LOCK_KEY})
+
+        def write() -> None:
+            with engine.begin() as conn:
+                stored.append(write_summaries(conn, windows, source="agent", node="gpu01").inserted)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        waited = 0.0
+        while not count(
+            engine, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ):  # the writer is waiting for the partition lock
+            assert writer.is_alive() and waited < 60, "the writer never waited for the partition lock"
+            time.sleep(0.05)
+            waited += 0.05
+        # what the writer holds meanwhile: no lock on the tables the creator locks
+        holder.execute(text("SET LOCAL lock_timeout = '5s'"))
+        assert holder.execute(
+            text("SELECT slurmtel_create_summary_partition(:day)"), {"day": day}
+        ).scalar_one()
+        holder.commit()
+        writer.join(timeout=60)
+    assert stored == [4]
+    with engine.connect() as conn:
+        assert partition_name(day) in existing_partitions(conn)

@@ -253,13 +253,17 @@ def write_summary_groups(
         (min(s.window_start_at for s in kept), max(s.window_start_at for s in kept)) for _, kept in stored
     ]
     every = [s for _, kept in stored for s in kept]
+    # the partitions first, before this transaction reads or writes a table they belong to:
+    # their creator holds the partition lock and waits for every lock on gpu_window and
+    # gpu_window_hour, so a transaction holding one while it waits for the partition lock
+    # deadlocks with it
+    ensure_day_partitions(conn, _days(every).values(), existing=existing)
     batch_ids, packed = _new_batches(
         conn,
         source,
         [(groups[k][0], lo, hi, len(kept)) for (k, kept), (lo, hi) in zip(stored, bounds, strict=True)],
         every,
     )
-    ensure_day_partitions(conn, _days(every).values(), existing=existing)
     inserted: dict[int, int] = {}
     if not packed:
         with gc_paused():  # a row tuple per window: nothing cyclic, no need to scan the heap
