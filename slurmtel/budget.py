@@ -40,30 +40,38 @@ from slurmtel.rows import MonthSlice, RunningAttempt
 
 ZERO = Decimal(0)
 SECONDS_PER_DAY = Decimal(86400)
+SECONDS_PER_HOUR = Decimal(3600)
+MILLISECOND = Decimal("0.001")
 UNIT_GPU_HOURS = "gpu_hours"
 UNIT_AMOUNT = "amount"
 SOURCE_CONFIG = "config"
 SOURCE_SLURM = "slurm"
 PERIOD_MONTHS = {"month": 1, "quarter": 3, "year": 12}
 
-# The report's columns, in order (README "### Budgets" documents each).
+# The report's columns, in order (registered in slurmtel.columns): a GPU-time budget fills the
+# _gpu_seconds figures, a money budget the _amount ones; the other kind is empty.
 COLUMNS = (
     "account",
     "period",
     "period_start_at",
     "period_end_at",
-    "unit",
-    "budget",
-    "used",
-    "committed",
-    "remaining",
-    "burn_rate_per_day",
-    "projected_exhaustion_at",
-    "unpriced_gpu_hours",
+    "budget_gpu_seconds",
+    "used_gpu_seconds",
+    "committed_gpu_seconds",
+    "remaining_gpu_seconds",
+    "burn_gpu_seconds_per_day",
+    "budget_amount",
+    "used_amount",
+    "committed_amount",
+    "remaining_amount",
+    "burn_amount_per_day",
     "currency",
+    "projected_exhaustion_at",
+    "unpriced_gpu_seconds",
     "covered_accounts",
     "source",
 )
+FIGURES = ("budget", "used", "committed", "remaining")
 
 
 @dataclass(frozen=True)
@@ -107,7 +115,30 @@ class BudgetRow:
     source: str
 
     def record(self) -> dict[str, object]:
-        return {c: getattr(self, c) for c in COLUMNS}
+        """The row as its registered columns: GPU-hours as GPU-seconds, money as amounts."""
+        gpu = self.unit == UNIT_GPU_HOURS
+
+        def seconds(hours: Decimal) -> Decimal:
+            return (hours * SECONDS_PER_HOUR).quantize(MILLISECOND)
+
+        row: dict[str, object] = {
+            "account": self.account,
+            "period": self.period,
+            "period_start_at": self.period_start_at,
+            "period_end_at": self.period_end_at,
+        }
+        for figure in FIGURES:
+            value: Decimal = getattr(self, figure)
+            row[f"{figure}_gpu_seconds"] = seconds(value) if gpu else None
+            row[f"{figure}_amount"] = None if gpu else value
+        row["burn_gpu_seconds_per_day"] = seconds(self.burn_rate_per_day) if gpu else None
+        row["burn_amount_per_day"] = None if gpu else self.burn_rate_per_day
+        row["currency"] = self.currency
+        row["projected_exhaustion_at"] = self.projected_exhaustion_at
+        row["unpriced_gpu_seconds"] = seconds(self.unpriced_gpu_hours)
+        row["covered_accounts"] = self.covered_accounts
+        row["source"] = self.source
+        return {c: row[c] for c in COLUMNS}
 
 
 # --------------------------------------------------------------------------- periods

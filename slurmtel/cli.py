@@ -18,7 +18,7 @@ from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from slurmtel.config import load_config
 from slurmtel.errors import ConfigError, SlurmtelError
 from slurmtel.logs import configure_logging, redact
-from slurmtel.reports.render import WIDE
+from slurmtel.reports.render import WIDE, ZONE
 
 log = logging.getLogger("slurmtel.cli")
 
@@ -52,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("alembic").setLevel(logging.WARNING)
     # --wide (tables: every column, full GPU UUIDs) for every table the command prints
     wide = WIDE.set(bool(getattr(args, "wide", False)))
+    zone = ZONE.set(config.zone)
     try:
         return int(args.handler(args, config))
     except ConfigError as exc:
@@ -87,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     finally:
         WIDE.reset(wide)
+        ZONE.reset(zone)
 
 
 def _is_database_error(exc: BaseException) -> bool:

@@ -10,21 +10,20 @@ apportioned by largest remainder so that they add up to the rounded total exactl
 
 from __future__ import annotations
 
-import calendar
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
 from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Decimal, localcontext
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from slurmtel.chargeback import money_quantum
 from slurmtel.config import COST_MONEY_KEYS, Config
 from slurmtel.errors import ConfigError
+from slurmtel.months import per_gpu_month
 
 PRECISION = 50
 HOURS = Decimal("0.0001")
+MILLISECONDS = Decimal("0.001")
 SHARE = Decimal("0.0001")
 GPUS = Decimal("0.01")
 SECONDS_PER_HOUR = Decimal(3600)
@@ -72,44 +71,19 @@ def settings_of(config: Config, target_work: Decimal | None = None) -> CostSetti
     )
 
 
-def months_in(start: datetime, end: datetime, zone: ZoneInfo) -> Decimal:
-    """[START, END) in calendar months of ZONE: for each month it touches, the seconds of the
-    period in it / the month's seconds (a whole month is exactly 1, a 30-day month's day 1/30)."""
-    if end <= start:
-        return Decimal(0)
-    total = Decimal(0)
-    with localcontext() as ctx:
-        ctx.prec = PRECISION
-        local = start.astimezone(zone)
-        month_start = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        while month_start < end:
-            days = calendar.monthrange(month_start.year, month_start.month)[1]
-            next_month = (month_start.replace(day=1) + timedelta(days=days)).replace(tzinfo=zone)
-            lo, hi = max(start, month_start), min(end, next_month)
-            if hi > lo:
-                total += _seconds(hi - lo) / _seconds(next_month - month_start)
-            month_start = next_month
-    return total
-
-
-def _seconds(delta: timedelta) -> Decimal:
-    # exact: datetime differences are whole microseconds
-    return Decimal(delta.days * 86400 + delta.seconds) + Decimal(delta.microseconds).scaleb(-6)
-
-
 @dataclass(frozen=True)
 class Group:
     """The measured GPU-seconds of one row (cluster, partition, account or the total).
 
     basis: the GPU-seconds the row's cost share and utilisation are taken over (installed for
-    the cluster and partitions, allocated for accounts). idle: allocated idle + no-process,
+    the cluster and partitions, allocated for accounts). unused: allocated idle + no-process,
     plus unallocated where the basis is installed."""
 
     key: Mapping[str, str]
     basis: Decimal
     installed: Decimal | None
     allocated: Decimal
-    idle: Decimal
+    unused: Decimal
     retry: Decimal
     failed: Decimal
     useful: Decimal
@@ -139,8 +113,8 @@ def _clean(value: Decimal) -> Decimal:
     return value.copy_abs() if value.is_zero() else value
 
 
-def _hours(seconds: Decimal) -> Decimal:
-    return _round(seconds / SECONDS_PER_HOUR, HOURS)
+def _gpu_seconds(seconds: Decimal) -> Decimal:
+    return _round(seconds, MILLISECONDS)
 
 
 def _share(part: Decimal, whole: Decimal) -> Decimal | None:
@@ -200,22 +174,22 @@ def _row(
 ) -> dict[str, Any]:
     quantum = money_quantum(settings.currency)
     row: dict[str, Any] = dict(group.key)
-    row["months"] = _round(months, Decimal("0.000001"))
+    row["calendar_months"] = _round(months, Decimal("0.000001"))
     row["currency"] = settings.currency
-    row["installed_gpu_hours"] = _hours(group.installed) if group.installed is not None else None
-    row["allocated_gpu_hours"] = _hours(group.allocated)
-    row["idle_gpu_hours"] = _hours(group.idle)
-    row["idle_share"] = _share(group.idle, group.basis)
-    row["idle_cost"] = _round(exact_cost * group.idle / group.basis, quantum) if group.basis else None
-    row["retry_gpu_hours"] = _hours(group.retry)
+    row["installed_gpu_seconds"] = _gpu_seconds(group.installed) if group.installed is not None else None
+    row["allocated_gpu_seconds"] = _gpu_seconds(group.allocated)
+    row["unused_gpu_seconds"] = _gpu_seconds(group.unused)
+    row["unused_share"] = _share(group.unused, group.basis)
+    row["unused_cost"] = _round(exact_cost * group.unused / group.basis, quantum) if group.basis else None
+    row["retry_gpu_seconds"] = _gpu_seconds(group.retry)
     row["retry_share"] = _share(group.retry, group.basis)
     row["retry_cost"] = _round(exact_cost * group.retry / group.basis, quantum) if group.basis else None
-    row["failed_gpu_hours"] = _hours(group.failed)
-    row["useful_gpu_hours"] = _hours(group.useful)
-    row["utilisation"] = _share(group.useful, group.basis)
+    row["failed_gpu_seconds"] = _gpu_seconds(group.failed)
+    row["useful_gpu_seconds"] = _gpu_seconds(group.useful)
+    row["useful_share"] = _share(group.useful, group.basis)
     row["completed_jobs"] = group.completed_jobs
     units = _units(group, cluster, settings, months)
-    row["unit"] = settings.unit_name
+    row["accepted_unit"] = settings.unit_name
     row["accepted_units"] = units if isinstance(units, int) else _round(units, HOURS)
     row["total_cost"] = cost
     for c in COMPONENTS:
@@ -230,7 +204,7 @@ def _row(
     row["gpu_hour_savings"] = (
         _round(price * useful_hours - exact_cost, quantum) if price is not None else None
     )
-    row["break_even_utilisation"] = (
+    row["break_even_useful_ratio"] = (
         _round(exact_cost / (basis_hours * price), SHARE) if price and basis_hours else None
     )
     unit_price = settings.baseline_price_per_unit
@@ -238,11 +212,13 @@ def _row(
     row["baseline_unit_cost"] = _round(unit_price * units, quantum) if unit_price is not None else None
     row["unit_savings"] = _round(unit_price * units - exact_cost, quantum) if unit_price is not None else None
     row["break_even_units"] = _round(exact_cost / unit_price, HOURS) if unit_price else None
-    per_gpu_month = useful_hours * period_hours / (basis_hours * months) if basis_hours and months else None
-    row["useful_work_per_gpu_month"] = _round(per_gpu_month, HOURS) if per_gpu_month is not None else None
+    per_month = per_gpu_month(group.useful, group.basis, period_hours * SECONDS_PER_HOUR, months)
+    row["useful_gpu_seconds_per_gpu_month"] = _gpu_seconds(per_month) if per_month is not None else None
     target = settings.target_gpu_hours_per_month
-    row["target_gpu_hours_per_month"] = target
-    required = target / per_gpu_month if target is not None and per_gpu_month else None
+    row["target_gpu_seconds_per_month"] = (
+        _gpu_seconds(target * SECONDS_PER_HOUR) if target is not None else None
+    )
+    required = target * SECONDS_PER_HOUR / per_month if target is not None and per_month else None
     row["required_gpus"] = _round(required, GPUS) if required is not None else None
     row["required_gpus_ceil"] = math.ceil(required) if required is not None else None
     return row
@@ -273,7 +249,7 @@ def total_group(groups: Sequence[Group], key: Mapping[str, str]) -> Group:
             if g.installed is not None
             else result.installed,
             allocated=result.allocated + g.allocated,
-            idle=result.idle + g.idle,
+            unused=result.unused + g.unused,
             retry=result.retry + g.retry,
             failed=result.failed + g.failed,
             useful=result.useful + g.useful,

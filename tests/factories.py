@@ -281,3 +281,21 @@ def load_admin_day(engine: Engine, config: Config, day: AdminDay | None = None) 
         write_events(conn, day.events)
     run_attribution(engine, config, now=at("2026-11-02T06:00:00"))
     return day
+
+
+def with_hours(result: Any) -> Any:
+    """A report's rows (a list of rows, or sections of them) with every GPU-time column in
+    seconds also in GPU-hours to 4 places, as a table shows it (`failed_gpu_seconds` ->
+    `failed_gpu_hours`): the tests' expectations read in hours."""
+    from slurmtel.columns import COLUMNS, Kind, table_name, table_value
+
+    if isinstance(result, dict) and all(isinstance(v, list) for v in result.values()) and result:
+        return {name: with_hours(rows) for name, rows in result.items()}
+    if isinstance(result, list):
+        return [with_hours(r) for r in result]
+    row = dict(result)
+    for column, value in result.items():
+        registered = COLUMNS.get(column)
+        if registered is not None and registered.kind is Kind.SECONDS and "gpu_seconds" in column:
+            row[table_name(column)] = table_value(column, value)
+    return row

@@ -386,51 +386,62 @@ def test_cli_three_formats_with_slurm_budgets(
         "period": "2026-11",
         "period_start_at": "2026-10-31T23:00:00+00:00",
         "period_end_at": "2026-11-30T23:00:00+00:00",
-        "unit": "gpu_hours",
-        "budget": "100.0000",
-        "used": "48.0000",
-        "committed": "12.0000",
-        "remaining": "40.0000",
-        "burn_rate_per_day": "4.3636",
-        "projected_exhaustion_at": "2026-11-23T21:00:00+00:00",
-        "unpriced_gpu_hours": "0.0000",
+        # a GPU-time budget: the _gpu_seconds figures, no amounts
+        "budget_gpu_seconds": "360000.000",  # 100 h
+        "used_gpu_seconds": "172800.000",  # 48 h
+        "committed_gpu_seconds": "43200.000",  # 12 h
+        "remaining_gpu_seconds": "144000.000",  # 40 h
+        "burn_gpu_seconds_per_day": "15708.960",  # 4.3636 h a day
+        "budget_amount": None,
+        "used_amount": None,
+        "committed_amount": None,
+        "remaining_amount": None,
+        "burn_amount_per_day": None,
         "currency": "",
+        "projected_exhaustion_at": "2026-11-23T21:00:00+00:00",
+        "unpriced_gpu_seconds": "0.000",
         "covered_accounts": ["physics"],
         "source": "config",
     }
     # GrpTRESMins gres/gpu=1500 GPU-minutes = 25 GPU-hours, over chemistry and its sub-accounts
-    assert (chemistry["budget"], chemistry["used"], chemistry["remaining"], chemistry["source"]) == (
-        "25.0000",
-        "14.0000",
-        "11.0000",
-        "slurm",
-    )
+    assert (
+        chemistry["budget_gpu_seconds"],
+        chemistry["used_gpu_seconds"],
+        chemistry["remaining_gpu_seconds"],
+        chemistry["source"],
+    ) == ("90000.000", "50400.000", "39600.000", "slurm")
     assert chemistry["covered_accounts"] == ["chemistry", "organic", "polymers"]
     assert err == ""
 
     assert cli(ADMIN, "--at", "2026-11-12T00:00:00", "--format", "csv", "-A", "physics") == 0
     out, _ = capsys.readouterr()
     (line,) = list(csv.DictReader(io.StringIO(out)))
-    assert (line["used"], line["committed"], line["projected_exhaustion_at"]) == (
-        "48.0000",
-        "12.0000",
+    assert (line["used_gpu_seconds"], line["committed_gpu_seconds"], line["projected_exhaustion_at"]) == (
+        "172800.000",
+        "43200.000",
         "2026-11-23T21:00:00+00:00",
     )
     assert out.splitlines()[0] == (
-        "account,period,period_start_at,period_end_at,unit,budget,used,committed,remaining,"
-        "burn_rate_per_day,projected_exhaustion_at,unpriced_gpu_hours,currency,covered_accounts,source"
+        "account,period,period_start_at,period_end_at,budget_gpu_seconds,used_gpu_seconds,"
+        "committed_gpu_seconds,remaining_gpu_seconds,burn_gpu_seconds_per_day,budget_amount,used_amount,"
+        "committed_amount,remaining_amount,burn_amount_per_day,currency,projected_exhaustion_at,"
+        "unpriced_gpu_seconds,covered_accounts,source"
     )
 
     assert cli(ADMIN, "--at", "2026-11-12T00:00:00") == 0
     out, _ = capsys.readouterr()
     assert "Budgets at 2026-11-12T00:00:00+01:00 (Europe/Berlin)" in out
-    assert "physics" in out and "chemistry" in out and "48.0000" in out
+    assert "physics" in out and "chemistry" in out and "48" in out and "used_gpu_hours" in out
 
     # default --at: the clock (NOW, 2026-11-20T12:00Z): job 2 still running (209 h, as the
     # statement counts it: 40 + 2 x 209 = 458), past its time limit so it commits nothing more
     assert cli(ADMIN, "--format", "json", "-A", "physics") == 0
     (row,) = json.loads(capsys.readouterr().out)
-    assert (row["used"], row["committed"], row["remaining"]) == ("458.0000", "0.0000", "-358.0000")
+    assert (row["used_gpu_seconds"], row["committed_gpu_seconds"], row["remaining_gpu_seconds"]) == (
+        "1648800.000",  # 458 h
+        "0.000",
+        "-1288800.000",  # -358 h
+    )
     assert row["projected_exhaustion_at"] == "2026-11-20T12:00:00+00:00"  # exhausted already
 
 
@@ -442,7 +453,9 @@ def test_cli_coordinator_sees_only_their_accounts(
     assert cli(alice, "--at", "2026-11-12T00:00:00", "--format", "json") == 0
     rows = json.loads(capsys.readouterr().out)
     # the whole account's usage (bob's running job too), not only alice's own jobs
-    assert [(r["account"], r["used"], r["committed"]) for r in rows] == [("physics", "48.0000", "12.0000")]
+    assert [(r["account"], r["used_gpu_seconds"], r["committed_gpu_seconds"]) for r in rows] == [
+        ("physics", "172800.000", "43200.000")
+    ]
     assert cli(alice, "--at", "2026-11-12T00:00:00", "--format", "json", "-A", "chemistry") == 0
     assert json.loads(capsys.readouterr().out) == []
     nobody = Identity("eve", Role.NOBODY)

@@ -7,7 +7,8 @@ macros and the dashboard's variables are replaced by what Grafana would send for
 window. Every query runs as Grafana's role (`slurmtel db roles --aggregate`, a member of
 slurmtel_aggregate): it may read only the views of schema slurmtel_agg, so a panel that reads a
 table fails with a permission error. The data is tests.factories.admin_day; the admin
-dashboard's key panels must show the figures the CLI reports show.
+dashboard's key panels must show the figures the CLI reports show, and every column a panel
+returns is a registered one (slurmtel.columns) or its table name.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 from sqlalchemy import Engine, create_engine
 
 from slurmtel.access import EVERYTHING
+from slurmtel.columns import COLUMNS, table_names
 from slurmtel.config import Config
 from slurmtel.store.reports_taxonomy import taxonomy_report
 from tests.conftest import LoginRoles
@@ -34,6 +36,8 @@ DASHBOARDS = sorted(GRAFANA.glob("**/*.json"))
 FROM, TO = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)
 DAY_EPOCH = int(FROM.timestamp())
 POSTGRES = "grafana-postgresql-datasource"
+# the columns Grafana itself reads: a series' time, its name and a figure/value pair
+GRAFANA_NAMES = {"time", "metric", "value"}
 
 
 @pytest.fixture(scope="module")
@@ -249,6 +253,9 @@ def test_every_panel_query_runs(
     columns, _ = run(grafana, expand(target["rawSql"], dashboard))
     if target.get("format") == "time_series":
         assert "time" in columns, f"a time series needs a 'time' column, got {columns}"
+    # one vocabulary: a panel's columns are registered (or their table names, or Grafana's own)
+    unknown = [c for c in columns if c not in COLUMNS and c not in table_names() and c not in GRAFANA_NAMES]
+    assert not unknown, f"{title}: columns not in slurmtel.columns: {unknown}"
 
 
 def run(engine: Engine, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
@@ -339,4 +346,4 @@ def test_taxonomy_panel_agrees_with_the_report(engine: Engine, grafana: Engine, 
             timezone="UTC",
             scope=EVERYTHING,
         )
-    assert panel == {c: float(sum(r[f"{c}_gpu_hours"] for r in rows)) for c in panel}
+    assert panel == {c: float(sum(r[f"{c}_gpu_seconds"] for r in rows)) / 3600 for c in panel}

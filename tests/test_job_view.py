@@ -122,21 +122,20 @@ def test_per_gpu_figures_and_advice(cli, engine: Engine, config: Config) -> None
         "gpu_uuid": "GPU-0",
         "node": "gpu01",
         "mapping": "process",
-        "allocated_hours": round(750 / 3600, 4),
-        "mean_util_percent": 80.0,
-        "max_util_percent": 95.0,
-        "idle_percent": 0.0,
-        "coverage_percent": 100.0,
-        "max_memory_gib": 40.0,
-        "memory_total_gib": None,
+        "allocated_gpu_seconds": 750.0,
+        "mean_util_share": 0.8,
+        "max_util_share": 0.95,
+        "idle_share": 0.0,
+        "covered_share": 1.0,
+        "memory_used_max_bytes": 40 * 2**30,
+        "memory_total_bytes": None,
         "power_mean_watts": 10.0,  # 300 J per 30 s window
         "power_max_watts": None,  # the windows carry no power
         "energy_joules": 7500.0,  # 25 windows x 300 J
-        "energy": "2.1 Wh",
     }
     for uuid in UUIDS[1:]:
         # 2 of 25 windows at 80 %: mean 6.4 %, idle 23 of 25
-        assert (rows[uuid]["mean_util_percent"], rows[uuid]["idle_percent"]) == (6.4, 92.0)
+        assert (rows[uuid]["mean_util_share"], rows[uuid]["idle_share"]) == (0.064, 0.92)
     assert report["advice"] == ["3 of 4 GPUs idle 92 % of the time: ask for 1 GPU."]
 
     code, text_out, _ = cli(ALICE, "job", "42")

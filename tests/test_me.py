@@ -116,33 +116,35 @@ def test_own_month_figures(cli) -> None:
         "jobs": 4,
         "attempts": 4,
         # 2 (edge, November half) + 3 (failed) + 300 s + 1 (chemistry)
-        "gpu_hours": round(6 + 300 / 3600, 4),
-        "failed_gpu_hours": 3.0,
-        "measured_gpu_hours": round(300 / 3600, 4),
-        "unmeasured_gpu_hours": 0.0,
-        "idle_gpu_hours": round(150 / 3600, 4),
-        "idle_percent": 50.0,
-        "mean_util_percent": 40.0,
+        "allocated_gpu_seconds": 6 * 3600 + 300,
+        "failed_gpu_seconds": 3 * 3600,
+        "covered_gpu_seconds": 300,
+        "unmeasured_gpu_seconds": 0,
+        "idle_gpu_seconds": 150,
+        "idle_share": 0.5,
+        "mean_util_share": 0.4,
     }
-    assert [(j["job_id"], j["name"], j["state"], j["gpu_hours"], j["idle_percent"]) for j in top] == [
-        ("2", "fails", "OUT_OF_MEMORY", 3.0, None),
-        ("1", "edge", "COMPLETED", 2.0, None),
-        ("4", "chem", "COMPLETED", 1.0, None),
-        ("3", "measured", "COMPLETED", round(300 / 3600, 4), 50.0),
+    assert [
+        (j["job_id"], j["name"], j["state"], j["allocated_gpu_seconds"], j["idle_share"]) for j in top
+    ] == [
+        ("2", "fails", "OUT_OF_MEMORY", 3 * 3600, None),
+        ("1", "edge", "COMPLETED", 2 * 3600, None),
+        ("4", "chem", "COMPLETED", 3600, None),
+        ("3", "measured", "COMPLETED", 300, 0.5),
     ]
-    assert top[3]["mean_util_percent"] == 40.0 and top[3]["coverage_percent"] == 100.0
+    assert top[3]["mean_util_share"] == 0.4 and top[3]["covered_share"] == 1.0
 
 
 def test_the_month_edge_is_exact_and_the_default_is_this_month(cli) -> None:
     october = me(cli, ALICE, "--month", "2026-10")
-    assert (october["jobs"], october["gpu_hours"]) == (1, 2.0)
+    assert (october["jobs"], october["allocated_gpu_seconds"]) == (1, 2 * 3600)
     assert [j["job_id"] for j in october["top_jobs"]] == ["1"]
     december = me(cli, ALICE)
-    assert (december["month"], december["jobs"], december["gpu_hours"]) == ("2026-12", 0, 0.0)
+    assert (december["month"], december["jobs"], december["allocated_gpu_seconds"]) == ("2026-12", 0, 0)
     code, out, _ = cli(ALICE, "--top", "2", now=at("2026-11-20T00:00:00"))
     assert code == 0
     assert out.startswith("GPU use of alice in 2026-11 (so far)\n")
-    assert re.search(r"\ngpu_hours +6\.0833\n", out)
+    assert re.search(r"\nallocated_gpu_hours +6\.0833\n", out)
     assert "Top 2 jobs by GPU-hours in 2026-11" in out
 
 
@@ -152,8 +154,12 @@ def test_who_may_ask_for_whom(cli) -> None:
     assert "alice may only see their own usage, not bob's" in err
     # a coordinator sees another user's jobs in the accounts they coordinate only
     chem = me(cli, CHEMISTRY_COORDINATOR, "--user", "alice", "--month", "2026-11")
-    assert (chem["jobs"], chem["gpu_hours"], [j["job_id"] for j in chem["top_jobs"]]) == (1, 1.0, ["4"])
-    assert me(cli, ADMIN, "--user", "bob", "--month", "2026-11")["gpu_hours"] == 9.0
+    assert (chem["jobs"], chem["allocated_gpu_seconds"], [j["job_id"] for j in chem["top_jobs"]]) == (
+        1,
+        3600,
+        ["4"],
+    )
+    assert me(cli, ADMIN, "--user", "bob", "--month", "2026-11")["allocated_gpu_seconds"] == 9 * 3600
     code, _, err = cli(FINANCE, "--month", "2026-11")
     assert code == 1 and "fiona (finance) may not view jobs" in err
     code, _, err = cli(ALICE, "--month", "2026-13")

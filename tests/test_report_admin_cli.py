@@ -88,15 +88,12 @@ def test_failures_figures_in_every_format(run: Run) -> None:
     _, out, _ = run("report", "failures", *WINDOW, "--format", "json")
     document = json.loads(out)
     physics = next(r for r in document["by_account"] if r["account"] == "physics")
+    # machine output in seconds (the unit rule of slurmtel.columns)
     assert (
-        physics["failed_gpu_hours"],
-        physics["system_failure_gpu_hours"],
-        physics["allocated_gpu_hours"],
-    ) == (
-        10.0,
-        10.0,
-        13.0,
-    )
+        physics["failed_gpu_seconds"],
+        physics["system_failure_gpu_seconds"],
+        physics["allocated_gpu_seconds"],
+    ) == (10 * 3600, 10 * 3600, 13 * 3600)
     assert [t["job_id"] for t in document["top_attempts"]] == ["104", "102", "103"]
     _, out, _ = run("report", "failures", *WINDOW, "--format", "csv", "--top", "1")
     sections = csv_sections(out)
@@ -105,7 +102,8 @@ def test_failures_figures_in_every_format(run: Run) -> None:
     assert sections["top_attempts"][0]["retry"] == "False"
     code, out, _ = run("report", "failures", *WINDOW)
     assert code == 0
-    assert "Failed GPU-hours by account, 2026-11-01T00:00:00+00:00 .. 2026-11-02T00:00:00+00:00" in out
+    assert "Failed GPU-hours by account, 2026-11-01 00:00 – 2026-11-02 00:00 UTC" in out
+    assert "failed_gpu_hours" in out and "failed_gpu_seconds" not in out
     assert "Top 3 attempts by failed GPU-hours" in out  # 3 of --top 10
     assert "gpu[01-02]" in out
 
@@ -113,13 +111,13 @@ def test_failures_figures_in_every_format(run: Run) -> None:
 def test_idle_queue_retries_and_capacity_figures(run: Run) -> None:
     idle = json.loads(run("report", "idle", *WINDOW, "--format", "json")[1])
     assert idle["top_jobs"][0]["job_id"] == "101"
-    assert {r["account"]: r["unmapped_gpu_hours"] for r in idle["unmapped"]} == {
-        "physics": 10.0,
-        "chem": 5.0,
-        "bio": 3.0,
+    assert {r["account"]: r["unmapped_gpu_seconds"] for r in idle["unmapped"]} == {
+        "physics": 10 * 3600,
+        "chem": 5 * 3600,
+        "bio": 3 * 3600,
     }
     queue = json.loads(run("report", "queue", *WINDOW, "--format", "json")[1])
-    assert queue["wait_by_partition"][0]["p95_seconds"] == 6099.0
+    assert queue["wait_by_partition"][0]["queue_wait_p95_seconds"] == 6099.0
     assert [q["reason"] for q in queue["quota"]] == ["AssocGrpGRES", "QOSMaxGRESPerUser"]
     assert queue["pending"][0]["observed_at"] == "2026-11-01T23:59:00+00:00"
     capacity = json.loads(
@@ -127,39 +125,40 @@ def test_idle_queue_retries_and_capacity_figures(run: Run) -> None:
     )
     (summary,) = capacity["summary"]
     # exact decimals come out as JSON numbers
-    assert (summary["installed_gpu_hours"], summary["useful_gpu_hours"], summary["required_gpus"]) == (
-        169.0,
-        1.5,
+    assert (summary["installed_gpu_seconds"], summary["useful_gpu_seconds"], summary["required_gpus"]) == (
+        169 * 3600,
+        5400,
         156.48,
     )
-    assert sum(r["gpu_hours"] for r in capacity["breakdown"]) == 169.0
+    assert sum(r["category_gpu_seconds"] for r in capacity["breakdown"]) == 169 * 3600
     retries = json.loads(run("report", "retries", *WINDOW, "--format", "json")[1])
-    assert {r["account"]: r["retry_gpu_hours"] for r in retries["by_account"]} == {
-        "bio": 2.0,
-        "chem": 0.0,
-        "physics": 0.0,
+    assert {r["account"]: r["retry_gpu_seconds"] for r in retries["by_account"]} == {
+        "bio": 7200,
+        "chem": 0,
+        "physics": 0,
     }
     code, out, _ = run("report", "capacity", *WINDOW)
-    assert code == 0 and "Capacity, 2026-11-01 .. 2026-11-01 (UTC days)" in out
+    # one way to print a window: the whole days of a day-grained report, as any window
+    assert code == 0 and "Capacity, 2026-11-01 00:00 – 2026-11-02 00:00 UTC" in out
 
 
 def test_taxonomy_in_every_format(run: Run) -> None:
     code, out, _ = run("report", "taxonomy", *WINDOW, "--format", "json")
     assert code == 0
     rows = {r["partition"]: r for r in json.loads(out)}
-    assert rows["gpu"]["installed_gpu_hours"] == 127.0
-    assert rows["gpu"]["unallocated_gpu_hours"] == 64.5
+    assert rows["gpu"]["installed_gpu_seconds"] == 127 * 3600
+    assert rows["gpu"]["unallocated_gpu_seconds"] == 64.5 * 3600
     assert rows["debug"]["unavailable_share"] == round(24 / 42, 4)
-    assert "installed_gpu_seconds" not in rows["gpu"]
+    assert "installed_gpu_hours" not in rows["gpu"]
     code, out, _ = run("report", "taxonomy", *WINDOW, "--format", "csv", "-r", "debug")
     (row,) = list(csv.DictReader(io.StringIO(out)))
-    assert (row["day"], row["installed_gpu_hours"], row["unallocated_gpu_hours"]) == (
+    assert (row["day"], row["installed_gpu_seconds"], row["unallocated_gpu_seconds"]) == (
         "2026-11-01",
-        "42.0000",
-        "18.0000",
+        "151200.000",
+        "64800.000",
     )
     code, out, _ = run("report", "taxonomy", *WINDOW)
-    assert code == 0 and "GPU-hour taxonomy, 2026-11-01 .. 2026-11-01 (UTC days)" in out and "127.0000" in out
+    assert code == 0 and "GPU-hour taxonomy, 2026-11-01 00:00 – 2026-11-02 00:00 UTC" in out and "127" in out
 
 
 def test_nodes_in_every_format(run: Run) -> None:
@@ -218,3 +217,18 @@ def test_usage_errors(run: Run) -> None:
     assert code == 2
     code, _, err = run("report", "failures", "-S", "2026-11-02", "-E", "2026-11-01")
     assert code == 2 and "empty window" in err
+
+
+def test_a_users_report_says_it_shows_their_own_share(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain user's `report usage` is their share of each account, and its title says so; a
+    coordinator's names the accounts it shows whole; an admin's shows everything and says
+    nothing."""
+    code, out, _ = run("report", "usage", *WINDOW)
+    assert code == 0 and out.startswith("GPU usage by account, 2026-11-01 00:00")
+    as_identity(monkeypatch, Identity("alice", Role.USER))
+    code, out, _ = run("report", "usage", *WINDOW)
+    assert code == 0 and out.startswith("GPU usage by account (your own jobs only), 2026-11-01")
+    as_identity(monkeypatch, Identity("bob", Role.USER, frozenset({"bio", "chem"})))
+    code, out, _ = run("report", "idle", *WINDOW)
+    assert code == 0
+    assert out.startswith("Idle GPU-hours by account (all jobs of bio, chem; elsewhere your own jobs only), ")

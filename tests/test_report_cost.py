@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -30,8 +31,9 @@ from sqlalchemy import Engine
 from slurmtel.access import Identity, Role
 from slurmtel.cli import main
 from slurmtel.config import Config, CostConfig, config_from_dict
-from slurmtel.cost import allocate_money, months_in, settings_of
+from slurmtel.cost import allocate_money, settings_of
 from slurmtel.errors import ConfigError
+from slurmtel.months import months_in
 from tests.factories import at, load_admin_day
 
 NOW = at("2026-12-02T14:00:00")
@@ -67,6 +69,11 @@ def cli(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.M
     return run
 
 
+def hours(seconds: str) -> Decimal:
+    """A GPU-seconds figure of the JSON in GPU-hours (exact)."""
+    return Decimal(seconds) / 3600
+
+
 def cost_json(cli, capsys, cost: dict[str, str], *argv: str) -> list[dict]:
     assert cli(FINANCE, cost, "report", "cost", *DAY, "--format", "json", *argv) == 0
     out = capsys.readouterr().out
@@ -79,24 +86,24 @@ def test_cluster_by_hand(cli, engine: Engine, config: Config, capsys: pytest.Cap
     assert row == {
         "kind": "cluster",
         "cluster": "lab",
-        "period_start": "2026-11-01T00:00:00+00:00",
-        "period_end": "2026-11-02T00:00:00+00:00",
-        "months": "0.033333",  # 1 day / 30
+        "period_start_at": "2026-11-01T00:00:00+00:00",
+        "period_end_at": "2026-11-02T00:00:00+00:00",
+        "calendar_months": "0.033333",  # 1 day / 30
         "currency": "EUR",
-        "installed_gpu_hours": "169.0000",
-        "allocated_gpu_hours": "20.5000",
-        # idle = unallocated 82.5 + allocated idle 0.5 + no process 0.5
-        "idle_gpu_hours": "83.5000",
-        "idle_share": "0.4941",  # 83.5 / 169 = 0.49408
-        "idle_cost": "49.41",  # 100 x 83.5 / 169 = 49.4083
-        "retry_gpu_hours": "2.0000",
+        "installed_gpu_seconds": "608400.000",  # 169 h
+        "allocated_gpu_seconds": "73800.000",  # 20.5 h
+        # unused = unallocated 82.5 + allocated idle 0.5 + no process 0.5 = 83.5 h
+        "unused_gpu_seconds": "300600.000",
+        "unused_share": "0.4941",  # 83.5 / 169 = 0.49408
+        "unused_cost": "49.41",  # 100 x 83.5 / 169 = 49.4083
+        "retry_gpu_seconds": "7200.000",
         "retry_share": "0.0118",  # 2 / 169 = 0.011834
         "retry_cost": "1.18",  # 100 x 2 / 169 = 1.1834
-        "failed_gpu_hours": "16.0000",
-        "useful_gpu_hours": "1.5000",
-        "utilisation": "0.0089",  # 1.5 / 169 = 0.008876
+        "failed_gpu_seconds": "57600.000",
+        "useful_gpu_seconds": "5400.000",
+        "useful_share": "0.0089",  # 1.5 / 169 = 0.008876
         "completed_jobs": 4,
-        "unit": "completed_jobs",
+        "accepted_unit": "completed_jobs",
         "accepted_units": 4,
         "total_cost": "100.00",  # 3000 x 1/30
         "compute_cost": "80.00",
@@ -109,14 +116,14 @@ def test_cluster_by_hand(cli, engine: Engine, config: Config, capsys: pytest.Cap
         "baseline_price_per_gpu_hour": "2.50",
         "baseline_gpu_hour_cost": "3.75",  # 2.50 x 1.5 useful GPU-hours
         "gpu_hour_savings": "-96.25",  # 3.75 - 100
-        "break_even_utilisation": "0.2367",  # 100 / (169 x 2.50) = 100 / 422.5 = 0.236686
+        "break_even_useful_ratio": "0.2367",  # 100 / (169 x 2.50) = 100 / 422.5 = 0.236686
         "baseline_price_per_unit": "30.00",
         "baseline_unit_cost": "120.00",  # 30 x 4
         "unit_savings": "20.00",  # 120 - 100
         "break_even_units": "3.3333",  # 100 / 30
-        # 1.5 useful GPU-hours / (169 / 24 GPUs) / (1/30 month) = 1080 / 169 = 6.390532
-        "useful_work_per_gpu_month": "6.3905",
-        "target_gpu_hours_per_month": "1000",
+        # 1.5 useful GPU-hours / (169 / 24 GPUs) / (1/30 month) = 1080 / 169 = 6.390532 h
+        "useful_gpu_seconds_per_gpu_month": "23005.917",
+        "target_gpu_seconds_per_month": "3600000.000",
         "required_gpus": "156.48",  # 1000 / (1080 / 169) = 156.4815
         "required_gpus_ceil": 157,
     }
@@ -133,19 +140,23 @@ def test_partitions_share_the_cost_by_installed_gpu_hours(
     # 100 x 42 / 169 = 24.852071; 100 x 127 / 169 = 75.147929
     assert (debug["total_cost"], gpu["total_cost"], total["total_cost"]) == ("24.85", "75.15", "100.00")
     assert sum(Decimal(r["total_cost"]) for r in (debug, gpu)) == Decimal(total["total_cost"])
-    assert (debug["installed_gpu_hours"], gpu["installed_gpu_hours"]) == ("42.0000", "127.0000")
-    # gpu: idle = 64.5 unallocated + 1 allocated idle; 65.5 / 127 = 0.515748; money 6550 / 169
-    assert (gpu["idle_gpu_hours"], gpu["idle_share"], gpu["idle_cost"]) == ("65.5000", "0.5157", "38.76")
+    assert (hours(debug["installed_gpu_seconds"]), hours(gpu["installed_gpu_seconds"])) == (42, 127)
+    # gpu: unused = 64.5 unallocated + 1 allocated idle; 65.5 / 127 = 0.515748; money 6550 / 169
+    assert (hours(gpu["unused_gpu_seconds"]), gpu["unused_share"], gpu["unused_cost"]) == (
+        Decimal("65.5"),
+        "0.5157",
+        "38.76",
+    )
     # debug: 18 unallocated / 42 = 0.428571; money 100 x 18 / 169 = 10.650888
-    assert (debug["idle_gpu_hours"], debug["idle_share"], debug["idle_cost"]) == (
-        "18.0000",
+    assert (hours(debug["unused_gpu_seconds"]), debug["unused_share"], debug["unused_cost"]) == (
+        18,
         "0.4286",
         "10.65",
     )
-    assert (gpu["retry_gpu_hours"], debug["retry_gpu_hours"]) == ("2.0000", "0.0000")
+    assert (hours(gpu["retry_gpu_seconds"]), hours(debug["retry_gpu_seconds"])) == (2, 0)
     assert (gpu["completed_jobs"], debug["completed_jobs"]) == (4, 0)
     assert gpu["cost_per_unit"] == "18.79"  # (100 x 127 / 169) / 4 = 18.786982
-    assert debug["cost_per_unit"] is None and debug["useful_work_per_gpu_month"] == "0.0000"
+    assert debug["cost_per_unit"] is None and debug["useful_gpu_seconds_per_gpu_month"] == "0.000"
     assert total["completed_jobs"] == 4 and total["cluster"] == "lab"
 
 
@@ -166,26 +177,26 @@ def test_accounts_share_the_cost_by_allocated_gpu_hours_exactly(
         "100.00",
     ]
     assert by[""]["kind"] == "total"
-    assert [by[a]["allocated_gpu_hours"] for a in ("bio", "chem", "physics")] == [
-        "3.0000",
-        "9.0000",
-        "8.5000",
+    assert [hours(by[a]["allocated_gpu_seconds"]) for a in ("bio", "chem", "physics")] == [
+        3,
+        9,
+        Decimal("8.5"),
     ]
-    assert by["bio"]["retry_gpu_hours"] == "2.0000" and by["bio"]["retry_share"] == "0.6667"
+    assert hours(by["bio"]["retry_gpu_seconds"]) == 2 and by["bio"]["retry_share"] == "0.6667"
     assert by["bio"]["retry_cost"] == "9.76"  # 14.634146 x 2 / 3 = 9.756098
-    assert (by["physics"]["idle_gpu_hours"], by["physics"]["idle_share"]) == ("1.0000", "0.1176")
+    assert (hours(by["physics"]["unused_gpu_seconds"]), by["physics"]["unused_share"]) == (1, "0.1176")
     assert [by[a]["completed_jobs"] for a in ("bio", "chem", "physics")] == [1, 1, 2]
     assert by["physics"]["cost_per_unit"] == "20.73"  # 41.463415 / 2
-    assert by["physics"]["installed_gpu_hours"] is None
+    assert by["physics"]["installed_gpu_seconds"] is None
     # break-even over the account's allocated GPU-hours: 41.463415 / (8.5 x 2.50) = 1.951220
-    assert by["physics"]["break_even_utilisation"] == "1.9512"
+    assert by["physics"]["break_even_useful_ratio"] == "1.9512"
 
 
 def test_other_units(cli, engine: Engine, config: Config, capsys: pytest.CaptureFixture[str]) -> None:
     load_admin_day(engine, config)
     (row,) = cost_json(cli, capsys, {**COSTS, "unit": "completed_gpu_hours"})
     # units = 1.5 useful GPU-hours: the unit cost is the cost per useful GPU-hour
-    assert (row["unit"], row["accepted_units"], row["cost_per_unit"]) == (
+    assert (row["accepted_unit"], row["accepted_units"], row["cost_per_unit"]) == (
         "completed_gpu_hours",
         "1.5000",
         "66.67",
@@ -193,7 +204,7 @@ def test_other_units(cli, engine: Engine, config: Config, capsys: pytest.Capture
     configured = {**COSTS, "unit": "configured", "unit_name": "1M tokens", "units_per_month": "300"}
     rows = cost_json(cli, capsys, configured, "--by", "partition")
     # 300 a month x 1/30 = 10 units, shared out by useful GPU-hours (all in gpu)
-    assert [(r["unit"], r["accepted_units"], r["cost_per_unit"]) for r in rows] == [
+    assert [(r["accepted_unit"], r["accepted_units"], r["cost_per_unit"]) for r in rows] == [
         ("1M tokens", "0.0000", None),
         ("1M tokens", "10.0000", "7.51"),  # 75.147929 / 10
         ("1M tokens", "10.0000", "10.00"),
@@ -213,9 +224,9 @@ def test_missing_costs_are_named_and_exit_2(
     assert "cost.compute_per_month" not in err
     # with the costs set and nothing measured: the cost, no shares or unit costs
     (row,) = cost_json(cli, capsys, COSTS)
-    assert (row["total_cost"], row["installed_gpu_hours"], row["idle_share"], row["cost_per_unit"]) == (
+    assert (row["total_cost"], row["installed_gpu_seconds"], row["unused_share"], row["cost_per_unit"]) == (
         "100.00",
-        "0.0000",
+        "0.000",
         None,
         None,
     )
@@ -237,13 +248,14 @@ def test_cli_three_formats(cli, engine: Engine, config: Config, capsys: pytest.C
         == 0
     )
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("kind,cluster,partition,period_start,")
+    assert lines[0].startswith("kind,cluster,partition,period_start_at,")
     assert len(lines) == 4 and lines[3].startswith("total,lab,,")
     assert ",100.00,80.00,5.00,10.00,3.00,2.00," in lines[3]
     assert cli(ADMIN, COSTS, "report", "cost", *DAY) == 0
     table = capsys.readouterr().out
-    assert table.startswith("Cost, 2026-11-01T00:00:00+00:00 .. 2026-11-02T00:00:00+00:00")
-    assert "total_cost" in table and "100.00" in table and "169.0000" in table
+    assert table.startswith("Cost, 2026-11-01 00:00 – 2026-11-02 00:00 UTC (0.033 months), EUR")
+    assert "total_cost" in table and "100.00" in table
+    assert re.search(r"^installed_gpu_hours +169$", table, re.MULTILINE)
     assert cli(ADMIN, COSTS, "report", "cost", *DAY, "--by", "account") == 0
     table = capsys.readouterr().out
     assert "physics" in table and "41.46" in table

@@ -87,7 +87,7 @@ def report(engine: Engine, **kwargs: object):  # type: ignore[no-untyped-def]
 def test_runs_are_compared_with_the_median_of_earlier_ok_runs(acceptance: Engine) -> None:
     runs = report(acceptance).runs
     # per node set and collective, in time order
-    assert [(r.nodes, r.status, r.avg_busbw_gbps) for r in runs] == [
+    assert [(r.nodes, r.status, r.avg_busbw_gbytes_per_second) for r in runs] == [
         ("fengyun,fengyun416", "failed", None),
         ("gpu-1-43,gpu-1-47,gpu-1-49,gpu-1-51", "failed", 5.09875),
         ("nid005471,nid005487", "ok", 19.7866),
@@ -97,14 +97,34 @@ def test_runs_are_compared_with_the_median_of_earlier_ok_runs(acceptance: Engine
         ("nid005471,nid005487", "ok", 19.7866),
     ]
     rank, corrupt, first, second, third, slow, fifth = runs
-    assert (second.baseline_runs, second.baseline_busbw_gbps) == (1, 19.7866)
-    assert (rank.status, rank.nodes, rank.avg_busbw_gbps) == ("failed", "fengyun,fengyun416", None)
-    assert (first.baseline_busbw_gbps, first.baseline_runs, first.below_baseline) == (None, 0, False)
-    assert (third.baseline_busbw_gbps, third.baseline_runs, third.busbw_ratio) == (19.7866, 2, 1.0)
+    assert (second.baseline_runs, second.baseline_busbw_gbytes_per_second) == (1, 19.7866)
+    assert (rank.status, rank.nodes, rank.avg_busbw_gbytes_per_second) == (
+        "failed",
+        "fengyun,fengyun416",
+        None,
+    )
+    assert (first.baseline_busbw_gbytes_per_second, first.baseline_runs, first.below_baseline) == (
+        None,
+        0,
+        False,
+    )
+    assert (third.baseline_busbw_gbytes_per_second, third.baseline_runs, third.busbw_ratio) == (
+        19.7866,
+        2,
+        1.0,
+    )
     # 1.58767 / 19.7866 = 0.0802 < 0.9: flagged, though nccl-tests called it fine
-    assert (slow.baseline_busbw_gbps, slow.busbw_ratio, slow.below_baseline) == (19.7866, 0.0802, True)
+    assert (slow.baseline_busbw_gbytes_per_second, slow.busbw_ratio, slow.below_baseline) == (
+        19.7866,
+        0.0802,
+        True,
+    )
     # the slow run is ok, so it is in the next baseline: median of 19.79 x 3 and 1.59 is 19.79
-    assert (fifth.baseline_runs, fifth.baseline_busbw_gbps, fifth.below_baseline) == (4, 19.7866, False)
+    assert (fifth.baseline_runs, fifth.baseline_busbw_gbytes_per_second, fifth.below_baseline) == (
+        4,
+        19.7866,
+        False,
+    )
     assert corrupt.wrong_values == 3935945 and corrupt.baseline_runs == 0
     assert (
         first.nodes == "nid005471,nid005487"
@@ -114,7 +134,7 @@ def test_runs_are_compared_with_the_median_of_earlier_ok_runs(acceptance: Engine
     assert corrupt.nccl_version == "2.29.2"
     assert slow.label == "no-cxi-hook"
     # a baseline of at most baseline_runs runs: the latest one only
-    assert report(acceptance, baseline_runs=1).runs[6].baseline_busbw_gbps == 1.58767
+    assert report(acceptance, baseline_runs=1).runs[6].baseline_busbw_gbytes_per_second == 1.58767
 
 
 def test_suspects_are_the_nodes_most_often_in_bad_runs(acceptance: Engine) -> None:
@@ -168,9 +188,9 @@ def test_fabric_json_csv_and_table(cli) -> None:  # type: ignore[no-untyped-def]
     assert code == 0
     document = json.loads(out)
     slow = document["runs"][5]
-    for key in ("avg_busbw_gbps", "wrong_values", "status", "hosts", "nccl_version"):
+    for key in ("avg_busbw_gbytes_per_second", "wrong_values", "status", "hosts", "nccl_version"):
         assert key in slow
-    assert (slow["avg_busbw_gbps"], slow["below_baseline"], slow["hosts"]) == (
+    assert (slow["avg_busbw_gbytes_per_second"], slow["below_baseline"], slow["hosts"]) == (
         1.58767,
         True,
         ["nid005471", "nid005487"],

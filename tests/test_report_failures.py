@@ -18,7 +18,7 @@ from slurmtel.config import Config
 from slurmtel.store.jobs import sync_outcome_classes, write_attempts
 from slurmtel.store.reports_failures import failures_report
 from slurmtel.store.usage import JobFilter, usage_report
-from tests.factories import at, attempt, load_admin_day
+from tests.factories import at, attempt, load_admin_day, with_hours
 
 START, END, NOW = at("2026-11-01T00:00:00"), at("2026-11-02T00:00:00"), at("2026-12-02T14:00:00")
 
@@ -27,7 +27,7 @@ def report(engine: Engine, scope: Scope = EVERYTHING, **kwargs) -> dict[str, lis
     kwargs.setdefault("start", START)
     kwargs.setdefault("end", END)
     with engine.connect() as conn:
-        return failures_report(conn, now=NOW, scope=scope, **kwargs)
+        return with_hours(failures_report(conn, now=NOW, scope=scope, **kwargs))
 
 
 def pick(rows: list[dict], key: str, *fields: str) -> dict:
@@ -90,6 +90,7 @@ def test_top_attempts(engine: Engine, config: Config) -> None:
         "nodes": "gpu[01-02]",
         "gpus": 4,
         "elapsed_seconds": 7200,
+        "failed_gpu_seconds": 28800,
         "failed_gpu_hours": 8.0,
         "retry": False,
     }
@@ -120,8 +121,8 @@ def test_allocated_agrees_with_report_usage(engine: Engine, config: Config) -> N
     with engine.connect() as conn:
         usage = usage_report(conn, start=START, end=END, now=NOW, by="account", scope=EVERYTHING)
     failures = report(engine)["by_account"]
-    assert {u["account"]: (u["allocated_gpu_hours"], u["failed_gpu_seconds"] / 3600) for u in usage} == {
-        f["account"]: (f["allocated_gpu_hours"], f["failed_gpu_hours"]) for f in failures
+    assert {u["account"]: (u["allocated_gpu_seconds"], u["failed_gpu_seconds"]) for u in usage} == {
+        f["account"]: (f["allocated_gpu_seconds"], f["failed_gpu_seconds"]) for f in failures
     }
 
 

@@ -18,16 +18,16 @@ from slurmtel.access import EVERYTHING, NOTHING, Scope
 from slurmtel.config import Config
 from slurmtel.store.reports_idle import idle_report
 from slurmtel.store.usage import JobFilter
-from tests.factories import load_admin_day
+from tests.factories import load_admin_day, with_hours
 
 DAY = date(2026, 11, 1)
 GROUP = ("allocated_gpu_hours", "covered_gpu_hours", "busy_gpu_hours", "idle_gpu_hours", "no_process_gpu_hours",
-         "unmeasured_gpu_hours", "idle_share", "coverage", "mean_util_percent")  # fmt: skip
+         "unmeasured_gpu_hours", "idle_share", "covered_share", "mean_util_share")  # fmt: skip
 
 
 def report(engine: Engine, scope: Scope = EVERYTHING, **kwargs) -> dict[str, list[dict[str, Any]]]:
     with engine.connect() as conn:
-        return idle_report(conn, first_day=DAY, last_day=DAY, scope=scope, **kwargs)
+        return with_hours(idle_report(conn, first_day=DAY, last_day=DAY, scope=scope, **kwargs))
 
 
 def test_idle_busy_unmeasured_by_account(engine: Engine, config: Config) -> None:
@@ -36,7 +36,7 @@ def test_idle_busy_unmeasured_by_account(engine: Engine, config: Config) -> None
     by_account = {r["account"]: tuple(r[f] for f in GROUP) for r in result["by_account"]}
     assert by_account == {
         # mean util: (1 h x 80 % + 0.5 h x 80 %) / 2.5 covered hours
-        "physics": (12.5, 2.5, 1.5, 1.0, 0.5, 10.0, 0.4, 0.2, 48.0),
+        "physics": (12.5, 2.5, 1.5, 1.0, 0.5, 10.0, 0.4, 0.2, 0.48),
         # nothing covered: no idle share to speak of, and unmeasured is not idle
         "bio": (3.0, 0.0, 0.0, 0.0, 0.0, 3.0, None, 0.0, None),
         "chem": (9.0, 0.0, 0.0, 0.0, 0.0, 9.0, None, 0.0, None),
@@ -46,10 +46,10 @@ def test_idle_busy_unmeasured_by_account(engine: Engine, config: Config) -> None
         assert row["busy_gpu_hours"] + row["idle_gpu_hours"] == row["covered_gpu_hours"]
         assert row["covered_gpu_hours"] + row["unmeasured_gpu_hours"] == row["allocated_gpu_hours"]
     by_user = {
-        r["user"]: (r["idle_gpu_hours"], r["idle_share"], r["mean_util_percent"]) for r in result["by_user"]
+        r["user"]: (r["idle_gpu_hours"], r["idle_share"], r["mean_util_share"]) for r in result["by_user"]
     }
-    assert by_user["alice"] == (1.0, 0.5, 40.0)
-    assert by_user["erin"] == (0.0, 0.0, 80.0)
+    assert by_user["alice"] == (1.0, 0.5, 0.4)
+    assert by_user["erin"] == (0.0, 0.0, 0.8)
     (partition,) = result["by_partition"]
     assert tuple(partition[f] for f in GROUP) == (
         24.5,
@@ -60,7 +60,7 @@ def test_idle_busy_unmeasured_by_account(engine: Engine, config: Config) -> None
         22.0,
         0.4,
         round(2.5 / 24.5, 4),
-        48.0,
+        0.48,
     )
 
 
@@ -76,12 +76,15 @@ def test_top_jobs_and_unmapped(engine: Engine, config: Config) -> None:
             "partition": "gpu",
             "state": "COMPLETED",
             "gpus": 1,
+            "allocated_gpu_seconds": 7200,
             "allocated_gpu_hours": 2.0,
+            "idle_gpu_seconds": 3600,
             "idle_gpu_hours": 1.0,
+            "no_process_gpu_seconds": 1800,
             "no_process_gpu_hours": 0.5,
             "idle_share": 0.5,
-            "coverage": 1.0,
-            "mean_util_percent": 40.0,
+            "covered_share": 1.0,
+            "mean_util_share": 0.4,
         }
     ]
     assert [(u["account"], u["unmapped_gpu_hours"], u["unmapped_share"]) for u in result["unmapped"]] == [

@@ -16,7 +16,7 @@ from slurmtel.access import EVERYTHING, Scope
 from slurmtel.config import Config
 from slurmtel.store.reports_nodes import nodes_report
 from slurmtel.store.usage import JobFilter
-from tests.factories import at, load_admin_day
+from tests.factories import at, load_admin_day, with_hours
 
 START, END, NOW = at("2026-11-01T00:00:00"), at("2026-11-02T00:00:00"), at("2026-12-02T14:00:00")
 
@@ -24,7 +24,7 @@ START, END, NOW = at("2026-11-01T00:00:00"), at("2026-11-02T00:00:00"), at("2026
 def report(engine: Engine, scope: Scope = EVERYTHING, **kwargs) -> list[dict[str, Any]]:
     kwargs.setdefault("start", START)
     with engine.connect() as conn:
-        return nodes_report(conn, end=END, now=NOW, scope=scope, **kwargs)
+        return with_hours(nodes_report(conn, end=END, now=NOW, scope=scope, **kwargs))
 
 
 def test_nodes_failures_events_and_drift(engine: Engine, config: Config) -> None:
@@ -40,13 +40,15 @@ def test_nodes_failures_events_and_drift(engine: Engine, config: Config) -> None
         "partitions": ["gpu"],
         "attempts": 3,
         "failed_attempts": 1,
-        "node_fail": 0,
+        "node_fail_attempts": 0,
+        "failed_gpu_seconds": 4 * 3600,
         "failed_gpu_hours": 4.0,
+        "allocated_gpu_seconds": 7 * 3600,
         "allocated_gpu_hours": 7.0,
         "xid_events": 3,
         "xid_codes": "79:2 48:1",
-        "ecc_single_bit": 0,
-        "ecc_double_bit": 0,
+        "ecc_single_bit_errors": 0,
+        "ecc_double_bit_errors": 0,
         "gpu_model": "NVIDIA H100",
         "gpus": 2,
         "driver_version": "550.54.15",
@@ -58,9 +60,9 @@ def test_nodes_failures_events_and_drift(engine: Engine, config: Config) -> None
         "state",
         "attempts",
         "failed_attempts",
-        "node_fail",
+        "node_fail_attempts",
         "failed_gpu_hours",
-        "ecc_double_bit",
+        "ecc_double_bit_errors",
         "gpus",
     )
     assert {n: tuple(by_node[n][f] for f in fields) for n in ("gpu02", "gpu03", "gpu04", "gpu06")} == {

@@ -23,7 +23,13 @@ from slurmtel.store.usage import JobFilter, usage_report
 from tests.factories import at, load_admin_day
 
 START, END, NOW = at("2026-11-01T00:00:00"), at("2026-11-02T00:00:00"), at("2026-12-02T14:00:00")
-WAIT = ("count", "p50_seconds", "p95_seconds", "max_seconds", "mean_seconds")
+WAIT = (
+    "queue_wait_count",
+    "queue_wait_p50_seconds",
+    "queue_wait_p95_seconds",
+    "queue_wait_max_seconds",
+    "queue_wait_mean_seconds",
+)
 
 
 def report(engine: Engine, scope: Scope = EVERYTHING, **kwargs) -> dict[str, list[dict[str, Any]]]:
@@ -56,7 +62,7 @@ def test_waits_agree_with_report_usage(engine: Engine, config: Config) -> None:
                     u["queue_wait_max_seconds"])
             for u in usage
         } == {
-            q[by]: (q["count"], q["p50_seconds"], q["p95_seconds"], q["max_seconds"]) for q in result[section]
+            q[by]: (q["queue_wait_count"], q["queue_wait_p50_seconds"], q["queue_wait_p95_seconds"], q["queue_wait_max_seconds"]) for q in result[section]
         }  # fmt: skip
 
 
@@ -66,11 +72,11 @@ def test_pending_now_by_reason_with_quota_refusals_apart(engine: Engine, config:
     snapshot = datetime.fromisoformat("2026-11-01T23:59:00+00:00")
     assert result["pending"] == [
         {"cluster": "lab", "partition": "gpu", "reason": "Resources", "jobs": 2, "users": 2, "gpus_requested": 10,
-         "oldest_wait_seconds": 3540.0, "mean_wait_seconds": 2670.0, "observed_at": snapshot},
+         "oldest_pending_seconds": 3540.0, "mean_pending_seconds": 2670.0, "observed_at": snapshot},
         {"cluster": "lab", "partition": "debug", "reason": "Priority", "jobs": 1, "users": 1, "gpus_requested": 1,
-         "oldest_wait_seconds": 1740.0, "mean_wait_seconds": 1740.0, "observed_at": snapshot},
+         "oldest_pending_seconds": 1740.0, "mean_pending_seconds": 1740.0, "observed_at": snapshot},
     ]  # fmt: skip
-    assert [(q["account"], q["reason"], q["jobs"], q["gpus_requested"], q["oldest_wait_seconds"])
+    assert [(q["account"], q["reason"], q["jobs"], q["gpus_requested"], q["oldest_pending_seconds"])
             for q in result["quota"]] == [
         ("physics", "AssocGrpGRES", 1, 4, 14340.0),
         ("chem", "QOSMaxGRESPerUser", 1, 2, 7140.0),
@@ -94,7 +100,7 @@ def test_scope_and_filters(engine: Engine, config: Config) -> None:
     load_admin_day(engine, config)
     alice = report(engine, scope=Scope(users=frozenset({"alice"})))
     assert [r["account"] for r in alice["wait_by_account"]] == ["physics"]
-    assert alice["wait_by_account"][0]["count"] == 1
+    assert alice["wait_by_account"][0]["queue_wait_count"] == 1
     assert alice["pending"] == []
     assert [q["reason"] for q in alice["quota"]] == ["AssocGrpGRES"]
     bio = report(engine, scope=Scope(accounts=frozenset({"bio"})))

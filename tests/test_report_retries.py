@@ -26,7 +26,7 @@ from slurmtel.store.jobs import sync_outcome_classes, write_attempts
 from slurmtel.store.reports_failures import failures_report
 from slurmtel.store.reports_retries import retries_report
 from slurmtel.store.usage import JobFilter
-from tests.factories import at, attempt
+from tests.factories import at, attempt, with_hours
 
 START, END, NOW = at("2026-11-01T00:00:00"), at("2026-11-02T00:00:00"), at("2026-12-02T14:00:00")
 
@@ -71,7 +71,7 @@ def report(engine: Engine, scope: Scope = EVERYTHING, **kwargs) -> dict[str, lis
     kwargs.setdefault("start", START)
     kwargs.setdefault("end", END)
     with engine.connect() as conn:
-        return retries_report(conn, now=NOW, scope=scope, **kwargs)
+        return with_hours(retries_report(conn, now=NOW, scope=scope, **kwargs))
 
 
 def test_chains(engine: Engine) -> None:
@@ -98,7 +98,9 @@ def test_chains(engine: Engine) -> None:
         "resubmissions": 2,
         "first_submit_at": datetime.fromisoformat("2026-11-01T09:55:00+00:00"),
         "last_end_at": datetime.fromisoformat("2026-11-01T16:00:00+00:00"),
+        "retry_gpu_seconds": 3 * 3600,
         "retry_gpu_hours": 3.0,
+        "failed_gpu_seconds": 3 * 3600,
         "failed_gpu_hours": 3.0,
     }
 
@@ -129,8 +131,8 @@ def test_the_failures_report_counts_the_same_retry_gpu_hours(engine: Engine) -> 
     with engine.connect() as conn:
         failures = failures_report(conn, start=START, end=END, now=NOW, scope=EVERYTHING)
     retries = report(engine)
-    assert {r["account"]: r["retry_gpu_hours"] for r in failures["by_account"]} == {
-        r["account"]: r["retry_gpu_hours"] for r in retries["by_account"]
+    assert {r["account"]: r["retry_gpu_seconds"] for r in failures["by_account"]} == {
+        r["account"]: r["retry_gpu_seconds"] for r in retries["by_account"]
     }
 
 

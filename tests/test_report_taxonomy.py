@@ -27,7 +27,7 @@ from slurmtel.config import Config
 from slurmtel.records import GpuInventory, NodeState
 from slurmtel.store.reports_taxonomy import CATEGORIES, DOWN_STATES, taxonomy_report
 from slurmtel.store.usage import JobFilter
-from tests.factories import AdminDay, admin_day, at, attempt, load_admin_day, node_state, windows
+from tests.factories import AdminDay, admin_day, at, attempt, load_admin_day, node_state, windows, with_hours
 
 NOW = at("2026-12-02T14:00:00")
 DAY = date(2026, 11, 1)
@@ -71,8 +71,8 @@ def test_day_by_partition_exact(engine: Engine, config: Config) -> None:
         "active": 0,
         "unmeasured": 0,
     }
-    assert gpu["installed_gpu_hours"] == Decimal("127.0000")
-    assert (gpu["unallocated_gpu_hours"], gpu["active_gpu_hours"]) == (Decimal("64.5000"), Decimal("1.5000"))
+    assert gpu["installed_gpu_seconds"] == 127 * HOUR
+    assert with_hours(gpu)["unallocated_gpu_hours"] == 64.5
     assert gpu["unavailable_share"] == round(42 / 127, 4)
     assert debug["unavailable_share"] == round(24 / 42, 4)
 
@@ -83,10 +83,10 @@ def test_parts_sum_to_installed_exactly_and_installed_to_node_capacity(
     day = load_admin_day(engine, config)
     rows = report(engine)
     for row in rows:
-        # exact numeric: no tolerance
+        # exact: no tolerance
         assert sum((seconds(row, c) for c in CATEGORIES), Decimal(0)) == seconds(row, "installed")
-        # the rounded hours add up too (largest remainder)
-        assert sum((row[f"{c}_gpu_hours"] for c in CATEGORIES), Decimal(0)) == row["installed_gpu_hours"]
+        # rounded to milliseconds, the parts still add up (largest remainder)
+        assert all(seconds(row, c) == seconds(row, c).quantize(Decimal("0.001")) for c in CATEGORIES)
         assert all(seconds(row, c) >= 0 for c in CATEGORIES)
     # per cluster and day: installed over partitions = node capacity, computed here from the
     # node_state observations with the interval rule (+ allocation of nodes without a state)
@@ -296,5 +296,5 @@ def test_a_mig_node_counts_its_physical_gpus(engine: Engine, config: Config) -> 
     assert seconds(mig, "unavailable") == 0
     assert seconds(mig, "unallocated") == 3 * (23 * HOUR + 60) - allocated
     assert seconds(mig, "installed") == 3 * (23 * HOUR + 60)
-    assert mig["unallocated_gpu_hours"] == Decimal("68.1929")  # (3 x 82860 s - 3085.714... s) / 3600
-    assert mig["active_gpu_hours"] == Decimal("0.8571")  # 6/7
+    assert with_hours(mig)["unallocated_gpu_hours"] == 68.1929  # (3 x 82860 s - 3085.714... s) / 3600
+    assert with_hours(mig)["active_gpu_hours"] == 0.8571  # 6/7

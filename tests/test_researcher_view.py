@@ -123,34 +123,34 @@ def test_job_shows_host_figures_gpu_power_and_advice(cli, engine: Engine, config
         for k in (
             "cpus",
             "cpu_time_seconds",
-            "cpu_efficiency_percent",
+            "cpu_efficiency_share",
             "mem_requested_bytes",
             "mem_peak_bytes",
             "mem_peak_task_bytes",
-            "mem_used_percent",
+            "mem_efficiency_share",
             "usage_steps",
             "elapsed_seconds",
             "time_limit_seconds",
-            "time_limit_used_percent",
+            "time_limit_used_share",
         )
     } == {
         "cpus": 8,
         "cpu_time_seconds": 5760.0,
-        "cpu_efficiency_percent": 20.0,  # 5760 / (8 x 3600)
+        "cpu_efficiency_share": 0.2,  # 5760 / (8 x 3600)
         "mem_requested_bytes": 64 * GIB,
         "mem_peak_bytes": 8 * GIB,
         "mem_peak_task_bytes": 5 * GIB,
-        "mem_used_percent": 12.5,  # 8 / 64
+        "mem_efficiency_share": 0.125,  # 8 / 64
         "usage_steps": 2,
         "elapsed_seconds": 3600,
         "time_limit_seconds": 8 * 3600,
-        "time_limit_used_percent": 12.5,  # 1 h of 8 h
+        "time_limit_used_share": 0.125,  # 1 h of 8 h
     }
     gpus = {r["gpu"]: r for r in report["gpu_figures"]}
     assert sorted(gpus) == ["gpu01/0", "gpu01/1"]
     # 120 windows x 300 J over 3600 s measured: 10 W mean; the windows' highest mean power
     assert (gpus["gpu01/0"]["power_mean_watts"], gpus["gpu01/0"]["power_max_watts"]) == (10.0, 250.0)
-    assert (gpus["gpu01/1"]["power_max_watts"], gpus["gpu01/1"]["idle_percent"]) == (60.0, 100.0)
+    assert (gpus["gpu01/1"]["power_max_watts"], gpus["gpu01/1"]["idle_share"]) == (60.0, 1.0)
     assert report["advice"] == EXPECTED_ADVICE
 
     code, text, _ = cli(ALICE, "job", "50")
@@ -194,7 +194,7 @@ def test_timeout_job_is_told_to_checkpoint(cli, engine: Engine, config: Config) 
     code, out, _ = cli(ALICE, "job", "50", "--format", "json")
     assert code == 0
     (report,) = json.loads(out)
-    assert report["time_limit_used_percent"] == 100.0
+    assert report["time_limit_used_share"] == 1.0
     assert report["advice"] == [
         "1 of 2 GPUs idle 100 % of the time: ask for 1 GPU.",
         "The job hit its time limit (01:00:00): save checkpoints and resume from them, "
@@ -409,18 +409,18 @@ def test_me_jobs_lists_the_callers_attempts(cli, engine: Engine, config: Config)
         "start_at": "2026-11-01T10:00:00+00:00",
         "elapsed_seconds": 3600.0,
         "gpus": 2,
-        "gpu_seconds": 7200.0,
+        "allocated_gpu_seconds": 7200.0,
         # GPU-0 at 80 %, GPU-1 at 0 %, each 1 h measured
-        "mean_util_percent": 40.0,
-        "idle_percent": 50.0,
-        "cpu_efficiency_percent": 20.0,
+        "mean_util_share": 0.4,
+        "idle_share": 0.5,
+        "cpu_efficiency_share": 0.2,
         "mem_peak_bytes": 8 * GIB,
         "mem_requested_bytes": 64 * GIB,
-        "mem_used_percent": 12.5,
+        "mem_efficiency_share": 0.125,
     }
     second = rows[1]
-    assert (second["gpus"], second["gpu_seconds"], second["mean_util_percent"]) == (0, 0.0, None)
-    assert (second["cpu_efficiency_percent"], second["mem_peak_bytes"], second["mem_requested_bytes"]) == (
+    assert (second["gpus"], second["allocated_gpu_seconds"], second["mean_util_share"]) == (0, 0.0, None)
+    assert (second["cpu_efficiency_share"], second["mem_peak_bytes"], second["mem_requested_bytes"]) == (
         None,
         None,
         4 * GIB,
@@ -429,12 +429,12 @@ def test_me_jobs_lists_the_callers_attempts(cli, engine: Engine, config: Config)
     code, out, _ = cli(ALICE, "me", "--jobs", "--month", "2026-11", "--format", "csv")
     table = list(csv.DictReader(io.StringIO(out)))
     assert [r["job_id"] for r in table] == ["50", "51"]
-    assert (table[0]["elapsed_seconds"], table[0]["gpu_seconds"], table[0]["mem_peak_bytes"]) == (
+    assert (table[0]["elapsed_seconds"], table[0]["allocated_gpu_seconds"], table[0]["mem_peak_bytes"]) == (
         "3600",
         "7200",
         str(8 * GIB),
     )
-    assert not any(c.endswith("_hours") or c.endswith("_gib") for c in table[0])
+    assert not any(c.endswith(("_hours", "_gib", "_percent")) for c in table[0])
 
     code, out, _ = cli(ALICE, "me", "--jobs", "--month", "2026-11")
     assert code == 0
@@ -449,10 +449,15 @@ def test_me_jobs_lists_the_callers_attempts(cli, engine: Engine, config: Config)
         "account",
         "partition",
         "state",
-        "start",
+        "start_at",
         "elapsed_hours",
     ]
-    assert header[-4:] == ["cpu_efficiency_percent", "mem_peak_gib", "mem_requested_gib", "mem_used_percent"]
+    assert header[-4:] == [
+        "cpu_efficiency_percent",
+        "mem_peak_gib",
+        "mem_requested_gib",
+        "mem_efficiency_percent",
+    ]
     # hours and GiB in the table; the start in the site zone
     assert lines[2].split() == (
         [

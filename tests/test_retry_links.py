@@ -479,7 +479,7 @@ def test_reports_give_the_same_figures_from_stored_links_and_without_them(engine
     stored = reports()
     chains = stored[0]["chains"]
     assert len(chains) > 10 and any(c["jobs"] > 2 for c in chains)
-    assert any(r["retry_gpu_hours"] > 0 for r in stored[0]["by_user"])
+    assert any(r["retry_gpu_seconds"] > 0 for r in stored[0]["by_user"])
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM retry_link_state"))
     assert reports() == stored

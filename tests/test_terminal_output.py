@@ -27,6 +27,7 @@ import pytest
 from rich.cells import cell_len
 from sqlalchemy import Engine
 
+from slurmtel.columns import table_name, table_value
 from slurmtel.config import Config
 from slurmtel.reports.render import _text, escape_controls, fit_columns, render
 from tests.factories import admin_day, load_admin_day
@@ -105,7 +106,7 @@ def assert_no_raw_controls(text: str) -> None:
 
 TABLE_COLUMNS = [
     "cluster", "job_id", "name", "user", "account", "partition", "gpu", "allocated_gpu_hours",
-    "idle_gpu_hours", "idle_share", "billable_amount", "closed_amount", "state", "reason",
+    "idle_gpu_hours", "idle_percent", "billable_amount", "closed_amount", "state", "reason",
 ]  # fmt: skip
 
 
@@ -129,7 +130,7 @@ def test_a_table_fits_the_terminal_by_leaving_columns_out(
     figures = {
         "allocated_gpu_hours": [_text(round((7281234.5 + i) / 3600, 4)) for i in range(4)],
         "idle_gpu_hours": ["17.25"],
-        "idle_share": ["0.4321"],
+        "idle_percent": ["43.2"],
         "billable_amount": ["123456.78"],
         "closed_amount": ["98765.43"],
         "job_id": ["1000", "1001", "1002", "1003"],
@@ -279,8 +280,10 @@ def test_cli_tables_on_a_pty(width: int, cli_env: tuple[list[str], dict[str, str
     for rows_, section in zip(document.values(), [s for s in sections if s.strip()], strict=False):
         for r in rows_:
             for column, value in r.items():
+                # the table's unit of the column (hours, percent): the one conversion
+                shown, value = table_name(column), table_value(column, value)
                 if (
-                    column not in dropped(section)
+                    shown not in dropped(section)
                     and isinstance(value, int | float)
                     and not isinstance(value, bool)
                 ):

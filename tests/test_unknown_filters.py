@@ -11,8 +11,9 @@ from sqlalchemy import Engine, text
 
 from slurmtel.access import Identity, Role
 from slurmtel.cli import main
+from slurmtel.columns import table_name
 from slurmtel.config import Config
-from slurmtel.reports.render import hours_name, in_hours, render
+from slurmtel.reports.render import for_table, render
 from tests.conftest import FIXED_NOW
 from tests.factories import load_admin_day
 from tests.test_report_admin_cli import WINDOW, Run, as_identity
@@ -140,19 +141,23 @@ def test_top_titles_say_what_is_shown(run: Run, capsys: pytest.CaptureFixture[st
 # ------------------------------------------------------------------------ hours in tables
 
 
-def test_tables_show_durations_in_hours_and_data_formats_in_seconds() -> None:
-    assert hours_name("queue_wait_p50_seconds") == "queue_wait_p50_hours"
-    assert hours_name("gpu_seconds_completed") == "gpu_hours_completed"
-    assert hours_name("seconds") is None and hours_name("gpu_hours") is None
-    rows = [{"account": "a", "failed_gpu_seconds": 728580, "wait_seconds": None, "seconds": 2.5}]
+def test_tables_convert_units_in_one_place_and_data_formats_keep_them() -> None:
+    assert table_name("queue_wait_p50_seconds") == "queue_wait_p50_hours"
+    assert table_name("completed_gpu_seconds") == "completed_gpu_hours"
+    assert table_name("idle_share") == "idle_percent"
+    assert table_name("jobs") == "jobs"
+    rows = [
+        {"account": "a", "failed_gpu_seconds": 728580, "queue_wait_p50_seconds": None, "idle_share": 0.4312}
+    ]
+    columns = ["account", "failed_gpu_seconds", "queue_wait_p50_seconds", "idle_share"]
     table = io.StringIO()
-    render(rows, table, "table", columns=["account", "failed_gpu_seconds", "wait_seconds", "seconds"])
+    render(rows, table, "table", columns=columns)
     header, line = table.getvalue().splitlines()
-    assert header.split() == ["account", "failed_gpu_hours", "wait_hours", "seconds"]
-    assert line.split() == ["a", "202.3833", "2.5"]
+    assert header.split() == ["account", "failed_gpu_hours", "queue_wait_p50_hours", "idle_percent"]
+    assert line.split() == ["a", "202.3833", "43.1"]
     data = io.StringIO()
-    render(rows, data, "csv", columns=["account", "failed_gpu_seconds"])
-    assert data.getvalue() == "account,failed_gpu_seconds\na,728580\n"
-    # a seconds column whose hours twin is shown is left out of the table
-    both, cols = in_hours([{"x_hours": 1.0, "x_seconds": 3600}], ["x_hours", "x_seconds"])
-    assert cols == ["x_hours"] and both[0]["x_hours"] == 1.0
+    render(rows, data, "csv", columns=["account", "failed_gpu_seconds", "idle_share"])
+    assert data.getvalue() == "account,failed_gpu_seconds,idle_share\na,728580,0.4312\n"
+    # a figure/value table converts each value by the column its figure names
+    converted, cols = for_table([{"figure": "idle_gpu_seconds", "value": 7200}], ["figure", "value"])
+    assert cols == ["figure", "value"] and converted == [{"figure": "idle_gpu_hours", "value": 2.0}]

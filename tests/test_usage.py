@@ -37,7 +37,7 @@ def test_gpu_seconds_are_split_exactly_at_the_window_edges(engine: Engine) -> No
     assert after["allocated_gpu_seconds"] == 2 * 1800
     (whole,) = report(engine, "2026-11-01T00:00:00", "2026-11-02T00:00:00")
     assert whole["allocated_gpu_seconds"] == before["allocated_gpu_seconds"] + after["allocated_gpu_seconds"]
-    assert whole["allocated_gpu_hours"] == 2.0
+    assert whole["allocated_gpu_seconds"] == 2 * 3600
 
 
 def test_outcome_classes_failures_and_running_attempts_up_to_now(engine: Engine) -> None:
@@ -50,11 +50,11 @@ def test_outcome_classes_failures_and_running_attempts_up_to_now(engine: Engine)
         attempt(job_id_raw=5, state="FOO", alloc_gpus=1, end_at=at("2026-11-01T10:00:10")),  # 10 unknown
     )
     (row,) = report(engine, "2026-11-01T00:00:00", "2026-11-02T00:00:00")
-    assert row["gpu_seconds_completed"] == 3600
-    assert row["gpu_seconds_user_failure"] == 7200
-    assert row["gpu_seconds_system_failure"] == 600
-    assert row["gpu_seconds_running"] == 4 * 1800  # 11:30 .. NOW=12:00
-    assert row["gpu_seconds_unknown"] == 10
+    assert row["completed_gpu_seconds"] == 3600
+    assert row["user_failure_gpu_seconds"] == 7200
+    assert row["system_failure_gpu_seconds"] == 600
+    assert row["running_gpu_seconds"] == 4 * 1800  # 11:30 .. NOW=12:00
+    assert row["unknown_gpu_seconds"] == 10
     assert row["failed_gpu_seconds"] == 7800
     assert row["allocated_gpu_seconds"] == 3600 + 7200 + 600 + 7200 + 10
     assert (row["jobs"], row["attempts"], row["requeues"]) == (5, 5, 0)

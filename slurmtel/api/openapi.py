@@ -9,7 +9,7 @@ from typing import Any
 
 from slurmtel import __version__
 from slurmtel.reports.catalog import REPORTS
-from slurmtel.reports.spec import ReportSpec, field_type, json_type
+from slurmtel.reports.spec import ReportSpec, json_type
 
 SECURITY: list[dict[str, list[str]]] = [{"munge": []}, {"slurmJwt": []}]
 ERROR = {
@@ -41,7 +41,7 @@ WINDOW_PARAMETERS = [
 def _row_schema(columns: tuple[str, ...]) -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {c: json_type(field_type(c)) for c in columns},
+        "properties": {c: json_type(c) for c in columns},
         "required": list(columns),
     }
 

@@ -24,7 +24,7 @@ from slurmtel.commands.common import (
 )
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
-from slurmtel.reports.render import render
+from slurmtel.reports.render import months_text, render, window_text
 
 if TYPE_CHECKING:
     from slurmtel.cost import Group
@@ -36,23 +36,23 @@ KEYS = {
     "account": ("kind", "account"),
 }
 FIGURES = (
-    "period_start",
-    "period_end",
-    "months",
+    "period_start_at",
+    "period_end_at",
+    "calendar_months",
     "currency",
-    "installed_gpu_hours",
-    "allocated_gpu_hours",
-    "idle_gpu_hours",
-    "idle_share",
-    "idle_cost",
-    "retry_gpu_hours",
+    "installed_gpu_seconds",
+    "allocated_gpu_seconds",
+    "unused_gpu_seconds",
+    "unused_share",
+    "unused_cost",
+    "retry_gpu_seconds",
     "retry_share",
     "retry_cost",
-    "failed_gpu_hours",
-    "useful_gpu_hours",
-    "utilisation",
+    "failed_gpu_seconds",
+    "useful_gpu_seconds",
+    "useful_share",
     "completed_jobs",
-    "unit",
+    "accepted_unit",
     "accepted_units",
     "total_cost",
     "compute_cost",
@@ -65,29 +65,29 @@ FIGURES = (
     "baseline_price_per_gpu_hour",
     "baseline_gpu_hour_cost",
     "gpu_hour_savings",
-    "break_even_utilisation",
+    "break_even_useful_ratio",
     "baseline_price_per_unit",
     "baseline_unit_cost",
     "unit_savings",
     "break_even_units",
-    "useful_work_per_gpu_month",
-    "target_gpu_hours_per_month",
+    "useful_gpu_seconds_per_gpu_month",
+    "target_gpu_seconds_per_month",
     "required_gpus",
     "required_gpus_ceil",
 )
 TABLE_FIGURES = (
-    "installed_gpu_hours",
-    "allocated_gpu_hours",
-    "idle_share",
-    "retry_share",
-    "useful_gpu_hours",
-    "accepted_units",
     "total_cost",
-    "cost_per_unit",
     "cost_per_useful_gpu_hour",
+    "cost_per_unit",
+    "unused_share",
+    "retry_share",
+    "useful_gpu_seconds",
+    "installed_gpu_seconds",
+    "allocated_gpu_seconds",
+    "accepted_units",
     "gpu_hour_savings",
     "unit_savings",
-    "break_even_utilisation",
+    "break_even_useful_ratio",
     "required_gpus",
 )
 
@@ -122,7 +122,8 @@ def _gpu_hours(value: str) -> Decimal:
 
 
 def cmd_report_cost(args: argparse.Namespace, config: Config) -> int:
-    from slurmtel.cost import cost_rows, months_in, settings_of
+    from slurmtel.cost import cost_rows, settings_of
+    from slurmtel.months import months_in
     from slurmtel.store.cost import completed_jobs, measured_rows
     from slurmtel.store.reports_admin import window_days
 
@@ -157,12 +158,9 @@ def cmd_report_cost(args: argparse.Namespace, config: Config) -> int:
     period_hours = Decimal(int((period_end - day_start).total_seconds())) / 3600
     rows = cost_rows(groups, cluster, settings, months=months, period_hours=period_hours)
     for row in rows:
-        row["period_start"] = day_start
-        row["period_end"] = period_end
-    title = (
-        f"Cost, {day_start.isoformat()} .. {period_end.isoformat()} ({months.normalize():f} months of "
-        f"{config.site.timezone}), {settings.currency}"
-    )
+        row["period_start_at"] = day_start
+        row["period_end_at"] = period_end
+    title = f"Cost, {window_text(day_start, period_end, zone)} ({months_text(months)}), {settings.currency}"
     keys = KEYS[args.by]
     if args.format == "table":
         if args.by == "cluster":
@@ -199,7 +197,7 @@ def build_groups(
             basis=p.installed,
             installed=p.installed,
             allocated=p.allocated,
-            idle=p.unallocated + p.allocated_idle + p.allocated_no_process,
+            unused=p.unallocated + p.allocated_idle + p.allocated_no_process,
             retry=retry_of.get((p.cluster, p.partition), Decimal(0)),
             failed=p.failed,
             useful=p.useful,
@@ -228,13 +226,12 @@ def build_groups(
         g = accounts.get(a.account) or Group(
             {"kind": "account", "account": a.account}, zero, None, zero, zero, zero, zero, zero, 0
         )
-        idle = a.allocated_idle + a.allocated_no_process
         accounts[a.account] = Group(
             g.key,
             basis=g.basis + a.allocated,
             installed=None,
             allocated=g.allocated + a.allocated,
-            idle=g.idle + idle,
+            unused=g.unused + a.allocated_idle + a.allocated_no_process,
             retry=g.retry + a.retry,
             failed=g.failed + a.failed,
             useful=g.useful + a.useful,
@@ -249,12 +246,12 @@ def build_groups(
             g.basis,
             None,
             g.allocated,
-            g.idle,
+            g.unused,
             g.retry,
             g.failed,
             g.useful,
             jobs_of_account.get(account, 0),
         )
     total = Group({"kind": "total", "account": ""}, **{f: getattr(cluster, f) for f in (
-        "basis", "installed", "allocated", "idle", "retry", "failed", "useful", "completed_jobs")})  # fmt: skip
+        "basis", "installed", "allocated", "unused", "retry", "failed", "useful", "completed_jobs")})  # fmt: skip
     return [accounts[a] for a in sorted(accounts)], total

@@ -11,6 +11,22 @@ from slurmtel.commands.common import EXIT_OK, add_format_argument, open_context,
 from slurmtel.config import Config
 from slurmtel.reports.render import render
 
+# the columns of `quarantine list` (raw only with --raw) and `runs` (slurmtel.columns)
+QUARANTINE_COLUMNS = ("quarantine_id", "source", "origin", "record", "reason", "seen", "last_seen_at", "raw")
+RUNS_COLUMNS = (
+    "run_id",
+    "source",
+    "mode",
+    "started_at",
+    "duration_seconds",
+    "status",
+    "error_kind",
+    "rows_read",
+    "rows_written",
+    "rows_quarantined",
+    "message",
+)
+
 
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
     quarantine = commands.add_parser("quarantine", help="records that could not be ingested")
@@ -48,7 +64,7 @@ def cmd_quarantine_list(args: argparse.Namespace, config: Config) -> int:
         records = list_quarantine(conn, source=args.source, limit=args.limit)
     rows = [
         {
-            "id": r.id,
+            "quarantine_id": r.id,
             "source": r.source,
             "origin": r.origin,
             "record": r.record_key,
@@ -59,7 +75,8 @@ def cmd_quarantine_list(args: argparse.Namespace, config: Config) -> int:
         }
         for r in records
     ]
-    render(rows, sys.stdout, args.format, title="Quarantined records")
+    columns = QUARANTINE_COLUMNS if args.raw else QUARANTINE_COLUMNS[:-1]
+    render(rows, sys.stdout, args.format, columns=columns, title="Quarantined records")
     return EXIT_OK
 
 
@@ -74,11 +91,13 @@ def cmd_runs(args: argparse.Namespace, config: Config) -> int:
         runs = recent_runs(conn, source=args.source, limit=args.limit)
     rows = [
         {
-            "id": r.id,
+            "run_id": r.id,
             "source": r.source,
             "mode": r.mode,
             "started_at": r.started_at,
-            "seconds": round((r.finished_at - r.started_at).total_seconds(), 3) if r.finished_at else None,
+            "duration_seconds": round((r.finished_at - r.started_at).total_seconds(), 3)
+            if r.finished_at
+            else None,
             "status": r.status,
             "error_kind": r.error_kind,
             "rows_read": r.rows_read,
@@ -88,7 +107,7 @@ def cmd_runs(args: argparse.Namespace, config: Config) -> int:
         }
         for r in runs
     ]
-    render(rows, sys.stdout, args.format, title="Collect runs")
+    render(rows, sys.stdout, args.format, columns=RUNS_COLUMNS, title="Collect runs")
     return EXIT_OK
 
 

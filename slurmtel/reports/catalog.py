@@ -43,6 +43,19 @@ def _top(what: str, by: str) -> Any:
     return lambda query, rows: top_title(rows, what, by)
 
 
+def whose(query: ReportQuery) -> str:
+    """What the rows of an aggregate report cover for the caller, said in its first title:
+    nothing for a scope over everything; "your own jobs" for a user; a coordinator's accounts
+    whole, and their own jobs elsewhere."""
+    scope = query.scope
+    if scope.everything:
+        return ""
+    if scope.accounts:
+        accounts = ", ".join(sorted(scope.accounts))
+        return f" (all jobs of {accounts}; elsewhere your own jobs only)"
+    return " (your own jobs only)"
+
+
 def _fixed(text: str) -> Any:
     return lambda query, rows: text
 
@@ -77,8 +90,7 @@ def _usage_columns(group: str) -> tuple[str, ...]:
         "attempts",
         "requeues",
         "allocated_gpu_seconds",
-        "allocated_gpu_hours",
-        *(f"gpu_seconds_{c}" for c in OUTCOME_CLASSES),
+        *(f"{c}_gpu_seconds" for c in OUTCOME_CLASSES),
         "failed_gpu_seconds",
         "queue_wait_count",
         "queue_wait_p50_seconds",
@@ -93,10 +105,10 @@ USAGE_TABLE_COLUMNS = (
     "jobs",
     "attempts",
     "requeues",
-    "allocated_gpu_hours",
+    "allocated_gpu_seconds",
     "failed_gpu_seconds",
-    "gpu_seconds_completed",
-    "gpu_seconds_running",
+    "completed_gpu_seconds",
+    "running_gpu_seconds",
     "queue_wait_count",
     "queue_wait_p50_seconds",
     "queue_wait_p95_seconds",
@@ -123,7 +135,7 @@ USAGE = ReportSpec(
         Section(
             "usage",
             row=RowsBy("by", USAGE_ROWS),
-            title=lambda q, rows: f"GPU usage by {q.option('by')}, {q.window_text()}",
+            title=lambda q, rows: f"GPU usage by {q.option('by')}{whose(q)}, {q.window_text()}",
             table_columns=lambda q: ("cluster", q.option("by"), *USAGE_TABLE_COLUMNS),
         ),
     ),
@@ -135,14 +147,14 @@ USAGE = ReportSpec(
 
 FAILURE_GROUP = (
     "failed_attempts",
-    "failed_gpu_hours",
-    "user_failure_gpu_hours",
-    "system_failure_gpu_hours",
-    "cancelled_gpu_hours",
-    "preempted_gpu_hours",
-    "allocated_gpu_hours",
+    "failed_gpu_seconds",
+    "user_failure_gpu_seconds",
+    "system_failure_gpu_seconds",
+    "cancelled_gpu_seconds",
+    "preempted_gpu_seconds",
+    "allocated_gpu_seconds",
     "failed_share",
-    "retry_gpu_hours",
+    "retry_gpu_seconds",
 )
 FAILED_ATTEMPT_COLUMNS = (
     "cluster",
@@ -156,7 +168,7 @@ FAILED_ATTEMPT_COLUMNS = (
     "nodes",
     "gpus",
     "elapsed_seconds",
-    "failed_gpu_hours",
+    "failed_gpu_seconds",
     "retry",
 )
 
@@ -188,7 +200,7 @@ FAILURES = ReportSpec(
             FAILURE_GROUP,
             ("account", "user", "partition"),
             "Failed GPU-hours",
-            lambda q, rows: f"Failed GPU-hours by account, {q.window_text()}",
+            lambda q, rows: f"Failed GPU-hours by account{whose(q)}, {q.window_text()}",
         ),
         Section(
             "by_node",
@@ -207,15 +219,15 @@ FAILURES = ReportSpec(
 # --- idle -------------------------------------------------------------------------------------
 
 IDLE_GROUP = (
-    "allocated_gpu_hours",
-    "covered_gpu_hours",
-    "busy_gpu_hours",
-    "idle_gpu_hours",
-    "no_process_gpu_hours",
-    "unmeasured_gpu_hours",
+    "allocated_gpu_seconds",
+    "covered_gpu_seconds",
+    "busy_gpu_seconds",
+    "idle_gpu_seconds",
+    "no_process_gpu_seconds",
+    "unmeasured_gpu_seconds",
     "idle_share",
-    "coverage",
-    "mean_util_percent",
+    "covered_share",
+    "mean_util_share",
 )
 IDLE_JOB_COLUMNS = (
     "cluster",
@@ -225,12 +237,12 @@ IDLE_JOB_COLUMNS = (
     "partition",
     "state",
     "gpus",
-    "allocated_gpu_hours",
-    "idle_gpu_hours",
-    "no_process_gpu_hours",
+    "allocated_gpu_seconds",
+    "idle_gpu_seconds",
+    "no_process_gpu_seconds",
     "idle_share",
-    "coverage",
-    "mean_util_percent",
+    "covered_share",
+    "mean_util_share",
 )
 
 
@@ -260,14 +272,14 @@ IDLE = ReportSpec(
             IDLE_GROUP,
             ("account", "user", "partition"),
             "Idle GPU-hours",
-            lambda q, rows: f"Idle GPU-hours by account, {q.days_text()}",
+            lambda q, rows: f"Idle GPU-hours by account{whose(q)}, {q.days_text()}",
         ),
         Section("top_jobs", row_type("IdleJobRow", IDLE_JOB_COLUMNS), _top("jobs", "idle GPU-hours")),
         Section(
             "unmapped",
             row_type(
                 "UnmappedRow",
-                ("cluster", "account", "unmapped_gpu_hours", "allocated_gpu_hours", "unmapped_share"),
+                ("cluster", "account", "unmapped_gpu_seconds", "allocated_gpu_seconds", "unmapped_share"),
             ),
             _fixed("Allocated GPU-hours no GPU could be mapped to, by account"),
         ),
@@ -277,14 +289,20 @@ IDLE = ReportSpec(
 
 # --- queue ------------------------------------------------------------------------------------
 
-WAIT = ("count", "p50_seconds", "p95_seconds", "max_seconds", "mean_seconds")
+WAIT = (
+    "queue_wait_count",
+    "queue_wait_p50_seconds",
+    "queue_wait_p95_seconds",
+    "queue_wait_max_seconds",
+    "queue_wait_mean_seconds",
+)
 PENDING = (
     "reason",
     "jobs",
     "users",
     "gpus_requested",
-    "oldest_wait_seconds",
-    "mean_wait_seconds",
+    "oldest_pending_seconds",
+    "mean_pending_seconds",
     "observed_at",
 )
 
@@ -303,7 +321,7 @@ QUEUE = ReportSpec(
         Section(
             "wait_by_partition",
             row_type("WaitByPartitionRow", ("cluster", "partition", *WAIT)),
-            lambda q, rows: f"Queue wait (start - eligible) by partition, {q.window_text()}",
+            lambda q, rows: f"Queue wait (start - eligible) by partition{whose(q)}, {q.window_text()}",
         ),
         Section(
             "wait_by_account",
@@ -338,19 +356,19 @@ TAXONOMY_COLUMNS = (
     "day",
     "cluster",
     "partition",
-    "installed_gpu_hours",
-    *(f"{p}_gpu_hours" for p in TAXONOMY_PARTS),
+    "installed_gpu_seconds",
+    *(f"{p}_gpu_seconds" for p in TAXONOMY_PARTS),
     *(f"{p}_share" for p in TAXONOMY_PARTS),
-    "capacity_unknown_gpu_hours",
+    "capacity_unknown_gpu_seconds",
 )
 TAXONOMY_TABLE_COLUMNS = (
     "day",
     "cluster",
     "partition",
-    "installed_gpu_hours",
-    *(f"{p}_gpu_hours" for p in TAXONOMY_PARTS),
+    "installed_gpu_seconds",
+    *(f"{p}_gpu_seconds" for p in TAXONOMY_PARTS),
     "active_share",
-    "capacity_unknown_gpu_hours",
+    "capacity_unknown_gpu_seconds",
 )
 
 
@@ -392,18 +410,18 @@ CAPACITY_SUMMARY_COLUMNS = (
     "cluster",
     "first_day",
     "last_day",
-    "installed_gpu_hours",
+    "installed_gpu_seconds",
     "average_gpus_installed",
-    "useful_gpu_hours",
+    "useful_gpu_seconds",
     "useful_share",
-    "failed_gpu_hours",
-    "retry_gpu_hours",
+    "failed_gpu_seconds",
+    "retry_gpu_seconds",
     "retry_share",
-    "capacity_unknown_gpu_hours",
-    "useful_work_per_gpu_month",
+    "capacity_unknown_gpu_seconds",
+    "useful_gpu_seconds_per_gpu_month",
     "gpus_installed_now",
     "gpus_available_now",
-    "target_gpu_hours_per_month",
+    "target_gpu_seconds_per_month",
     "required_gpus",
     "additional_gpus_needed",
 )
@@ -436,7 +454,8 @@ CAPACITY = ReportSpec(
             "target_gpu_hours",
             float,
             None,
-            "useful GPU-hours per month the site must deliver: prints required_gpus",
+            "useful GPU-hours per month the site must deliver: prints required_gpus "
+            "(target_gpu_seconds_per_month in CSV/JSON)",
             minimum=0,
         ),
     ),
@@ -448,8 +467,13 @@ CAPACITY = ReportSpec(
         ),
         Section(
             "breakdown",
-            row_type("CapacityBreakdownRow", ("cluster", "category", "gpu_hours", "share")),
-            _fixed("Where the installed GPU-hours went (the categories add up to installed)"),
+            row_type(
+                "CapacityBreakdownRow", ("cluster", "category", "category_gpu_seconds", "category_share")
+            ),
+            _fixed(
+                "Where the installed GPU-hours went: the taxonomy's parts, active split by outcome "
+                "(the categories add up to installed)"
+            ),
         ),
     ),
     run=_run_capacity,
@@ -466,13 +490,13 @@ NODES_COLUMNS = (
     "partitions",
     "attempts",
     "failed_attempts",
-    "node_fail",
-    "failed_gpu_hours",
-    "allocated_gpu_hours",
+    "node_fail_attempts",
+    "failed_gpu_seconds",
+    "allocated_gpu_seconds",
     "xid_events",
     "xid_codes",
-    "ecc_single_bit",
-    "ecc_double_bit",
+    "ecc_single_bit_errors",
+    "ecc_double_bit_errors",
     "gpu_model",
     "gpus",
     "driver_version",
@@ -506,7 +530,7 @@ NODES = ReportSpec(
 
 # --- retries ----------------------------------------------------------------------------------
 
-RETRY_GROUP = ("jobs", "requeues", "resubmissions", "chains", "retry_gpu_hours", "failed_gpu_hours")
+RETRY_GROUP = ("jobs", "requeues", "resubmissions", "chains", "retry_gpu_seconds", "failed_gpu_seconds")
 CHAIN_COLUMNS = (
     "cluster",
     "user",
@@ -521,8 +545,8 @@ CHAIN_COLUMNS = (
     "resubmissions",
     "first_submit_at",
     "last_end_at",
-    "retry_gpu_hours",
-    "failed_gpu_hours",
+    "retry_gpu_seconds",
+    "failed_gpu_seconds",
 )
 
 
@@ -549,7 +573,7 @@ RETRIES = ReportSpec(
         Section(
             "chains",
             row_type("RetryChainRow", CHAIN_COLUMNS),
-            lambda q, rows: f"Resubmission chains, {q.window_text()}",
+            lambda q, rows: f"Resubmission chains{whose(q)}, {q.window_text()}",
         ),
         *by_group("Retries", RETRY_GROUP, ("account", "user"), "Retries", _fixed("Retries by account")),
     ),

@@ -1,9 +1,10 @@
 """Render report rows as a table (rich on a terminal, plain when piped), CSV or JSON.
 
-Rows are dicts with snake_case keys; every format shows the same columns in the same order.
-Durations are seconds in the data (CSV, JSON: a `seconds` word in the column name says so); a
-table shows them as hours: `queue_wait_p50_seconds` is `queue_wait_p50_hours` there, divided by
-3600 (`in_hours`).
+Rows are dicts keyed by registered columns (slurmtel.columns); every format shows the same
+columns in the same order. CSV and JSON give each value in its column's unit (seconds, bytes,
+joules, fractions); a table converts them, here and nowhere else (`for_table`): seconds to hours,
+bytes to GiB, joules to kWh, shares to percent, each renamed (`queue_wait_p50_seconds` is
+`queue_wait_p50_hours` there, `idle_share` is `idle_percent`).
 
 Tables are for people (README "Tables on a terminal"):
 
@@ -32,14 +33,18 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from datetime import date, datetime
+from datetime import date, datetime, tzinfo
 from decimal import Decimal
 from typing import Any, TextIO
+
+from slurmtel.columns import table_name, table_value
 
 FORMATS = ("table", "csv", "json")
 
 # --wide for this command (set once by slurmtel.cli.main): every column, full GPU UUIDs
 WIDE: ContextVar[bool] = ContextVar("slurmtel_table_wide", default=False)
+# the site's zone (site.timezone, set once by slurmtel.cli.main): a table shows instants in it
+ZONE: ContextVar[tzinfo | None] = ContextVar("slurmtel_table_zone", default=None)
 
 # a terminal whose width nothing tells
 DEFAULT_WIDTH = 80
@@ -80,7 +85,7 @@ def render(
             writer.writerow([_text(r.get(c)) for c in cols])
     elif fmt == "table":
         wide = WIDE.get() if wide is None else wide
-        rows, cols = in_hours(rows, cols)
+        rows, cols = for_table(rows, cols)
         if not wide and "gpu" in cols:
             cols = [c for c in cols if c != "gpu_uuid"]
         if out.isatty():
@@ -89,6 +94,29 @@ def render(
             _plain_table(rows, cols, out, title)
     else:
         raise ValueError(f"unknown format '{fmt}' (use {', '.join(FORMATS)})")
+
+
+def window_text(start: datetime, end: datetime, zone: tzinfo) -> str:
+    """The one way a window is printed, in every title: its half-open ends in the site's zone,
+    to the minute, and the zone (`2026-11-29 00:00 – 2026-12-06 00:00 Europe/Berlin`). A
+    report of whole site days prints the days' edges: the same window prints the same."""
+
+    def local(moment: datetime) -> str:
+        return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M")
+
+    return f"{local(start)} – {local(end)} {getattr(zone, 'key', None) or str(zone)}"
+
+
+def local_time(moment: datetime, zone: tzinfo) -> str:
+    """An instant as a table shows it: to the second in the site's zone, with the zone's
+    abbreviation (`2026-11-01 11:00:00 CET`)."""
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def months_text(months: Decimal) -> str:
+    """Calendar months as a title shows them: at most 3 decimals, no trailing zeros."""
+    rounded = months.quantize(Decimal("0.001")).normalize()
+    return f"{rounded:f} month{'' if rounded == 1 else 's'}"
 
 
 def escape_controls(text: str) -> str:
@@ -102,39 +130,25 @@ def gpu_name(node: str, index: int | None, uuid: str) -> str:
     return f"{node}/{index}" if index is not None and node else uuid
 
 
-def hours_name(column: str) -> str | None:
-    """The table name of a duration column in seconds (`gpu_seconds_completed` ->
-    `gpu_hours_completed`), None for other columns. A bare `seconds` (a short run's duration)
-    stays in seconds."""
-    words = column.split("_")
-    if "seconds" not in words or len(words) < 2:
-        return None
-    return "_".join("hours" if w == "seconds" else w for w in words)
-
-
-def in_hours(
+def for_table(
     rows: Sequence[Mapping[str, Any]], cols: Sequence[str]
 ) -> tuple[list[Mapping[str, Any]], list[str]]:
-    """(rows, columns) with every duration column in seconds shown as hours, the one rule of
-    tables; a seconds column whose hours twin is also shown is left out."""
-    renamed = {c: h for c in cols if (h := hours_name(c)) is not None}
-    if not renamed:
-        return list(rows), list(cols)
-    shown = [renamed.get(c, c) for c in cols if renamed.get(c) not in cols]
+    """(rows, columns) in the table units of slurmtel.columns (`table_name`, `table_value`): the
+    one place a table converts; a `figure` column naming a registered column converts its
+    `value` (figure/value tables); instants in the site's zone (ZONE) where it is set."""
+    shown = [table_name(c) for c in cols]
+    figure_value = "figure" in cols and "value" in cols
+    zone = ZONE.get()
     converted: list[Mapping[str, Any]] = []
     for r in rows:
-        row = dict(r)
-        for c, h in renamed.items():
-            if h not in cols:
-                row[h] = _hours(r.get(c))
+        row = {table_name(c): table_value(c, r.get(c)) for c in cols}
+        if zone is not None:
+            row.update({c: local_time(v, zone) for c, v in row.items() if isinstance(v, datetime)})
+        if figure_value and isinstance(r.get("figure"), str):
+            row["figure"] = table_name(r["figure"])
+            row["value"] = table_value(r["figure"], r.get("value"))
         converted.append(row)
     return converted, shown
-
-
-def _hours(seconds: Any) -> Any:
-    if not _is_number(seconds):
-        return seconds
-    return round(float(seconds) / 3600, 4)
 
 
 def _columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:

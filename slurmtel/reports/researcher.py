@@ -103,7 +103,7 @@ def me_query(
 GIB = 2**30
 JOB_FORMATS = ("table", "json")
 ME_FORMATS = ("table", "csv", "json")
-# `me --jobs`: tables in hours and GiB, csv/json in seconds and bytes
+# `me --jobs`: every column in CSV/JSON; a table converts units (reports.render.for_table)
 ME_JOBS_COLUMNS = (
     "cluster",
     "job_id",
@@ -112,26 +112,16 @@ ME_JOBS_COLUMNS = (
     "account",
     "partition",
     "state",
-    "start",
-    "elapsed_hours",
+    "start_at",
+    "elapsed_seconds",
     "gpus",
-    "gpu_hours",
-    "mean_util_percent",
-    "idle_percent",
-    "cpu_efficiency_percent",
-    "mem_peak_gib",
-    "mem_requested_gib",
-    "mem_used_percent",
-)
-ME_JOBS_DATA_COLUMNS = tuple(
-    {
-        "start": "start_at",
-        "elapsed_hours": "elapsed_seconds",
-        "gpu_hours": "gpu_seconds",
-        "mem_peak_gib": "mem_peak_bytes",
-        "mem_requested_gib": "mem_requested_bytes",
-    }.get(c, c)
-    for c in ME_JOBS_COLUMNS
+    "allocated_gpu_seconds",
+    "mean_util_share",
+    "idle_share",
+    "cpu_efficiency_share",
+    "mem_peak_bytes",
+    "mem_requested_bytes",
+    "mem_efficiency_share",
 )
 TOP_COLUMNS = (
     "cluster",
@@ -141,10 +131,86 @@ TOP_COLUMNS = (
     "state",
     "attempts",
     "gpus",
-    "gpu_hours",
-    "idle_percent",
-    "mean_util_percent",
-    "coverage_percent",
+    "allocated_gpu_seconds",
+    "idle_share",
+    "mean_util_share",
+    "covered_share",
+)
+# one attempt of `slurmtel job` (then its `gpu_figures`, GPU_COLUMNS, and `advice` lines)
+JOB_COLUMNS = (
+    "cluster",
+    "job_id",
+    "job_id_raw",
+    "attempt",
+    "attempts",
+    "name",
+    "user",
+    "account",
+    "partition",
+    "state",
+    "outcome",
+    "exit_code",
+    "submit_at",
+    "eligible_at",
+    "start_at",
+    "end_at",
+    "elapsed_seconds",
+    "queue_wait_seconds",
+    "gpus",
+    "gpu_model",
+    "nodes",
+    "cpus",
+    "cpu_time_seconds",
+    "cpu_efficiency_share",
+    "mem_requested_bytes",
+    "mem_peak_bytes",
+    "mem_peak_task_bytes",
+    "mem_efficiency_share",
+    "usage_steps",
+    "time_limit_seconds",
+    "time_limit_used_share",
+)
+# one GPU of `slurmtel job`
+GPU_COLUMNS = (
+    "gpu",
+    "gpu_uuid",
+    "node",
+    "mapping",
+    "allocated_gpu_seconds",
+    "mean_util_share",
+    "max_util_share",
+    "idle_share",
+    "covered_share",
+    "memory_used_max_bytes",
+    "memory_total_bytes",
+    "power_mean_watts",
+    "power_max_watts",
+    "energy_joules",
+)
+GPU_TABLE_COLUMNS = (
+    "gpu",
+    "gpu_uuid",
+    "mapping",
+    "mean_util_share",
+    "max_util_share",
+    "idle_share",
+    "covered_share",
+    "memory_used_max_bytes",
+    "power_mean_watts",
+    "power_max_watts",
+    "energy_joules",
+)
+# the figures of `me`'s summary (user and month are its heading)
+ME_SUMMARY_COLUMNS = (
+    "jobs",
+    "attempts",
+    "allocated_gpu_seconds",
+    "failed_gpu_seconds",
+    "covered_gpu_seconds",
+    "unmeasured_gpu_seconds",
+    "idle_gpu_seconds",
+    "idle_share",
+    "mean_util_share",
 )
 
 
@@ -160,40 +226,34 @@ def _local(moment: datetime | None, zone: tzinfo) -> str:
     return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z") if moment else ""
 
 
-def _share(numerator: float, denominator: float) -> float | None:
-    return round(100 * numerator / denominator, 1) if denominator > 0 else None
+def _share(numerator: float, denominator: float | None) -> float | None:
+    """A fraction to 4 places; None where the whole is 0 or unknown."""
+    return round(numerator / denominator, 4) if denominator else None
 
 
-def energy_text(joules: float | None) -> str:
-    """Energy in kWh from 1 kWh on, else Wh."""
-    if joules is None:
-        return ""
-    wh = joules / 3600
-    return f"{wh / 1000:.2f} kWh" if wh >= 1000 else f"{wh:.1f} Wh"
+def _percent_share(percent: float | None) -> float | None:
+    """A figure the store keeps in percent as the registered fraction."""
+    return None if percent is None else round(percent / 100, 4)
 
 
 def gpu_row(g: GpuFigures) -> dict[str, Any]:
-    """The figures of one GPU as shown (percentages with one decimal)."""
-    mean = g.mean_util_percent
+    """The registered figures of one GPU (GPU_COLUMNS)."""
     power = g.power_mean_watts
     return {
         "gpu": g.name,
         "gpu_uuid": g.gpu_uuid or "(unmapped)",
         "node": g.node,
         "mapping": g.mapping,
-        "allocated_hours": round(g.allocated_seconds / 3600, 4),
-        "mean_util_percent": None if mean is None else round(mean, 1),
-        "max_util_percent": None if g.util_max_percent is None else round(g.util_max_percent, 1),
-        "idle_percent": _share(g.idle_seconds, g.covered_seconds),
-        "coverage_percent": _share(g.covered_seconds, g.allocated_seconds),
-        "max_memory_gib": None
-        if g.memory_used_max_bytes is None
-        else round(g.memory_used_max_bytes / GIB, 2),
-        "memory_total_gib": None if not g.memory_total_bytes else round(g.memory_total_bytes / GIB, 1),
+        "allocated_gpu_seconds": round(g.allocated_seconds, 3),
+        "mean_util_share": _percent_share(g.mean_util_percent),
+        "max_util_share": _percent_share(g.util_max_percent),
+        "idle_share": _share(g.idle_seconds, g.covered_seconds),
+        "covered_share": _share(g.covered_seconds, g.allocated_seconds),
+        "memory_used_max_bytes": g.memory_used_max_bytes,
+        "memory_total_bytes": g.memory_total_bytes or None,
         "power_mean_watts": None if power is None else round(power, 1),
         "power_max_watts": None if g.power_max_watts is None else round(g.power_max_watts, 1),
         "energy_joules": None if g.energy_joules is None else round(g.energy_joules, 1),
-        "energy": energy_text(g.energy_joules),
     }
 
 
@@ -235,16 +295,14 @@ def attempt_report(
         "nodes": list(attempt.nodes),
         "cpus": host.alloc_cpus if host else None,
         "cpu_time_seconds": host.cpu_time_seconds if host else None,
-        "cpu_efficiency_percent": host.cpu_efficiency_percent if host else None,
+        "cpu_efficiency_share": _percent_share(host.cpu_efficiency_percent) if host else None,
         "mem_requested_bytes": host.mem_requested_bytes if host else None,
         "mem_peak_bytes": host.mem_peak_bytes if host else None,
         "mem_peak_task_bytes": host.mem_peak_task_bytes if host else None,
-        "mem_used_percent": host.mem_efficiency_percent if host else None,
+        "mem_efficiency_share": _percent_share(host.mem_efficiency_percent) if host else None,
         "usage_steps": host.usage_steps if host else None,
         "time_limit_seconds": attempt.time_limit_seconds,
-        "time_limit_used_percent": _share(elapsed, attempt.time_limit_seconds)
-        if elapsed is not None and attempt.time_limit_seconds
-        else None,
+        "time_limit_used_share": _share(elapsed, attempt.time_limit_seconds) if elapsed is not None else None,
         "gpu_figures": [gpu_row(g) for g in gpus],
         "advice": advise(
             JobFacts(
@@ -273,9 +331,9 @@ def host_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     partial = " so far" if r["end_at"] is None else ""
     unmeasured = "not measured (no job steps read)"
     cpus = f"{r['cpus']} CPU{'s' if r['cpus'] != 1 else ''}" if r["cpus"] else ""
-    if r["cpu_efficiency_percent"] is not None:
+    if r["cpu_efficiency_share"] is not None:
         cpu = (
-            f"{cpus}, efficiency {r['cpu_efficiency_percent']:.1f} %{partial} "
+            f"{cpus}, efficiency {100 * r['cpu_efficiency_share']:.1f} %{partial} "
             f"(CPU time {_duration(r['cpu_time_seconds'])})"
         )
     else:
@@ -283,7 +341,9 @@ def host_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     if r["mem_peak_bytes"] is not None:
         memory = f"peak {_gib(r['mem_peak_bytes'])}{partial}"
         if r["mem_requested_bytes"]:
-            memory += f" of {_gib(r['mem_requested_bytes'])} requested ({r['mem_used_percent']:.1f} %)"
+            memory += (
+                f" of {_gib(r['mem_requested_bytes'])} requested ({100 * r['mem_efficiency_share']:.1f} %)"
+            )
         if r["mem_peak_task_bytes"] is not None and r["mem_peak_task_bytes"] != r["mem_peak_bytes"]:
             memory += f", largest task {_gib(r['mem_peak_task_bytes'])}"
     else:
@@ -293,7 +353,7 @@ def host_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     if limit and r["elapsed_seconds"] is not None:
         time = (
             f"{_duration(r['elapsed_seconds'])} used of {_duration(limit)} "
-            f"({r['time_limit_used_percent']:.1f} %)"
+            f"({100 * r['time_limit_used_share']:.1f} %)"
         )
     elif limit:
         time = _duration(limit)
@@ -326,20 +386,7 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
             out.write(escape_controls(f"  {label:<11} {value}".rstrip()) + "\n")
         if r["gpu_figures"]:
             out.write("\n")
-            columns = [
-                "gpu",
-                "gpu_uuid",
-                "mapping",
-                "mean_util_percent",
-                "max_util_percent",
-                "idle_percent",
-                "coverage_percent",
-                "max_memory_gib",
-                "power_mean_watts",
-                "power_max_watts",
-                "energy",
-            ]
-            render(r["gpu_figures"], out, "table", columns=columns)
+            render(r["gpu_figures"], out, "table", columns=GPU_TABLE_COLUMNS)
         if r["advice"]:
             out.write("\nAdvice:\n")
             for line in r["advice"]:
@@ -423,8 +470,13 @@ def month_of(moment: datetime, zone: tzinfo) -> str:
     return f"{local.year:04d}-{local.month:02d}"
 
 
-def _hours(seconds: Any) -> float:
-    return round(float(seconds or 0) / 3600, 4)
+def _seconds(value: Any) -> float:
+    return round(float(value or 0), 3)
+
+
+def _util_share(util_weighted: Any, covered: float) -> float | None:
+    # util_weighted is Σ covered seconds × utilisation in percent
+    return round(float(util_weighted or 0) / covered / 100, 4) if covered > 0 else None
 
 
 def me_summary(user: str, month: str, usage: Mapping[str, Any]) -> dict[str, Any]:
@@ -434,13 +486,13 @@ def me_summary(user: str, month: str, usage: Mapping[str, Any]) -> dict[str, Any
         "month": month,
         "jobs": int(usage["jobs"]),
         "attempts": int(usage["attempts"]),
-        "gpu_hours": _hours(usage["gpu_seconds"]),
-        "failed_gpu_hours": _hours(usage["failed_gpu_seconds"]),
-        "measured_gpu_hours": _hours(covered),
-        "unmeasured_gpu_hours": _hours(usage["t_unmeasured"]),
-        "idle_gpu_hours": _hours(usage["t_idle"]),
-        "idle_percent": _share(float(usage["t_idle"]), covered),
-        "mean_util_percent": round(float(usage["t_util_weighted"]) / covered, 1) if covered > 0 else None,
+        "allocated_gpu_seconds": _seconds(usage["gpu_seconds"]),
+        "failed_gpu_seconds": _seconds(usage["failed_gpu_seconds"]),
+        "covered_gpu_seconds": _seconds(covered),
+        "unmeasured_gpu_seconds": _seconds(usage["t_unmeasured"]),
+        "idle_gpu_seconds": _seconds(usage["t_idle"]),
+        "idle_share": _share(float(usage["t_idle"]), covered),
+        "mean_util_share": _util_share(usage["t_util_weighted"], covered),
     }
 
 
@@ -454,16 +506,15 @@ def me_top_job(row: Mapping[str, Any]) -> dict[str, Any]:
         "state": row["state"],
         "attempts": int(row["attempts"]),
         "gpus": int(row["gpus"]),
-        "gpu_hours": _hours(row["gpu_seconds"]),
-        "idle_percent": _share(float(row["idle"] or 0), covered),
-        "mean_util_percent": round(float(row["util_weighted"] or 0) / covered, 1) if covered > 0 else None,
-        "coverage_percent": _share(covered, float(row["allocated"] or 0)),
+        "allocated_gpu_seconds": _seconds(row["gpu_seconds"]),
+        "idle_share": _share(float(row["idle"] or 0), covered),
+        "mean_util_share": _util_share(row["util_weighted"], covered),
+        "covered_share": _share(covered, float(row["allocated"] or 0)),
     }
 
 
 def me_job_row(row: Mapping[str, Any], zone: tzinfo) -> dict[str, Any]:
-    """One attempt of `me --jobs`, in both units: the table's (hours, GiB, local start) and
-    csv/json's (seconds, bytes, ISO start)."""
+    """One attempt of `me --jobs` (ME_JOBS_COLUMNS)."""
     e = row["efficiency"]
     covered = float(row["covered"] or 0)
     elapsed = e.elapsed_seconds
@@ -475,23 +526,16 @@ def me_job_row(row: Mapping[str, Any], zone: tzinfo) -> dict[str, Any]:
         "account": row["account"],
         "partition": row["partition"],
         "state": row["state"],
-        "start": _local(row["start_at"], zone),
         "start_at": row["start_at"],
-        "elapsed_hours": None if elapsed is None else _hours(elapsed),
         "elapsed_seconds": None if elapsed is None else round(elapsed, 3),
         "gpus": int(row["alloc_gpus"]),
-        "gpu_hours": _hours(row["gpu_seconds"]),
-        "gpu_seconds": round(float(row["gpu_seconds"] or 0), 3),
-        "mean_util_percent": round(float(row["util_weighted"] or 0) / covered, 1) if covered > 0 else None,
-        "idle_percent": _share(float(row["idle"] or 0), covered),
-        "cpu_efficiency_percent": None
-        if e.cpu_efficiency_percent is None
-        else round(e.cpu_efficiency_percent, 1),
-        "mem_peak_gib": None if e.mem_peak_bytes is None else round(e.mem_peak_bytes / GIB, 2),
+        "allocated_gpu_seconds": _seconds(row["gpu_seconds"]),
+        "mean_util_share": _util_share(row["util_weighted"], covered),
+        "idle_share": _share(float(row["idle"] or 0), covered),
+        "cpu_efficiency_share": _percent_share(e.cpu_efficiency_percent),
         "mem_peak_bytes": e.mem_peak_bytes,
-        "mem_requested_gib": None if e.mem_requested_bytes is None else round(e.mem_requested_bytes / GIB, 2),
         "mem_requested_bytes": e.mem_requested_bytes,
-        "mem_used_percent": None if e.mem_efficiency_percent is None else round(e.mem_efficiency_percent, 1),
+        "mem_efficiency_share": _percent_share(e.mem_efficiency_percent),
     }
 
 
@@ -524,18 +568,17 @@ def write_me(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
     so_far = " (so far)" if document["so_far"] else ""
     if "jobs" in document:
         rows = document["jobs"]
-        if fmt == "table":
-            title = f"Jobs of {user} in {month}{so_far} ({zone}): {len(rows)} attempt{'s' if len(rows) != 1 else ''}"
-            render(rows, out, "table", columns=ME_JOBS_COLUMNS, title=title)
-        else:
-            render(rows, out, fmt, columns=ME_JOBS_DATA_COLUMNS)
+        title = (
+            f"Jobs of {user} in {month}{so_far} ({zone}): {len(rows)} attempt{'s' if len(rows) != 1 else ''}"
+        )
+        render(rows, out, fmt, columns=ME_JOBS_COLUMNS, title=title)
         return
     summary, top = document["summary"], document["top_jobs"]
     if fmt == "json":
         json.dump({**summary, "top_jobs": top}, out, indent=2)
         out.write("\n")
         return
-    rows = [{"figure": k, "value": v} for k, v in summary.items() if k not in ("user", "month")]
+    rows = [{"figure": k, "value": summary[k]} for k in ME_SUMMARY_COLUMNS]
     render(rows, out, "table", columns=["figure", "value"], title=f"GPU use of {user} in {month}{so_far}")
     out.write("\n")
     title = f"Top {len(top)} jobs by GPU-hours in {month}" if top else f"No jobs in {month}"

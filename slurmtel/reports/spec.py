@@ -5,9 +5,8 @@ take a spec from slurmtel.reports.catalog.REPORTS, build its ReportQuery for the
 `run_report`; neither has code of its own per report. A spec's SQL lives in one store module
 (slurmtel/store/reports_*.py); the spec only names the function that runs it.
 
-Row types are frozen dataclasses whose field types follow from the field names (the project's
-units-in-names rule): `*_gpu_hours` are hours, `*_seconds` seconds, `*_share` a fraction, `*_at`
-an instant, and so on; `row_type` refuses a name no rule covers, so every column says its unit.
+Row types are frozen dataclasses whose fields are registered columns (slurmtel.columns: each
+name defined once, with its kind and unit); `row_type` refuses a name that is not registered.
 """
 
 from __future__ import annotations
@@ -15,12 +14,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from slurmtel.access import Action, Identity, Scope, allowed
+from slurmtel.columns import COLUMNS, Kind, json_schema, python_type
 from slurmtel.errors import AccessDenied, ConfigError
 from slurmtel.filters import JobFilter
 
@@ -29,78 +29,11 @@ if TYPE_CHECKING:
 
 # --- typed rows -------------------------------------------------------------------------------
 
-# names that are text whatever they end in
-TEXT_FIELDS = frozenset(
-    {
-        "cluster",
-        "account",
-        "user",
-        "partition",
-        "node",
-        "state",
-        "reason",
-        "outcome",
-        "name",
-        "category",
-        "partitions",
-        "nodes",
-        "job_ids",
-        "outcomes",
-        "xid_codes",
-        "gpu_model",
-        "driver_version",
-        "cuda_version",
-        "job_id",
-        "exit_code",
-    }
-)
-# counts
-INTEGER_FIELDS = frozenset(
-    {
-        "jobs",
-        "attempts",
-        "requeues",
-        "resubmissions",
-        "chains",
-        "failed_attempts",
-        "failed_jobs",
-        "node_fail",
-        "xid_events",
-        "ecc_single_bit",
-        "ecc_double_bit",
-        "gpus",
-        "users",
-        "gpus_requested",
-        "count",
-        "queue_wait_count",
-        "gpus_installed_now",
-        "gpus_available_now",
-        "required_gpus",
-        "additional_gpus_needed",
-    }
-)
-# figures with a unit suffix: hours, seconds, fractions, percent; stored as exact Decimals or floats
-NUMBER_SUFFIXES = ("_hours", "_seconds", "_share", "_percent", "_per_gpu_month", "_per_month")
-NUMBER_FIELDS = frozenset({"coverage", "share", "average_gpus_installed"})
-FLAG_FIELDS = frozenset({"retry", "driver_drift", "cuda_drift"})
-DAY_FIELDS = frozenset({"day", "first_day", "last_day"})
-
 
 def field_type(name: str) -> Any:
-    """The type a column's name says it holds; ValueError for a name no rule covers."""
-    if name in TEXT_FIELDS:
-        return str | None
-    if name in INTEGER_FIELDS:
-        return int
-    if name in FLAG_FIELDS:
-        return bool | None
-    if name in DAY_FIELDS:
-        return date | None
-    if name.endswith("_at"):
-        return datetime | None
-    if name in NUMBER_FIELDS or name.endswith(NUMBER_SUFFIXES) or name.startswith("gpu_seconds_"):
-        return Decimal | float | int | None
-    raise ValueError(f"column '{name}' says no unit: name it with one (_gpu_hours, _seconds, ...)")
+    """The type a column holds, from its registered kind (slurmtel.columns); ValueError for a
+    name that is not registered."""
+    return python_type(name)
 
 
 def row_type(name: str, columns: Sequence[str]) -> type:
@@ -117,20 +50,9 @@ def as_mapping(row: Any) -> dict[str, Any]:
     return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
 
 
-def json_type(annotation: Any) -> dict[str, Any]:
-    """The OpenAPI/JSON-schema type of a row field's annotation."""
-    text = str(annotation)
-    if annotation is int:
-        return {"type": "integer"}
-    if "Decimal" in text:
-        return {"type": ["number", "null"]}
-    if "bool" in text:
-        return {"type": ["boolean", "null"]}
-    if "datetime" in text:
-        return {"type": ["string", "null"], "format": "date-time"}
-    if "date" in text:
-        return {"type": ["string", "null"], "format": "date"}
-    return {"type": ["string", "null"]}
+def json_type(name: str) -> dict[str, Any]:
+    """The OpenAPI/JSON-schema type of column NAME."""
+    return json_schema(name)
 
 
 # --- the query --------------------------------------------------------------------------------
@@ -168,11 +90,18 @@ class ReportQuery:
         return window_days(self.start, self.end, self.zone)
 
     def window_text(self) -> str:
-        return f"{self.start.isoformat()} .. {self.end.isoformat()}"
+        """The window as every title prints it (reports.render.window_text)."""
+        from slurmtel.reports.render import window_text
+
+        return window_text(self.start, self.end, self.zone)
 
     def days_text(self) -> str:
+        """The whole site days a day-grained report covers, printed as any window is."""
+        from slurmtel.reports.render import window_text
+
         first, last = self.days()
-        return f"{first.isoformat()} .. {last.isoformat()} ({self.zone.key} days)"
+        start = datetime.combine(first, time(), self.zone)
+        return window_text(start, datetime.combine(last + timedelta(days=1), time(), self.zone), self.zone)
 
 
 @dataclass(frozen=True)
@@ -380,17 +309,17 @@ def report_document(result: ReportResult) -> dict[str, Any]:
 
 def decode_value(column: str, value: Any) -> Any:
     """A value as JSON carried it (exact decimals and instants as text) back as the type its
-    column's name says: what the API sent prints exactly as the store's own value."""
+    registered column holds: what the API sent prints exactly as the store's own value."""
     if not isinstance(value, str):
         return value
-    try:
-        kind = str(field_type(column))
-    except ValueError:
+    col = COLUMNS.get(column)
+    if col is None or col.kind in (Kind.TEXT, Kind.TEXTS):
         return value
-    if "Decimal" in kind:
-        return Decimal(value)
-    if "datetime" in kind:
+    if col.kind is Kind.INSTANT:
         return datetime.fromisoformat(value)
-    if "date" in kind:
+    if col.kind is Kind.DAY:
         return date.fromisoformat(value)
-    return value
+    try:
+        return Decimal(value)
+    except ArithmeticError:
+        return value

@@ -20,7 +20,6 @@ from slurmtel.filters import JobFilter
 from slurmtel.store.sql import Connection, text
 
 # a 30-day month, for useful work per GPU and month (DESIGN §1)
-HOURS_PER_MONTH = 30 * 24
 
 
 def no_jit(conn: Connection) -> None:
@@ -52,9 +51,11 @@ def params(scope: Scope, job_filter: JobFilter | None = None, **values: Any) -> 
     return result
 
 
-def hours(seconds: Any, places: int = 4) -> float:
-    """GPU-seconds (int, float or Decimal) as GPU-hours rounded to PLACES."""
-    return round(float(seconds or 0) / 3600, places)
+def as_seconds(value: Any) -> int | float:
+    """(GPU-)seconds as a report gives them: whole seconds as an int (sacct's times are whole
+    seconds), a fraction (float8 sums of the rollups, MIG fractions) rounded to milliseconds."""
+    number = float(value or 0)
+    return int(number) if number.is_integer() else round(number, 3)
 
 
 def share(part: Any, whole: Any, places: int = 4) -> float | None:
@@ -68,11 +69,11 @@ def seconds_value(value: Any) -> float | None:
     return None if value is None else round(float(value), 1)
 
 
-def apportion_hours(parts: Sequence[Decimal], places: int = 4) -> tuple[Decimal, list[Decimal]]:
-    """GPU-seconds PARTS as GPU-hours rounded to PLACES so that the rounded parts add up to the
+def apportion_seconds(parts: Sequence[Decimal], places: int = 3) -> tuple[Decimal, list[Decimal]]:
+    """GPU-seconds PARTS rounded to PLACES (milliseconds) so that the rounded parts add up to the
     rounded total exactly (largest remainder; the total rounds half-even)."""
     unit = Decimal(1).scaleb(-places)
-    exact = [Decimal(p) / 3600 for p in parts]
+    exact = [Decimal(p) for p in parts]
     total = sum(exact, Decimal(0)).quantize(unit)
     floors = [(e / unit).to_integral_value(rounding="ROUND_FLOOR") for e in exact]
     missing = int(total / unit - sum(floors, Decimal(0)))

@@ -33,7 +33,7 @@ class FabricRunRow:
     report lists them per node set and collective, in time order).
 
     Comparable runs share the cluster, node set, collective, ranks, data type and size range.
-    `baseline_busbw_gbps` is the median avg busbw of up to `fabric.baseline_runs` of the latest
+    `baseline_busbw_gbytes_per_second` is the median avg busbw of up to `fabric.baseline_runs` of the latest
     earlier ok ones (None: no earlier ok run); `below_baseline` when avg < fraction x baseline.
     Bandwidths in GB/s as nccl-tests prints them.
     """
@@ -55,9 +55,9 @@ class FabricRunRow:
     cuda_versions: tuple[str, ...]
     data_type: str
     max_size_bytes: int | None
-    avg_busbw_gbps: float | None
-    peak_busbw_gbps: float | None
-    baseline_busbw_gbps: float | None
+    avg_busbw_gbytes_per_second: float | None
+    peak_busbw_gbytes_per_second: float | None
+    baseline_busbw_gbytes_per_second: float | None
     baseline_runs: int
     busbw_ratio: float | None
     below_baseline: bool
@@ -170,9 +170,9 @@ def fabric_report(
                 cuda_versions=tuple(r["cudas"]),
                 data_type=r["data_type"],
                 max_size_bytes=r["max_size_bytes"],
-                avg_busbw_gbps=avg,
-                peak_busbw_gbps=r["peak_busbw_gbps"],
-                baseline_busbw_gbps=round(baseline, 6) if baseline is not None else None,
+                avg_busbw_gbytes_per_second=avg,
+                peak_busbw_gbytes_per_second=r["peak_busbw_gbps"],
+                baseline_busbw_gbytes_per_second=round(baseline, 6) if baseline is not None else None,
                 baseline_runs=int(r["baseline_runs"] or 0),
                 busbw_ratio=ratio,
                 below_baseline=ratio is not None and ratio < baseline_fraction,
@@ -265,7 +265,7 @@ class FabricPortRow:
     device: str
     port: int
     link_layer: str
-    rate_gbps: float | None
+    link_rate_gbits_per_second: float | None
     state: str
     phys_state: str
     windows: int
@@ -443,7 +443,7 @@ def fabric_nodes_report(
             device=r["device"],
             port=int(r["port"]),
             link_layer=r["link_layer"],
-            rate_gbps=r["rate_gbps"],
+            link_rate_gbits_per_second=r["rate_gbps"],
             state=r["state"],
             phys_state=r["phys_state"],
             windows=int(r["windows"]),

@@ -13,7 +13,7 @@ from typing import Any
 
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
-from slurmtel.store.reports_admin import hours, no_jit, params, share
+from slurmtel.store.reports_admin import as_seconds, no_jit, params, share
 from slurmtel.store.reports_retries import (
     DEFAULT_RESUBMISSION_WINDOW_SECONDS,
     job_scope_params,
@@ -128,14 +128,14 @@ def failures_report(
         section = r["section"]
         sums = {
             "failed_attempts": int(r["failed_attempts"]),
-            "failed_gpu_hours": hours(r["failed"]),
-            "user_failure_gpu_hours": hours(r["user_failure"]),
-            "system_failure_gpu_hours": hours(r["system_failure"]),
-            "cancelled_gpu_hours": hours(r["cancelled"]),
-            "preempted_gpu_hours": hours(r["preempted"]),
-            "allocated_gpu_hours": hours(r["allocated"]),
+            "failed_gpu_seconds": as_seconds(r["failed"]),
+            "user_failure_gpu_seconds": as_seconds(r["user_failure"]),
+            "system_failure_gpu_seconds": as_seconds(r["system_failure"]),
+            "cancelled_gpu_seconds": as_seconds(r["cancelled"]),
+            "preempted_gpu_seconds": as_seconds(r["preempted"]),
+            "allocated_gpu_seconds": as_seconds(r["allocated"]),
             "failed_share": share(r["failed"], r["allocated"]),
-            "retry_gpu_hours": hours(r["retry"]),
+            "retry_gpu_seconds": as_seconds(r["retry"]),
         }
         if section == "top_attempts":
             d = r["detail"]
@@ -152,7 +152,7 @@ def failures_report(
                     "nodes": d["nodes"],
                     "gpus": int(d["gpus"]),
                     "elapsed_seconds": int(float(d["elapsed_seconds"])),
-                    "failed_gpu_hours": sums["failed_gpu_hours"],
+                    "failed_gpu_seconds": sums["failed_gpu_seconds"],
                     "retry": bool(r["retry"]),
                     "_rank": float(r["failed"]),
                 }
@@ -162,7 +162,7 @@ def failures_report(
         sections[section].append({"cluster": r["cluster"], key: r["grp"], **sums})
     for name in ("by_account", "by_user", "by_partition", "by_node"):
         key = name.removeprefix("by_")
-        sections[name].sort(key=lambda g: (g["cluster"], -g["failed_gpu_hours"], g[key]))
+        sections[name].sort(key=lambda g: (g["cluster"], -g["failed_gpu_seconds"], g[key]))
     sections["top_attempts"].sort(key=lambda t: (-t["_rank"], t["cluster"], t["job_id"]))
     for t in sections["top_attempts"]:
         del t["_rank"]

@@ -3,8 +3,8 @@
 Whole site days (gpu_attribution is per day), physical GPU-hours (× gpu_fraction). Per
 group: allocated = covered + unmeasured; covered = busy + idle; idle includes no-process time
 (no_process is shown as its own "of which" column); unmeasured is never folded into idle or
-busy. idle_share = idle / covered, coverage = covered / allocated, mean_util_percent =
-Σ covered × util / Σ covered. `unmapped`: allocation no GPU could be mapped to (attribution's
+busy. idle_share = idle / covered, covered_share = covered / allocated, mean_util_share =
+Σ covered × util / Σ covered (a fraction). `unmapped`: allocation no GPU could be mapped to (attribution's
 'unmapped' rows, all unmeasured), by account.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
-from slurmtel.store.reports_admin import hours, no_jit, params, share
+from slurmtel.store.reports_admin import as_seconds, no_jit, params, share
 from slurmtel.store.reports_retries import job_scope_params
 from slurmtel.store.sql import Connection, text
 
@@ -103,12 +103,12 @@ def idle_report(
                     "partition": r["partition_"],
                     "state": r["state"],
                     "gpus": int(r["gpus"]),
-                    "allocated_gpu_hours": hours(r["allocated"]),
-                    "idle_gpu_hours": hours(r["idle"]),
-                    "no_process_gpu_hours": hours(r["no_process"]),
+                    "allocated_gpu_seconds": as_seconds(r["allocated"]),
+                    "idle_gpu_seconds": as_seconds(r["idle"]),
+                    "no_process_gpu_seconds": as_seconds(r["no_process"]),
                     "idle_share": share(r["idle"], r["covered"]),
-                    "coverage": share(r["covered"], r["allocated"]),
-                    "mean_util_percent": _mean_util(r),
+                    "covered_share": share(r["covered"], r["allocated"]),
+                    "mean_util_share": _mean_util(r),
                     "_rank": float(r["idle"]),
                 }
             )
@@ -120,15 +120,15 @@ def idle_report(
                 {
                     "cluster": r["cluster"],
                     "account": r["grp"],
-                    "unmapped_gpu_hours": hours(r["unmapped"]),
-                    "allocated_gpu_hours": hours(r["allocated"]),
+                    "unmapped_gpu_seconds": as_seconds(r["unmapped"]),
+                    "allocated_gpu_seconds": as_seconds(r["allocated"]),
                     "unmapped_share": share(r["unmapped"], r["allocated"]),
                 }
             )
     for name in ("by_account", "by_user", "by_partition"):
         key = name.removeprefix("by_")
-        sections[name].sort(key=lambda g: (g["cluster"], -g["idle_gpu_hours"], g[key]))
-    sections["unmapped"].sort(key=lambda g: (g["cluster"], -g["unmapped_gpu_hours"], g["account"]))
+        sections[name].sort(key=lambda g: (g["cluster"], -g["idle_gpu_seconds"], g[key]))
+    sections["unmapped"].sort(key=lambda g: (g["cluster"], -g["unmapped_gpu_seconds"], g["account"]))
     sections["top_jobs"].sort(key=lambda t: (-t["_rank"], t["cluster"], t["job_id"]))
     for t in sections["top_jobs"]:
         del t["_rank"]
@@ -137,18 +137,18 @@ def idle_report(
 
 def _group_values(r: Any) -> dict[str, Any]:
     return {
-        "allocated_gpu_hours": hours(r["allocated"]),
-        "covered_gpu_hours": hours(r["covered"]),
-        "busy_gpu_hours": hours(r["busy"]),
-        "idle_gpu_hours": hours(r["idle"]),
-        "no_process_gpu_hours": hours(r["no_process"]),
-        "unmeasured_gpu_hours": hours(r["unmeasured"]),
+        "allocated_gpu_seconds": as_seconds(r["allocated"]),
+        "covered_gpu_seconds": as_seconds(r["covered"]),
+        "busy_gpu_seconds": as_seconds(r["busy"]),
+        "idle_gpu_seconds": as_seconds(r["idle"]),
+        "no_process_gpu_seconds": as_seconds(r["no_process"]),
+        "unmeasured_gpu_seconds": as_seconds(r["unmeasured"]),
         "idle_share": share(r["idle"], r["covered"]),
-        "coverage": share(r["covered"], r["allocated"]),
-        "mean_util_percent": _mean_util(r),
+        "covered_share": share(r["covered"], r["allocated"]),
+        "mean_util_share": _mean_util(r),
     }
 
 
 def _mean_util(r: Any) -> float | None:
     # util_weighted_sum is Σ covered seconds × util percent
-    return share(r["util_weighted"], r["covered"], places=2)
+    return share(float(r["util_weighted"] or 0) / 100, r["covered"], places=4)

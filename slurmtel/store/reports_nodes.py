@@ -17,7 +17,7 @@ from typing import Any
 
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
-from slurmtel.store.reports_admin import hours, no_jit, params
+from slurmtel.store.reports_admin import as_seconds, no_jit, params
 from slurmtel.store.sql import Connection, text
 
 
@@ -159,13 +159,13 @@ def nodes_report(
                 "partitions": list(r["partitions"]) if r["partitions"] else [],
                 "attempts": int(r["attempts"] or 0),
                 "failed_attempts": int(r["failed"] or 0),
-                "node_fail": int(r["node_fail"] or 0),
-                "failed_gpu_hours": hours(r["failed_seconds"]),
-                "allocated_gpu_hours": hours(r["allocated_seconds"]),
+                "node_fail_attempts": int(r["node_fail"] or 0),
+                "failed_gpu_seconds": as_seconds(r["failed_seconds"]),
+                "allocated_gpu_seconds": as_seconds(r["allocated_seconds"]),
                 "xid_events": int(r["xid"] or 0),
                 "xid_codes": r["codes"] or "",
-                "ecc_single_bit": int(r["ecc_single"] or 0),
-                "ecc_double_bit": int(r["ecc_double"] or 0),
+                "ecc_single_bit_errors": int(r["ecc_single"] or 0),
+                "ecc_double_bit_errors": int(r["ecc_double"] or 0),
                 "gpu_model": r["model"] or None,
                 "gpus": int(r["gpus"]) if r["gpus"] is not None else r["gpus_total"],
                 "driver_version": driver,

@@ -93,11 +93,11 @@ def queue_report(
                 {
                     "cluster": r["cluster"],
                     key: r["grp"],
-                    "count": int(r["n"]),
-                    "p50_seconds": seconds_value(r["p50"]),
-                    "p95_seconds": seconds_value(r["p95"]),
-                    "max_seconds": seconds_value(r["mx"]),
-                    "mean_seconds": seconds_value(r["mean"]),
+                    "queue_wait_count": int(r["n"]),
+                    "queue_wait_p50_seconds": seconds_value(r["p50"]),
+                    "queue_wait_p95_seconds": seconds_value(r["p95"]),
+                    "queue_wait_max_seconds": seconds_value(r["mx"]),
+                    "queue_wait_mean_seconds": seconds_value(r["mean"]),
                 }
             )
             continue
@@ -111,8 +111,8 @@ def queue_report(
                 "jobs": int(r["n"]),
                 "users": int(r["users"]),
                 "gpus_requested": int(r["gpus"] or 0),
-                "oldest_wait_seconds": seconds_value(r["mx"]),
-                "mean_wait_seconds": seconds_value(r["mean"]),
+                "oldest_pending_seconds": seconds_value(r["mx"]),
+                "mean_pending_seconds": seconds_value(r["mean"]),
                 "observed_at": r["observed_at"],
             }
         )

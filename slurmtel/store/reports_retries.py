@@ -31,7 +31,7 @@ from typing import Any
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
 from slurmtel.records import REQUEUE_STATES
-from slurmtel.store.reports_admin import hours, no_jit, params
+from slurmtel.store.reports_admin import as_seconds, no_jit, params
 from slurmtel.store.retry_links import (
     RESUBMISSION_WINDOW,
     bucket_sql,
@@ -385,8 +385,8 @@ def retries_report(
                 "requeues": int(r[_REQUEUES] or 0),
                 "resubmissions": int(r[_RESUBMISSIONS]),
                 "chains": 0,
-                "retry_gpu_hours": hours(r[_RETRY]),
-                "failed_gpu_hours": hours(r[_FAILED]),
+                "retry_gpu_seconds": as_seconds(r[_RETRY]),
+                "failed_gpu_seconds": as_seconds(r[_FAILED]),
             }
         )
     # every chain counts for the account and user of its first job
@@ -399,10 +399,10 @@ def retries_report(
         "chains": [_chain_row(c) for c in chains if c[_VISIBLE]],
         **groups,
     }
-    sections["chains"].sort(key=lambda c: (-c["retry_gpu_hours"], c["cluster"], c["job_ids"]))
+    sections["chains"].sort(key=lambda c: (-c["retry_gpu_seconds"], c["cluster"], c["job_ids"]))
     for name in ("by_account", "by_user"):
         group = name.removeprefix("by_")
-        sections[name].sort(key=lambda g: (g["cluster"], -g["retry_gpu_hours"], g[group]))
+        sections[name].sort(key=lambda g: (g["cluster"], -g["retry_gpu_seconds"], g[group]))
     return sections
 
 
@@ -427,6 +427,6 @@ def _chain_row(chain: Any) -> dict[str, Any]:
         "resubmissions": len(job_ids) - 1,
         "first_submit_at": chain[_FIRST_SUBMIT],
         "last_end_at": chain[_LAST_END],
-        "retry_gpu_hours": hours(chain[_RETRY]),
-        "failed_gpu_hours": hours(chain[_FAILED]),
+        "retry_gpu_seconds": as_seconds(chain[_RETRY]),
+        "failed_gpu_seconds": as_seconds(chain[_FAILED]),
     }

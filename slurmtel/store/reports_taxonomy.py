@@ -23,17 +23,18 @@ All arithmetic is PostgreSQL numeric, so the parts add up to `installed` exactly
   is therefore the sum of what was assigned to it; per cluster and day, Σ installed over
   partitions = Σ node capacity exactly.
 - node-days with attributed allocation but no node_state: installed := allocated (nothing
-  unavailable or unallocated), reported in `capacity_unknown_gpu_hours`.
+  unavailable or unallocated), reported in `capacity_unknown_gpu_seconds`.
 
-Capacity (DESIGN §1): useful = active GPU-hours of attempts that completed; the breakdown
-splits installed GPU-hours additively into useful, failed (everything allocated to
-user_failure/system_failure attempts), allocated_idle / allocated_no_process / unmeasured (of
-the other attempts), active_not_completed (active time of cancelled, preempted, running,
-unknown attempts), unallocated and unavailable. retry GPU-hours (allocated GPU-hours of retry
-attempts, see reports_retries, fitted like the rest of their node-day) overlap those
-categories and are shown apart.
-useful_work_per_gpu_month = useful / installed × 720 h (a 30-day month);
-required_gpus = target useful GPU-hours per month / useful_work_per_gpu_month.
+Capacity (DESIGN §1): the breakdown is the taxonomy's parts over the window (the same CTEs,
+so its unavailable, unallocated, allocated_no_process, allocated_idle and unmeasured equal the
+taxonomy's sums exactly), with active split by the attempt's outcome: useful (completed),
+active_failed (user_failure, system_failure: work thrown away), active_other (cancelled,
+preempted, running, unknown). failed GPU-seconds (everything allocated to failed attempts,
+idle included) and retry GPU-seconds (allocated to retry attempts, see reports_retries, fitted
+like the rest of their node-day) overlap those categories and are shown apart.
+useful_gpu_seconds_per_gpu_month = useful / installed × the window's seconds / its calendar
+months (slurmtel.months.per_gpu_month, the definition report cost uses too);
+required_gpus = target useful GPU-seconds per month / useful_gpu_seconds_per_gpu_month.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ from zoneinfo import ZoneInfo
 
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
-from slurmtel.store.reports_admin import HOURS_PER_MONTH, apportion_hours, no_jit, params
+from slurmtel.months import exact_seconds, months_in, per_gpu_month
+from slurmtel.store.reports_admin import apportion_seconds, no_jit, params
 from slurmtel.store.reports_retries import DEFAULT_RESUBMISSION_WINDOW_SECONDS, retry_ctes
 from slurmtel.store.sql import Connection, text
 
@@ -76,14 +78,14 @@ CATEGORIES = (
     "unmeasured",
 )
 CAPACITY_CATEGORIES = (
-    "useful",
-    "failed",
-    "allocated_idle",
-    "allocated_no_process",
-    "unmeasured",
-    "active_not_completed",
-    "unallocated",
     "unavailable",
+    "unallocated",
+    "allocated_no_process",
+    "allocated_idle",
+    "unmeasured",
+    "useful",
+    "active_failed",
+    "active_other",
 )
 
 _GAP = "make_interval(secs => CAST(:poll_seconds AS float8))"
@@ -264,8 +266,8 @@ def taxonomy_report(
 ) -> list[dict[str, Any]]:
     """One row per (day, cluster, partition): installed GPU-hours and their six parts.
 
-    Rows carry exact numeric GPU-seconds (`<part>_gpu_seconds`, Decimal) and GPU-hours
-    rounded to 4 places so that the rounded parts add up to the rounded installed exactly.
+    Rows carry GPU-seconds (`<part>_gpu_seconds`, Decimal) rounded to milliseconds so that the
+    rounded parts add up to the rounded installed exactly.
     Capacity is not anybody's own data: a scope short of everything gets no rows.
     """
     _check(job_filter, first_day, last_day)
@@ -297,15 +299,12 @@ def taxonomy_report(
     for r in conn.execute(text(sql), bind).mappings():
         seconds = {c: Decimal(r[c]) for c in CATEGORIES}
         installed = sum(seconds.values(), Decimal(0))
-        installed_hours, part_hours = apportion_hours(list(seconds.values()))
+        installed_seconds, part_seconds = apportion_seconds(list(seconds.values()))
         row: dict[str, Any] = {"day": r["day"], "cluster": r["cluster"], "partition": r["partition"]}
-        row["installed_gpu_hours"] = installed_hours
-        row.update({f"{c}_gpu_hours": h for c, h in zip(CATEGORIES, part_hours, strict=True)})
+        row["installed_gpu_seconds"] = installed_seconds
+        row.update({f"{c}_gpu_seconds": p for c, p in zip(CATEGORIES, part_seconds, strict=True)})
         row.update({f"{c}_share": _share(seconds[c], installed) for c in CATEGORIES})
-        row["capacity_unknown_gpu_hours"] = apportion_hours([Decimal(r["capacity_unknown"])])[0]
-        row["installed_gpu_seconds"] = installed
-        row.update({f"{c}_gpu_seconds": s for c, s in seconds.items()})
-        row["capacity_unknown_gpu_seconds"] = Decimal(r["capacity_unknown"])
+        row["capacity_unknown_gpu_seconds"] = apportion_seconds([Decimal(r["capacity_unknown"])])[0]
         rows.append(row)
     return rows
 
@@ -348,7 +347,6 @@ def capacity_report(
     installed_now = gpus_installed_now(
         conn, job_filter=job_filter, poll_interval_seconds=poll_interval_seconds
     )
-    window_hours = Decimal((min(window_end, max(now, window_start)) - window_start).total_seconds()) / 3600
     no_jit(conn)
     ctes = retry_ctes(conn, bind)
     sql = f"""
@@ -371,57 +369,58 @@ def capacity_report(
         )
         SELECT cluster,
                sum(unavailable) AS unavailable, sum(unallocated) AS unallocated,
+               sum(no_process) AS allocated_no_process, sum(idle) AS allocated_idle,
+               sum(unmeasured) AS unmeasured,
                coalesce(sum(active) FILTER (WHERE outcome = 'completed'), 0) AS useful,
+               coalesce(sum(active) FILTER (WHERE slurmtel_failed(outcome)), 0) AS active_failed,
+               coalesce(sum(active) FILTER (WHERE outcome IS NOT NULL AND outcome <> 'completed'
+                                           AND NOT slurmtel_failed(outcome)), 0) AS active_other,
                coalesce(sum(no_process + idle + active + unmeasured)
                    FILTER (WHERE slurmtel_failed(outcome)), 0) AS failed,
-               coalesce(sum(idle) FILTER (WHERE NOT slurmtel_failed(outcome)), 0) AS allocated_idle,
-               coalesce(sum(no_process) FILTER (WHERE NOT slurmtel_failed(outcome)), 0) AS allocated_no_process,
-               coalesce(sum(unmeasured) FILTER (WHERE NOT slurmtel_failed(outcome)), 0) AS unmeasured,
-               coalesce(sum(active) FILTER (WHERE NOT slurmtel_failed(outcome) AND outcome <> 'completed'), 0)
-                   AS active_not_completed,
                sum(capacity_unknown) AS capacity_unknown,
                coalesce((SELECT r.seconds FROM retry r WHERE r.cluster = part_row.cluster), 0) AS retry
         FROM part_row
         WHERE {_in_partitions("partition")}
         GROUP BY cluster ORDER BY cluster
     """
+    window_seconds = exact_seconds(min(window_end, max(now, window_start)) - window_start)
+    months = months_in(window_start, min(window_end, max(now, window_start)), zone)
     for r in conn.execute(text(sql), bind).mappings():
         seconds = {c: Decimal(r[c]) for c in CAPACITY_CATEGORIES}
         installed = sum(seconds.values(), Decimal(0))
-        installed_hours, part_hours = apportion_hours(list(seconds.values()))
-        for category, part in zip(CAPACITY_CATEGORIES, part_hours, strict=True):
+        installed_seconds, part_seconds = apportion_seconds(list(seconds.values()))
+        for category, part in zip(CAPACITY_CATEGORIES, part_seconds, strict=True):
             sections["breakdown"].append(
                 {
                     "cluster": r["cluster"],
                     "category": category,
-                    "gpu_hours": part,
-                    "share": _share(seconds[category], installed),
+                    "category_gpu_seconds": part,
+                    "category_share": _share(seconds[category], installed),
                 }
             )
-        per_gpu_month = float(seconds["useful"] / installed * HOURS_PER_MONTH) if installed > 0 else None
-        required = (
-            target_gpu_hours / per_gpu_month if target_gpu_hours is not None and per_gpu_month else None
-        )
+        per_month = per_gpu_month(seconds["useful"], installed, window_seconds, months)
+        target = Decimal(str(target_gpu_hours)) * 3600 if target_gpu_hours is not None else None
+        required = float(target / per_month) if target is not None and per_month else None
         now_total, now_available = installed_now.get(r["cluster"], (0, 0))
         sections["summary"].append(
             {
                 "cluster": r["cluster"],
                 "first_day": first_day,
                 "last_day": last_day,
-                "installed_gpu_hours": installed_hours,
-                "average_gpus_installed": round(float(installed / 3600 / window_hours), 2)
-                if window_hours > 0
+                "installed_gpu_seconds": installed_seconds,
+                "average_gpus_installed": round(float(installed / window_seconds), 2)
+                if window_seconds > 0
                 else None,
-                "useful_gpu_hours": part_hours[0],
+                "useful_gpu_seconds": part_seconds[CAPACITY_CATEGORIES.index("useful")],
                 "useful_share": _share(seconds["useful"], installed),
-                "failed_gpu_hours": part_hours[1],
-                "retry_gpu_hours": apportion_hours([Decimal(r["retry"])])[0],
+                "failed_gpu_seconds": apportion_seconds([Decimal(r["failed"])])[0],
+                "retry_gpu_seconds": apportion_seconds([Decimal(r["retry"])])[0],
                 "retry_share": _share(Decimal(r["retry"]), installed),
-                "capacity_unknown_gpu_hours": apportion_hours([Decimal(r["capacity_unknown"])])[0],
-                "useful_work_per_gpu_month": round(per_gpu_month, 2) if per_gpu_month is not None else None,
+                "capacity_unknown_gpu_seconds": apportion_seconds([Decimal(r["capacity_unknown"])])[0],
+                "useful_gpu_seconds_per_gpu_month": round(per_month, 3) if per_month is not None else None,
                 "gpus_installed_now": now_total,
                 "gpus_available_now": now_available,
-                "target_gpu_hours_per_month": target_gpu_hours,
+                "target_gpu_seconds_per_month": target,
                 "required_gpus": round(required, 2) if required is not None else None,
                 "additional_gpus_needed": max(0, math.ceil(round(required, 6)) - now_total)
                 if required is not None

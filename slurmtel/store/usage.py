@@ -16,7 +16,7 @@ from slurmtel.access import Scope
 
 # re-exported: they lived here before slurmtel.filters
 from slurmtel.filters import OUTCOME_CLASSES, JobFilter
-from slurmtel.store.reports_admin import no_jit
+from slurmtel.store.reports_admin import as_seconds, no_jit, seconds_value
 from slurmtel.store.sql import Connection, text
 
 __all__ = ["GROUPS", "OUTCOME_CLASSES", "JobFilter", "usage_report"]
@@ -82,8 +82,8 @@ def usage_report(
     rows = []
     no_jit(conn)
     for r in conn.execute(text(sql), params).mappings():
-        allocated = _seconds(r["allocated_gpu_seconds"])
-        by_class = {f"gpu_seconds_{c}": _seconds(r[f"gpu_seconds_{c}"]) for c in OUTCOME_CLASSES}
+        allocated = as_seconds(r["allocated_gpu_seconds"])
+        by_class = {f"{c}_gpu_seconds": as_seconds(r[f"gpu_seconds_{c}"]) for c in OUTCOME_CLASSES}
         rows.append(
             {
                 "cluster": r["cluster"],
@@ -92,24 +92,13 @@ def usage_report(
                 "attempts": int(r["attempts"]),
                 "requeues": int(r["requeues"]),
                 "allocated_gpu_seconds": allocated,
-                "allocated_gpu_hours": round(allocated / 3600, 4),
                 **by_class,
-                "failed_gpu_seconds": by_class["gpu_seconds_user_failure"]
-                + by_class["gpu_seconds_system_failure"],
+                "failed_gpu_seconds": by_class["user_failure_gpu_seconds"]
+                + by_class["system_failure_gpu_seconds"],
                 "queue_wait_count": int(r["queue_wait_count"]),
-                "queue_wait_p50_seconds": _maybe(r["p50"]),
-                "queue_wait_p95_seconds": _maybe(r["p95"]),
-                "queue_wait_max_seconds": _maybe(r["mx"]),
+                "queue_wait_p50_seconds": seconds_value(r["p50"]),
+                "queue_wait_p95_seconds": seconds_value(r["p95"]),
+                "queue_wait_max_seconds": seconds_value(r["mx"]),
             }
         )
     return rows
-
-
-def _seconds(value: Any) -> int | float:
-    """Whole seconds stay ints (sacct times are whole seconds); fractions from odd windows stay."""
-    number = float(value or 0)
-    return int(number) if number.is_integer() else round(number, 3)
-
-
-def _maybe(value: Any) -> float | None:
-    return None if value is None else round(float(value), 1)
