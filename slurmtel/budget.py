@@ -72,6 +72,15 @@ COLUMNS = (
     "source",
 )
 FIGURES = ("budget", "used", "committed", "remaining")
+# what a narrow table keeps: the account and how much is left, of what, until when
+KEY_COLUMNS = (
+    "account",
+    "remaining_gpu_seconds",
+    "remaining_amount",
+    "used_gpu_seconds",
+    "used_amount",
+    "projected_exhaustion_at",
+)
 
 
 @dataclass(frozen=True)

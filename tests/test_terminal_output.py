@@ -305,3 +305,45 @@ def test_cli_tables_on_a_pty(width: int, cli_env: tuple[list[str], dict[str, str
     job = run_on_pty([*base, "job", "102", "-M", "lab"], width, env)
     assert_no_raw_controls(job)
     assert "(\\x1b]0;pwned\\x07)" in job or "([link=http://x]y[/link])" in job
+
+
+# what a report's narrow table keeps (its spec's key columns): the figures that answer the question
+KEY_FIGURES = {
+    ("me", "-u", "alice", "--month", "2026-11", "--jobs"): [
+        "allocated_gpu_hours",
+        "idle_percent",
+        "mean_util_percent",
+    ],
+    ("report", "taxonomy", "-S", "2026-11-01", "-E", "2026-11-02"): [
+        "active_percent",
+        "allocated_idle_percent",
+        "allocated_no_process_percent",
+        "unallocated_percent",
+    ],
+    ("report", "idle", "-S", "2026-11-01", "-E", "2026-11-02"): [
+        "idle_percent",
+        "idle_gpu_hours",
+        "no_process_gpu_hours",
+        "mean_util_percent",
+    ],
+    ("report", "usage", "-S", "2026-11-01", "-E", "2026-11-02"): [
+        "allocated_gpu_hours",
+        "failed_gpu_hours",
+        "queue_wait_p50_hours",
+        "queue_wait_p95_hours",
+    ],
+}
+
+
+@pytest.mark.parametrize("argv", list(KEY_FIGURES), ids=lambda argv: " ".join(argv[:2]))
+def test_80_columns_keep_the_figures_that_answer_the_question(
+    argv: tuple[str, ...], cli_env: tuple[list[str], dict[str, str]]
+) -> None:
+    base, env = cli_env
+    text = visible(run_on_pty([*base, *argv], 80, env))
+    first = text.split("\n\n")[0]
+    left_out = dropped(first)
+    assert left_out, "at 80 columns something is left out"
+    for figure in KEY_FIGURES[argv]:
+        assert figure not in left_out, (figure, left_out)
+        assert figure.split("_")[0] in first

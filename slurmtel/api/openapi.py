@@ -72,6 +72,7 @@ def _report_path(spec: ReportSpec) -> dict[str, Any]:
                     "title": {"type": "string"},
                     "columns": {"type": "array", "items": {"type": "string"}},
                     "table_columns": {"type": "array", "items": {"type": "string"}},
+                    "key_columns": {"type": "array", "items": {"type": "string"}},
                     "rows": {"type": "array", "items": rows},
                 },
             }

@@ -132,7 +132,7 @@ def budget_rows(
 
 
 def cmd_report_budget(args: argparse.Namespace, config: Config) -> int:
-    from slurmtel.budget import COLUMNS, configured_budgets, merge_budgets, slurm_budgets
+    from slurmtel.budget import COLUMNS, KEY_COLUMNS, configured_budgets, merge_budgets, slurm_budgets
 
     scope = scope_for(
         config, Action.VIEW_AGGREGATES, common.current_identity(config)
@@ -174,5 +174,7 @@ def cmd_report_budget(args: argparse.Namespace, config: Config) -> int:
     if not rows:
         log.info("no budgets to show (none configured or visible to you)")
     title = f"Budgets at {at.astimezone(config.zone).isoformat()} ({config.site.timezone})"
-    render([r.record() for r in rows], sys.stdout, args.format, columns=COLUMNS, title=title)
+    render(
+        [r.record() for r in rows], sys.stdout, args.format, columns=COLUMNS, title=title, first=KEY_COLUMNS
+    )
     return EXIT_OK

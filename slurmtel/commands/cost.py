@@ -168,7 +168,14 @@ def cmd_report_cost(args: argparse.Namespace, config: Config) -> int:
             figures = [{"figure": f, "value": row.get(f)} for f in (*keys[1:], *FIGURES)]
             render(figures, sys.stdout, "table", columns=("figure", "value"), title=title)
         else:
-            render(rows, sys.stdout, "table", columns=(*keys, *TABLE_FIGURES), title=title)
+            render(
+                rows,
+                sys.stdout,
+                "table",
+                columns=(*keys, *TABLE_FIGURES),
+                title=title,
+                first=(keys[-1], *TABLE_FIGURES[:4]),
+            )
     else:
         render(rows, sys.stdout, args.format, columns=(*keys, *FIGURES))
     return EXIT_OK

@@ -117,11 +117,17 @@ def write_report(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
     titles = {s["name"]: s["title"] for s in document["sections"]}
     key = "table_columns" if fmt == "table" else "columns"
     columns = {s["name"]: s[key] for s in document["sections"]}
+    first = {s["name"]: s.get("key_columns", ()) for s in document["sections"]}
     if document["single"]:
         (name,) = sections
         rows = sections[name]
         render(
-            json_numbers(rows) if fmt == "json" else rows, out, fmt, columns=columns[name], title=titles[name]
+            json_numbers(rows) if fmt == "json" else rows,
+            out,
+            fmt,
+            columns=columns[name],
+            title=titles[name],
+            first=first[name],
         )
         return
-    render_sections(sections, out, fmt, columns, titles)
+    render_sections(sections, out, fmt, columns, titles, first)

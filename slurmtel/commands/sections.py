@@ -18,8 +18,10 @@ def render_sections(
     fmt: str,
     columns: Mapping[str, Sequence[str]],
     titles: Mapping[str, str],
+    first: Mapping[str, Sequence[str]] | None = None,
 ) -> None:
-    """Several sections: titled tables; a JSON object of lists; CSV blocks under "# name"."""
+    """Several sections: titled tables (FIRST: the columns each keeps first when narrow); a JSON
+    object of lists; CSV blocks under "# name"."""
     if fmt == "json":
         document = {}
         for name, rows in sections.items():
@@ -36,7 +38,14 @@ def render_sections(
             out.write(f"# {name}\n")
             render(rows, out, "csv", columns=columns[name])
         else:
-            render(rows, out, fmt, columns=columns[name], title=titles.get(name, name))
+            render(
+                rows,
+                out,
+                fmt,
+                columns=columns[name],
+                title=titles.get(name, name),
+                first=(first or {}).get(name, ()),
+            )
 
 
 def json_numbers(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

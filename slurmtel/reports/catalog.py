@@ -61,15 +61,22 @@ def _fixed(text: str) -> Any:
 
 
 def by_group(
-    report: str, figures: tuple[str, ...], groups: tuple[str, ...], what: str, first_title: Any
+    report: str,
+    figures: tuple[str, ...],
+    groups: tuple[str, ...],
+    what: str,
+    first_title: Any,
+    key_figures: tuple[str, ...] = (),
 ) -> tuple[Section, ...]:
     """The sections `by_<group>` of REPORT: cluster, the group column, then FIGURES; the first
-    titled FIRST_TITLE (it names the window), the others "<WHAT> by <group>"."""
+    titled FIRST_TITLE (it names the window), the others "<WHAT> by <group>". A narrow table
+    keeps the group and KEY_FIGURES first."""
     return tuple(
         Section(
             f"by_{group}",
             row_type(f"{report}By{group.title()}Row", ("cluster", group, *figures)),
             first_title if i == 0 else _fixed(f"{what} by {group}"),
+            key_columns=(group, *key_figures),
         )
         for i, group in enumerate(groups)
     )
@@ -99,6 +106,13 @@ def _usage_columns(group: str) -> tuple[str, ...]:
     )
 
 
+# what a narrow table keeps: GPU time, failed GPU time, the queue wait
+USAGE_KEY_FIGURES = (
+    "allocated_gpu_seconds",
+    "failed_gpu_seconds",
+    "queue_wait_p50_seconds",
+    "queue_wait_p95_seconds",
+)
 USAGE_ROWS = {g: row_type(f"UsageBy{g.title()}Row", _usage_columns(g)) for g in USAGE_GROUPS}
 # the table leaves out the zero-heavy per-class columns that CSV and JSON keep
 USAGE_TABLE_COLUMNS = (
@@ -137,6 +151,7 @@ USAGE = ReportSpec(
             row=RowsBy("by", USAGE_ROWS),
             title=lambda q, rows: f"GPU usage by {q.option('by')}{whose(q)}, {q.window_text()}",
             table_columns=lambda q: ("cluster", q.option("by"), *USAGE_TABLE_COLUMNS),
+            key_columns=lambda q: (q.option("by"), *USAGE_KEY_FIGURES),
         ),
     ),
     run=_run_usage,
@@ -156,6 +171,7 @@ FAILURE_GROUP = (
     "failed_share",
     "retry_gpu_seconds",
 )
+FAILURE_KEY_FIGURES = ("failed_gpu_seconds", "failed_share", "failed_attempts")
 FAILED_ATTEMPT_COLUMNS = (
     "cluster",
     "job_id",
@@ -201,16 +217,19 @@ FAILURES = ReportSpec(
             ("account", "user", "partition"),
             "Failed GPU-hours",
             lambda q, rows: f"Failed GPU-hours by account{whose(q)}, {q.window_text()}",
+            FAILURE_KEY_FIGURES,
         ),
         Section(
             "by_node",
             row_type("FailuresByNodeRow", ("cluster", "node", *FAILURE_GROUP)),
             _fixed("Failed GPU-hours by node (multi-node attempts split evenly)"),
+            key_columns=("node", *FAILURE_KEY_FIGURES),
         ),
         Section(
             "top_attempts",
             row_type("FailedAttemptRow", FAILED_ATTEMPT_COLUMNS),
             _top("attempts", "failed GPU-hours"),
+            key_columns=("job_id", "failed_gpu_seconds", "state", "gpus"),
         ),
     ),
     run=_run_failures,
@@ -229,6 +248,8 @@ IDLE_GROUP = (
     "covered_share",
     "mean_util_share",
 )
+# the idle share and GPU time, the no-process part, the mean utilisation
+IDLE_KEY_FIGURES = ("idle_share", "idle_gpu_seconds", "no_process_gpu_seconds", "mean_util_share")
 IDLE_JOB_COLUMNS = (
     "cluster",
     "job_id",
@@ -273,8 +294,14 @@ IDLE = ReportSpec(
             ("account", "user", "partition"),
             "Idle GPU-hours",
             lambda q, rows: f"Idle GPU-hours by account{whose(q)}, {q.days_text()}",
+            IDLE_KEY_FIGURES,
         ),
-        Section("top_jobs", row_type("IdleJobRow", IDLE_JOB_COLUMNS), _top("jobs", "idle GPU-hours")),
+        Section(
+            "top_jobs",
+            row_type("IdleJobRow", IDLE_JOB_COLUMNS),
+            _top("jobs", "idle GPU-hours"),
+            key_columns=("job_id", *IDLE_KEY_FIGURES),
+        ),
         Section(
             "unmapped",
             row_type(
@@ -282,6 +309,7 @@ IDLE = ReportSpec(
                 ("cluster", "account", "unmapped_gpu_seconds", "allocated_gpu_seconds", "unmapped_share"),
             ),
             _fixed("Allocated GPU-hours no GPU could be mapped to, by account"),
+            key_columns=("account", "unmapped_gpu_seconds", "unmapped_share"),
         ),
     ),
     run=_run_idle,
@@ -296,6 +324,8 @@ WAIT = (
     "queue_wait_max_seconds",
     "queue_wait_mean_seconds",
 )
+WAIT_KEY_FIGURES = ("queue_wait_p50_seconds", "queue_wait_p95_seconds", "queue_wait_count")
+PENDING_KEY_FIGURES = ("jobs", "gpus_requested", "oldest_pending_seconds")
 PENDING = (
     "reason",
     "jobs",
@@ -322,21 +352,25 @@ QUEUE = ReportSpec(
             "wait_by_partition",
             row_type("WaitByPartitionRow", ("cluster", "partition", *WAIT)),
             lambda q, rows: f"Queue wait (start - eligible) by partition{whose(q)}, {q.window_text()}",
+            key_columns=("partition", *WAIT_KEY_FIGURES),
         ),
         Section(
             "wait_by_account",
             row_type("WaitByAccountRow", ("cluster", "account", *WAIT)),
             _fixed("Queue wait by account"),
+            key_columns=("account", *WAIT_KEY_FIGURES),
         ),
         Section(
             "pending",
             row_type("PendingRow", ("cluster", "partition", *PENDING)),
             _fixed("Pending now, by partition and reason"),
+            key_columns=("partition", "reason", *PENDING_KEY_FIGURES),
         ),
         Section(
             "quota",
             row_type("QuotaPendingRow", ("cluster", "account", "partition", *PENDING)),
             _fixed("Pending now, refused by quota (AssocGrp*/AssocMax*/QOSGrp*/QOSMax*)"),
+            key_columns=("account", "reason", *PENDING_KEY_FIGURES),
         ),
     ),
     run=_run_queue,
@@ -361,13 +395,22 @@ TAXONOMY_COLUMNS = (
     *(f"{p}_share" for p in TAXONOMY_PARTS),
     "capacity_unknown_gpu_seconds",
 )
+# a table: installed, where it went as shares of it (what a narrow table keeps), then the GPU time
+TAXONOMY_KEY_SHARES = (
+    "active_share",
+    "allocated_idle_share",
+    "allocated_no_process_share",
+    "unallocated_share",
+    "unmeasured_share",
+    "unavailable_share",
+)
 TAXONOMY_TABLE_COLUMNS = (
     "day",
     "cluster",
     "partition",
     "installed_gpu_seconds",
+    *TAXONOMY_KEY_SHARES,
     *(f"{p}_gpu_seconds" for p in TAXONOMY_PARTS),
-    "active_share",
     "capacity_unknown_gpu_seconds",
 )
 
@@ -399,6 +442,7 @@ TAXONOMY = ReportSpec(
             row_type("TaxonomyRow", TAXONOMY_COLUMNS),
             lambda q, rows: f"GPU-hour taxonomy, {q.days_text()}",
             TAXONOMY_TABLE_COLUMNS,
+            key_columns=("day", "partition", *TAXONOMY_KEY_SHARES),
         ),
     ),
     run=_run_taxonomy,
@@ -464,6 +508,13 @@ CAPACITY = ReportSpec(
             "summary",
             row_type("CapacitySummaryRow", CAPACITY_SUMMARY_COLUMNS),
             lambda q, rows: f"Capacity, {q.days_text()}",
+            key_columns=(
+                "cluster",
+                "useful_share",
+                "useful_gpu_seconds_per_gpu_month",
+                "required_gpus",
+                "additional_gpus_needed",
+            ),
         ),
         Section(
             "breakdown",
@@ -474,6 +525,7 @@ CAPACITY = ReportSpec(
                 "Where the installed GPU-hours went: the taxonomy's parts, active split by outcome "
                 "(the categories add up to installed)"
             ),
+            key_columns=("category", "category_gpu_seconds", "category_share"),
         ),
     ),
     run=_run_capacity,
@@ -521,7 +573,12 @@ NODES = ReportSpec(
     help="per node: failed attempts, NODE_FAIL, XID/ECC events, driver drift",
     action=Action.VIEW_OPERATIONS,
     sections=(
-        Section("nodes", row_type("NodeRow", NODES_COLUMNS), lambda q, rows: f"Nodes, {q.window_text()}"),
+        Section(
+            "nodes",
+            row_type("NodeRow", NODES_COLUMNS),
+            lambda q, rows: f"Nodes, {q.window_text()}",
+            key_columns=("node", "failed_attempts", "node_fail_attempts", "failed_gpu_seconds", "xid_events"),
+        ),
     ),
     run=_run_nodes,
     account_user_filters=False,
@@ -574,8 +631,16 @@ RETRIES = ReportSpec(
             "chains",
             row_type("RetryChainRow", CHAIN_COLUMNS),
             lambda q, rows: f"Resubmission chains{whose(q)}, {q.window_text()}",
+            key_columns=("user", "job_ids", "retry_gpu_seconds", "failed_jobs"),
         ),
-        *by_group("Retries", RETRY_GROUP, ("account", "user"), "Retries", _fixed("Retries by account")),
+        *by_group(
+            "Retries",
+            RETRY_GROUP,
+            ("account", "user"),
+            "Retries",
+            _fixed("Retries by account"),
+            ("retry_gpu_seconds", "requeues", "resubmissions"),
+        ),
     ),
     run=_run_retries,
 )

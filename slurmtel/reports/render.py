@@ -16,9 +16,11 @@ Tables are for people (README "Tables on a terminal"):
   wrapped, cut or elided;
 * on a terminal too narrow for every column, whole columns are left out, lowest priority first,
   and a line under the table names them (`--wide` or `--format csv` shows them all). Priority:
-  the identity columns (the text columns before the first figure, and cluster, account, user,
-  partition, job_id, name, node, gpu, day, month, figure wherever they stand), then the figures
-  in their order, then the other text columns (states, reasons, lists, times). Text columns may
+  the columns the output names first (`first`: a report spec's key columns, the row's key and
+  the figures that answer its question), then the identity columns (the text columns before
+  the first figure, and cluster, account, user, partition, job_id, name, node, gpu, day, month,
+  figure wherever they stand), then the figures in their order, then the other text columns
+  (states, reasons, lists, times); a column empty in every row goes last. Text columns may
   wrap;
 * a GPU is named `node/index` (the `gpu` column); its `gpu_uuid` column is shown in tables only
   with `--wide` (CSV and JSON always have it).
@@ -73,7 +75,10 @@ def render(
     columns: Sequence[str] | None = None,
     title: str | None = None,
     wide: bool | None = None,
+    first: Sequence[str] = (),
 ) -> None:
+    """ROWS as FMT. FIRST: the columns a table too narrow for all keeps first, in order (the
+    row's key and the figures that answer the question), before the ranking of fit_columns."""
     cols = list(columns) if columns is not None else _columns(rows)
     if fmt == "json":
         out.write(json.dumps([{c: _json_value(r.get(c)) for c in cols} for r in rows], indent=2))
@@ -89,7 +94,7 @@ def render(
         if not wide and "gpu" in cols:
             cols = [c for c in cols if c != "gpu_uuid"]
         if out.isatty():
-            _rich_table(rows, cols, out, title, wide=wide)
+            _rich_table(rows, cols, out, title, wide=wide, first=[table_name(c) for c in first])
         else:
             _plain_table(rows, cols, out, title)
     else:
@@ -242,11 +247,16 @@ def _wrap_header(name: str, width: int) -> str:
 
 
 def fit_columns(
-    cols: Sequence[str], cells: Sequence[Sequence[str]], figures: Sequence[bool], width: int
+    cols: Sequence[str],
+    cells: Sequence[Sequence[str]],
+    figures: Sequence[bool],
+    width: int,
+    first: Sequence[str] = (),
 ) -> tuple[list[int], list[int]]:
     """(indexes of the columns shown, their widths) for a table WIDTH columns wide: a figure
     column is as wide as its widest value, a text column at least _TEXT_MIN_WIDTH (or its widest
-    value); columns are left out whole, lowest priority first (module docstring)."""
+    value); columns are left out whole, lowest priority first: FIRST in its order, then the
+    module docstring's ranking."""
     from rich.cells import cell_len
 
     n = len(cols)
@@ -261,9 +271,14 @@ def fit_columns(
         else:
             least.append(min(natural[-1], max(header_min, _TEXT_MIN_WIDTH)))
     first_figure = next((i for i in range(n) if figures[i]), n)
-    identity = [i for i in range(n) if i < first_figure or cols[i] in IDENTITY_COLUMNS]
-    ranked = identity + [i for i in range(n) if figures[i] and i not in identity]
+    keys = [cols.index(c) for c in first if c in cols]
+    identity = [i for i in range(n) if (i < first_figure or cols[i] in IDENTITY_COLUMNS) and i not in keys]
+    ranked = keys + identity + [i for i in range(n) if figures[i] and i not in identity and i not in keys]
     ranked += [i for i in range(n) if i not in ranked]
+    # a column with no value in any row says nothing: it goes last, whatever its rank
+    ranked = [i for i in ranked if any(row[i] for row in cells)] + [
+        i for i in ranked if not any(row[i] for row in cells)
+    ]
     budget = width - _EDGE_OVERHEAD
     chosen: list[int] = []
     used = 0
@@ -289,7 +304,13 @@ def fit_columns(
 
 
 def _rich_table(
-    rows: Sequence[Mapping[str, Any]], cols: list[str], out: TextIO, title: str | None, *, wide: bool = False
+    rows: Sequence[Mapping[str, Any]],
+    cols: list[str],
+    out: TextIO,
+    title: str | None,
+    *,
+    wide: bool = False,
+    first: Sequence[str] = (),
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -305,7 +326,7 @@ def _rich_table(
         widths = [max(w, len(cols[i])) for i, w in zip(chosen, widths, strict=True)]
         width = sum(widths) + _CELL_OVERHEAD * len(widths) + _EDGE_OVERHEAD
     else:
-        chosen, widths = fit_columns(cols, cells, figures, width)
+        chosen, widths = fit_columns(cols, cells, figures, width, first)
     table = Table(title=Text(escape_controls(title)) if title else None)
     for i, w in zip(chosen, widths, strict=True):
         table.add_column(

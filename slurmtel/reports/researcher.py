@@ -123,6 +123,8 @@ ME_JOBS_COLUMNS = (
     "mem_requested_bytes",
     "mem_efficiency_share",
 )
+# what a narrow `me --jobs` table keeps: the job and its GPU figures
+ME_JOBS_KEY_COLUMNS = ("job_id", "allocated_gpu_seconds", "idle_share", "mean_util_share", "gpus", "state")
 TOP_COLUMNS = (
     "cluster",
     "job_id",
@@ -200,6 +202,8 @@ GPU_TABLE_COLUMNS = (
     "power_max_watts",
     "energy_joules",
 )
+# what a narrow GPU table of `slurmtel job` keeps
+GPU_KEY_COLUMNS = ("gpu", "mean_util_share", "idle_share", "memory_used_max_bytes", "power_mean_watts")
 # the figures of `me`'s summary (user and month are its heading)
 ME_SUMMARY_COLUMNS = (
     "jobs",
@@ -386,7 +390,7 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
             out.write(escape_controls(f"  {label:<11} {value}".rstrip()) + "\n")
         if r["gpu_figures"]:
             out.write("\n")
-            render(r["gpu_figures"], out, "table", columns=GPU_TABLE_COLUMNS)
+            render(r["gpu_figures"], out, "table", columns=GPU_TABLE_COLUMNS, first=GPU_KEY_COLUMNS)
         if r["advice"]:
             out.write("\nAdvice:\n")
             for line in r["advice"]:
@@ -571,7 +575,7 @@ def write_me(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
         title = (
             f"Jobs of {user} in {month}{so_far} ({zone}): {len(rows)} attempt{'s' if len(rows) != 1 else ''}"
         )
-        render(rows, out, fmt, columns=ME_JOBS_COLUMNS, title=title)
+        render(rows, out, fmt, columns=ME_JOBS_COLUMNS, title=title, first=ME_JOBS_KEY_COLUMNS)
         return
     summary, top = document["summary"], document["top_jobs"]
     if fmt == "json":
@@ -582,4 +586,11 @@ def write_me(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
     render(rows, out, "table", columns=["figure", "value"], title=f"GPU use of {user} in {month}{so_far}")
     out.write("\n")
     title = f"Top {len(top)} jobs by GPU-hours in {month}" if top else f"No jobs in {month}"
-    render(top, out, "table", columns=TOP_COLUMNS, title=title)
+    render(
+        top,
+        out,
+        "table",
+        columns=TOP_COLUMNS,
+        title=title,
+        first=("job_id", "allocated_gpu_seconds", "idle_share"),
+    )

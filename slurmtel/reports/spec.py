@@ -172,6 +172,9 @@ class Section:
     row: type | RowsBy
     title: Callable[[ReportQuery, Sequence[Any]], str]
     table_columns: tuple[str, ...] | Callable[[ReportQuery], tuple[str, ...]] | None = None
+    # what a table too narrow for every column keeps first: the row's key and the figures that
+    # answer the report's question, in order (the other columns follow render's ranking)
+    key_columns: tuple[str, ...] | Callable[[ReportQuery], tuple[str, ...]] = ()
 
     def row_type(self, query: ReportQuery) -> type:
         return self.row if isinstance(self.row, type) else self.row.types[query.option(self.row.option)]
@@ -187,6 +190,9 @@ class Section:
         if self.table_columns is None:
             return self.columns(query)
         return self.table_columns if isinstance(self.table_columns, tuple) else self.table_columns(query)
+
+    def keys(self, query: ReportQuery) -> tuple[str, ...]:
+        return self.key_columns if isinstance(self.key_columns, tuple) else self.key_columns(query)
 
 
 # what a store function returns: rows as mappings by section name
@@ -285,7 +291,8 @@ def run_report(conn: Connection, spec: ReportSpec, query: ReportQuery) -> Report
 
 def report_document(result: ReportResult) -> dict[str, Any]:
     """RESULT as one plain document, what `write_report` prints and the API sends: per section
-    its title, its columns (all, and those a terminal table shows) and its rows as mappings."""
+    its title, its columns (all, those a terminal table shows, those a narrow one keeps first)
+    and its rows as mappings."""
     spec, query = result.spec, result.query
     titles = result.titles()
     return {
@@ -300,6 +307,7 @@ def report_document(result: ReportResult) -> dict[str, Any]:
                 "title": titles[name],
                 "columns": list(spec.section(name).columns(query)),
                 "table_columns": list(spec.section(name).table(query)),
+                "key_columns": list(spec.section(name).keys(query)),
                 "rows": [as_mapping(r) for r in rows],
             }
             for name, rows in result.sections
