@@ -521,18 +521,94 @@ class Config:
         return Path(xdg) / "slurmtel"
 
     def database_url(self) -> str | None:
-        """The configured server URL, or None for the embedded PostgreSQL."""
+        """The configured server URL, or None for the embedded PostgreSQL. ConfigError (one line,
+        naming where the URL came from) for a URL that is not PostgreSQL's."""
         if self.database.url:
-            return self.database.url
+            return check_database_url(self.database.url, "database.url")
         env = os.environ.get(ENV_DATABASE_URL, "").strip()
         if env:
-            return env
+            return check_database_url(env, f"${ENV_DATABASE_URL}")
         if self.database.url_file:
             try:
-                return Path(self.database.url_file).read_text().strip() or None
+                text = Path(self.database.url_file).read_text().strip()
             except OSError as exc:
                 raise ConfigError(f"database.url_file: cannot read {self.database.url_file}: {exc}") from exc
+            return check_database_url(text, f"database.url_file ({self.database.url_file})") if text else None
         return None
+
+    def database_origin(self) -> str:
+        """Why a command uses the database it uses, as messages say it: where its URL was set,
+        or why it is the embedded PostgreSQL (no URL in which config file, or no file at all)."""
+        where = f"in {self.path}" if self.path else f"and no config file: {NO_CONFIG_FILE}"
+        if self.database.url:
+            return f"database.url {where}"
+        if os.environ.get(ENV_DATABASE_URL, "").strip():
+            return f"${ENV_DATABASE_URL}"
+        if self.database.url_file:
+            return f"database.url_file {self.database.url_file} {where}"
+        return f"no database.url {where}"
+
+    def database_description(self) -> str:
+        """The database a command uses and why, password masked: "PostgreSQL at postgresql://u:***@db/x
+        (database.url in /etc/slurmtel/slurmtel.toml)", or "the embedded PostgreSQL under
+        <state_dir>/pgdata (no database.url in ...)". For the errors that say a database is
+        missing, unreachable or without its schema."""
+        from slurmtel.logs import redact
+
+        url = self.database_url()
+        if url is None:
+            return f"the embedded PostgreSQL under {self.state_dir() / 'pgdata'} ({self.database_origin()})"
+        return f"PostgreSQL at {redact(url)} ({self.database_origin()})"
+
+    def head_only_message(self, command: str = "") -> str:
+        """What a login-node client says of a command that needs the database (COMMAND, e.g.
+        "runs"; "" = this command)."""
+        what = f"`slurmtel {command}`" if command else "this command"
+        where = f" in {self.path}" if self.path else ""
+        return (
+            f"{what} runs on the head node: this is a login-node client of {self.api.url} "
+            f"(api.url{where}, no database.url), which starts no database of its own"
+        )
+
+    def api_client_only(self) -> bool:
+        """A login node's config: the read API is named (api.url) and no database is. Such a
+        client asks `slurmtel serve`; it never starts an embedded PostgreSQL."""
+        return bool(self.api.url) and self.database_url() is None
+
+
+# what load_config looked for, for messages that say no config file was found
+NO_CONFIG_FILE = f"none given with --config or ${ENV_CONFIG} and no {DEFAULT_CONFIG_PATH}"
+
+# the drivers a database URL may name: libpq's schemes, and SQLAlchemy's name of psycopg 3
+POSTGRESQL_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgres+psycopg")
+
+
+def check_database_url(url: str, origin: str) -> str:
+    """URL when it is a PostgreSQL URL slurmtel connects to (psycopg 3); else ConfigError
+    naming ORIGIN (the key or variable it came from), the URL with its password masked."""
+    from urllib.parse import urlsplit
+
+    from slurmtel.logs import redact
+
+    shown = redact(url)
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme.lower() not in POSTGRESQL_SCHEMES:
+        raise ConfigError(
+            f"{origin} must be a PostgreSQL URL such as postgresql://USER@HOST/DATABASE, not '{shown}': "
+            "slurmtel keeps its data in PostgreSQL only (through psycopg 3); leave it empty for the "
+            "embedded PostgreSQL"
+        )
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL"
+        raise ConfigError(f"{origin}: cannot read '{shown}': {exc}") from None
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ConfigError(f"{origin}: the port of '{shown}' must be a number from 1 to 65535")
+    return url
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
@@ -899,6 +975,8 @@ def _validate_cost(cost: CostConfig) -> None:
 
 
 def _validated(config: Config) -> Config:
+    if config.database.url:
+        check_database_url(config.database.url, "database.url")
     try:
         ZoneInfo(config.site.timezone)
     except (ZoneInfoNotFoundError, ValueError) as exc:
