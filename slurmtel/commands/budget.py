@@ -134,17 +134,18 @@ def budget_rows(
 def cmd_report_budget(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.budget import COLUMNS, configured_budgets, merge_budgets, slurm_budgets
 
-    scope = scope_for(
-        config, Action.VIEW_AGGREGATES, common.current_identity(config)
-    )  # looked up at call time
-    ctx = open_context(config)
-    now = ctx.clock()
+    # --at is checked before a database is opened (or an embedded one started)
+    now = common.site_now(config)
     at = now
     if args.at:
         try:
             at = parse_slurm_time(args.at, now=now, zone=config.zone)
         except ValueError as exc:
             raise ConfigError(f"--at: {exc}") from exc
+    scope = scope_for(
+        config, Action.VIEW_AGGREGATES, common.current_identity(config)
+    )  # looked up at call time
+    ctx = open_context(config)
     chargeback = config.chargeback
     budgets = configured_budgets(chargeback, at, config.zone)
     if chargeback.budgets_from_slurm:
