@@ -174,6 +174,6 @@ def cmd_report_budget(args: argparse.Namespace, config: Config) -> int:
         warn(f"{unpriced} GPU-hours of money budgets match no [[chargeback.rates]] entry: not counted")
     if not rows:
         log.info("no budgets to show (none configured or visible to you)")
-    title = f"Budgets at {at.astimezone(config.zone).isoformat()} ({config.site.timezone})"
+    title = f"Budgets at {at.astimezone(config.zone).isoformat()} ({config.timezone_name})"
     render([r.record() for r in rows], sys.stdout, args.format, columns=COLUMNS, title=title)
     return EXIT_OK

@@ -148,7 +148,7 @@ def cmd_report_cost(args: argparse.Namespace, config: Config) -> int:
             start=day_start,
             end=day_end,
             now=now,
-            timezone=config.site.timezone,
+            timezone=config.timezone_name,
             poll_interval_seconds=config.sources.slurmctld.interval_seconds,
             resubmission_window_seconds=config.attribution.resubmission_window_seconds,
         )
@@ -162,7 +162,7 @@ def cmd_report_cost(args: argparse.Namespace, config: Config) -> int:
         row["period_end"] = period_end
     title = (
         f"Cost, {day_start.isoformat()} .. {period_end.isoformat()} ({months.normalize():f} months of "
-        f"{config.site.timezone}), {settings.currency}"
+        f"{config.timezone_name}), {settings.currency}"
     )
     keys = KEYS[args.by]
     if args.format == "table":

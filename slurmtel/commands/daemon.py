@@ -198,6 +198,7 @@ def cmd_check_config(args: argparse.Namespace, config: Config) -> int:
         head_only(config, "check-config --database")
     print(f"# slurmtel {__version__}: {source} is valid; the effective configuration follows")
     print(f"# database: {database}")
+    print(f"# time zone: {config.timezone_name} ({config.timezone_origin()})")
     sys.stdout.write(dump_toml(config))
     if args.database:
         from slurmtel.store.engine import display_url, make_engine, require_schema

@@ -87,7 +87,7 @@ def cmd_db_roles(args: argparse.Namespace, config: Config) -> int:
         results = [
             # Grafana's finance panels cut months in the session's time zone
             ensure_login_role(
-                conn, name, group, timezone=config.site.timezone if group == AGGREGATE_GROUP else ""
+                conn, name, group, timezone=config.timezone_name if group == AGGREGATE_GROUP else ""
             )
             for name, group in wanted
         ]
