@@ -670,6 +670,52 @@ def test_mig_profiles_are_known_with_or_without_the_gpus_name(gpu_type: str, sli
     assert mig_slices(gpu_type) == slices
 
 
+MIG_LAB = "slurm-22.05-mig"
+
+
+@pytest.mark.parametrize(
+    "capture",
+    [
+        "scontrol-show-node-mig.txt",  # no GresUsed: AllocTRES=...,gres/gpu=3 counts slices
+        "scontrol-show-node-d-mig.txt",
+        "scontrol-show-node-o-mig.txt",
+        "sinfo-json-mig.json",
+    ],
+)
+def test_a_mig_node_of_the_lab_has_its_allocated_gpus_in_the_unit_of_its_total(capture: str) -> None:
+    """The lab's gpu02 as a node of four 1g.10gb instances, three of them held by job 30: one
+    physical GPU, and one in use (the 3 slices need 1), on every form scontrol and sinfo print."""
+    raw = read(MIG_LAB, capture)
+    records = (
+        parse_sinfo_json(raw, cluster="lab", at=AT)
+        if capture.endswith(".json")
+        else (parse_scontrol_nodes(raw, cluster="lab", at=AT))
+    )
+    assert [(n.node, n.gpus_total, n.gpus_allocated, n.gpu_model) for n in records] == [
+        ("gpu01", 4, 1, "h100"),
+        ("gpu02", 1, 1, "1g.10gb"),
+    ]
+
+
+def test_the_mig_jobs_of_the_lab_hold_slice_indices_on_both_job_views() -> None:
+    """squeue --json and scontrol show job -d say the same: job 30 holds MIG devices 0-2 of gpu02
+    (indices in gres.conf order, typed 1g.10gb), job 31 the H100 0 of gpu01."""
+    views = [
+        parse_squeue_json(read(MIG_LAB, "squeue-json-mig.json"), cluster="lab", at=AT),
+        parse_scontrol_jobs(read(MIG_LAB, "scontrol-show-job-d-mig.txt"), cluster="lab", at=AT),
+    ]
+    for records in views:
+        held = sorted(
+            (a.job_id_raw, a.node, a.gpu_index, a.gpu_model) for a in records if isinstance(a, GpuAllocation)
+        )
+        assert held == [
+            (30, "gpu02", 0, "1g.10gb"),
+            (30, "gpu02", 1, "1g.10gb"),
+            (30, "gpu02", 2, "1g.10gb"),
+            (31, "gpu01", 0, "h100"),
+        ]
+
+
 def test_v0037_sinfo_json() -> None:
     # 21.08 sinfo --json: lowercase state plus state_flags
     assert nodes_of("rivosinc_slurm_exporter", "sinfo_out.json") == [
