@@ -16,11 +16,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 
 from slurmtel.errors import DatabaseUnavailable
-from slurmtel.store.embedded import HANDLES_FILE, _check_owner, forget_gone_handles
+from slurmtel.store.embedded import HANDLES_FILE, _check_owner, forget_gone_handles, process_running
 
 
 def test_another_users_data_directory_is_refused_by_name(tmp_path: Path) -> None:
@@ -70,10 +69,7 @@ class Site:
 
 def alive(pid: int) -> bool:
     """PID runs (a zombie does not: an ended server whose parent, gone, cannot reap it)."""
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
+    return process_running(pid)
 
 
 def slurmtel(site: Site, *words: str) -> subprocess.Popen[str]:
@@ -208,12 +204,15 @@ def test_forget_gone_handles_keeps_the_living(tmp_path: Path) -> None:
     living = subprocess.Popen(["sleep", "30"])
     gone = subprocess.Popen(["true"])
     gone.wait()
+    zombie = subprocess.Popen(["true"])  # ended, not reaped yet: gone too
+    wait_for(lambda: not process_running(zombie.pid), "the zombie")
     try:
-        (tmp_path / HANDLES_FILE).write_text(json.dumps([living.pid, gone.pid, os.getpid()]))
-        assert forget_gone_handles(tmp_path) == [gone.pid]
+        (tmp_path / HANDLES_FILE).write_text(json.dumps([living.pid, gone.pid, zombie.pid, os.getpid()]))
+        assert forget_gone_handles(tmp_path) == [gone.pid, zombie.pid]
         assert json.loads((tmp_path / HANDLES_FILE).read_text()) == [living.pid, os.getpid()]
         assert forget_gone_handles(tmp_path) == []
         assert forget_gone_handles(tmp_path / "absent") == []
     finally:
         living.kill()
         living.wait()
+        zombie.wait()

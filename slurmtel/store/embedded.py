@@ -89,8 +89,6 @@ def embedded_url(state_dir: Path, why: str = "") -> str:
 def forget_gone_handles(pgdata: Path) -> list[int]:
     """Remove from PGDATA's handle list the pids of processes that no longer run (killed before
     they could remove themselves); returns them. Call it holding pgserver's lock."""
-    import psutil
-
     handles = pgdata / HANDLES_FILE
     try:
         pids = json.loads(handles.read_text())
@@ -98,21 +96,29 @@ def forget_gone_handles(pgdata: Path) -> list[int]:
         return []
     if not isinstance(pids, list):
         return []
-    gone = [pid for pid in pids if not _running(psutil, pid)]
+    gone = [pid for pid in pids if not process_running(pid)]
     if gone:
         log.debug("embedded PostgreSQL in %s: processes %s ended without leaving it", pgdata, gone)
         handles.write_text(json.dumps([pid for pid in pids if pid not in gone]))
     return gone
 
 
-def _running(psutil: object, pid: object) -> bool:
-    if not isinstance(pid, int):
+def process_running(pid: object) -> bool:
+    """Whether PID is a process that runs: not gone, not a zombie (ended, not yet reaped)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
     try:
-        process = psutil.Process(pid)  # type: ignore[attr-defined]
-        return bool(process.status() != psutil.STATUS_ZOMBIE)  # type: ignore[attr-defined]
-    except psutil.Error:  # type: ignore[attr-defined]
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
+    except PermissionError:
+        pass  # another user's (pgserver's, when root runs it): it is there
+    try:
+        # /proc/PID/stat: "pid (comm) S ...", the state after the last ")"
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state != "Z"
 
 
 @contextlib.contextmanager
