@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args, config))
     except Terminated:
         # unwound like an interrupt: transactions rolled back, and the embedded PostgreSQL
-        # this process started stops at its exit (a second SIGTERM would cut that short)
+        # this process started stops at its exit (a second SIGTERM is ignored until then)
         terminated = True
         _error("terminated")
         return EXIT_ERROR
