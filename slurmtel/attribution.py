@@ -65,7 +65,7 @@ def run_attribution(
         )
         refresh_job_spans(conn, selection, everything=full)
         done = (
-            recompute_dirty(conn, timezone=config.site.timezone, full=full)
+            recompute_dirty(conn, timezone=config.timezone_name, full=full)
             if selection.attempts
             else Recomputed(0, 0, 0)
         )

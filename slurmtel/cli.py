@@ -9,14 +9,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
 
 from slurmtel import __version__
 from slurmtel.commands import command_modules
 from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from slurmtel.config import load_config
-from slurmtel.errors import ConfigError, SlurmtelError
+from slurmtel.errors import ConfigError, SlurmtelError, Terminated
 from slurmtel.logs import configure_logging, redact
 from slurmtel.reports.render import WIDE, ZONE
 
@@ -42,6 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         config = load_config(args.config)
+        if not getattr(args, "through_api", False) and config.api_client_only():
+            # a login node: what cannot ask the API runs on the head, and nothing here starts
+            # a database of its own
+            raise ConfigError(config.head_only_message(args.command_words))
     except ConfigError as exc:
         _error(exc)
         return EXIT_USAGE
@@ -53,8 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # --wide (tables: every column, full GPU UUIDs) for every table the command prints
     wide = WIDE.set(bool(getattr(args, "wide", False)))
     zone = ZONE.set(config.zone)
+    terminated = False
+    previous_sigterm = _raise_on_sigterm()
     try:
         return int(args.handler(args, config))
+    except Terminated:
+        # unwound like an interrupt: transactions rolled back, and the embedded PostgreSQL
+        # this process started stops at its exit (a second SIGTERM is ignored until then)
+        terminated = True
+        _error("terminated")
+        return EXIT_ERROR
     except ConfigError as exc:
         _error(exc)
         return EXIT_USAGE
@@ -89,6 +104,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         WIDE.reset(wide)
         ZONE.reset(zone)
+        if previous_sigterm is not None:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGTERM, signal.SIG_IGN if terminated else previous_sigterm)
+
+
+def _raise_on_sigterm() -> signal.Handlers | Callable[..., Any] | int | None:
+    """SIGTERM raises Terminated in the main thread (as SIGINT raises KeyboardInterrupt), so
+    that the command unwinds and exits through atexit. Python's default would end the process
+    at once, leaving the embedded PostgreSQL running with a handle nobody removes. Returns the
+    handler it replaced (None where none can be set: not the main thread)."""
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        raise Terminated(signal.Signals(signum).name)
+
+    try:
+        return signal.signal(signal.SIGTERM, terminate)
+    except ValueError:
+        return None
 
 
 def _is_database_error(exc: BaseException) -> bool:
@@ -148,7 +181,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     reports = report.add_subparsers(title="reports", metavar="REPORT", required=True)
     for module in command_modules(command):
         module.register(commands, reports)
+    _name_commands(parser)
     return parser
+
+
+def _name_commands(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> None:
+    """Give each command's parser its words as a default (`command_words`: "report fabric"),
+    for messages about the command run."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                sub.set_defaults(command_words=" ".join((*words, name)))
+                _name_commands(sub, (*words, name))
 
 
 def _global_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ the environment and are never logged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import tomllib
@@ -33,8 +34,9 @@ ENV_DATABASE_URL = "SLURMTEL_DATABASE_URL"
 class SiteConfig:
     # the Slurm cluster's name; "" = ask the controller (scontrol show config: ClusterName)
     cluster: str = ""
-    # reports cut days and months in this zone; -S/-E without a zone are read in it
-    timezone: str = "UTC"
+    # reports cut days and months in this zone; -S/-E without a zone are read in it; "" = the
+    # host's zone, as Slurm's tools read and print times ($TZ, else /etc/localtime, else UTC)
+    timezone: str = ""
     # embedded PostgreSQL, agent spool and other local state; "" = /var/lib/slurmtel when
     # writable, else $XDG_STATE_HOME/slurmtel (~/.local/state/slurmtel)
     state_dir: str = ""
@@ -509,7 +511,20 @@ class Config:
 
     @property
     def zone(self) -> ZoneInfo:
-        return ZoneInfo(self.site.timezone)
+        return ZoneInfo(self.timezone_name)
+
+    @property
+    def timezone_name(self) -> str:
+        """The zone reports cut days in: site.timezone, or the host's (host_timezone)."""
+        return self.site.timezone or host_timezone()[0]
+
+    def timezone_origin(self) -> str:
+        """Where timezone_name comes from, for check-config."""
+        return (
+            "site.timezone"
+            if self.site.timezone
+            else f"site.timezone unset: the host's zone, {host_timezone()[1]}"
+        )
 
     def state_dir(self) -> Path:
         if self.site.state_dir:
@@ -521,18 +536,195 @@ class Config:
         return Path(xdg) / "slurmtel"
 
     def database_url(self) -> str | None:
-        """The configured server URL, or None for the embedded PostgreSQL."""
+        """The configured server URL, or None for the embedded PostgreSQL. ConfigError (one line,
+        naming where the URL came from) for a URL that is not PostgreSQL's."""
         if self.database.url:
-            return self.database.url
+            return check_database_url(self.database.url, "database.url")
         env = os.environ.get(ENV_DATABASE_URL, "").strip()
         if env:
-            return env
+            return check_database_url(env, f"${ENV_DATABASE_URL}")
         if self.database.url_file:
             try:
-                return Path(self.database.url_file).read_text().strip() or None
+                text = Path(self.database.url_file).read_text().strip()
             except OSError as exc:
                 raise ConfigError(f"database.url_file: cannot read {self.database.url_file}: {exc}") from exc
+            return check_database_url(text, f"database.url_file ({self.database.url_file})") if text else None
         return None
+
+    def database_origin(self) -> str:
+        """Why a command uses the database it uses, as messages say it: where its URL was set,
+        or why it is the embedded PostgreSQL (no URL in which config file, or no file at all)."""
+        where = f"in {self.path}" if self.path else f"and no config file: {NO_CONFIG_FILE}"
+        if self.database.url:
+            return f"database.url {where}"
+        if os.environ.get(ENV_DATABASE_URL, "").strip():
+            return f"${ENV_DATABASE_URL}"
+        if self.database.url_file:
+            return f"database.url_file {self.database.url_file} {where}"
+        return f"no database.url {where}"
+
+    def database_description(self) -> str:
+        """The database a command uses and why, password masked: "PostgreSQL at postgresql://u:***@db/x
+        (database.url in /etc/slurmtel/slurmtel.toml)", or "the embedded PostgreSQL under
+        <state_dir>/pgdata (no database.url in ...)". For the errors that say a database is
+        missing, unreachable or without its schema."""
+        from slurmtel.logs import redact
+
+        url = self.database_url()
+        if url is None:
+            return f"the embedded PostgreSQL under {self.state_dir() / 'pgdata'} ({self.database_origin()})"
+        return f"PostgreSQL at {redact(url)} ({self.database_origin()})"
+
+    def head_only_message(self, command: str = "") -> str:
+        """What a login-node client says of a command that needs the database (COMMAND, e.g.
+        "runs"; "" = this command)."""
+        what = f"`slurmtel {command}`" if command else "this command"
+        where = f" in {self.path}" if self.path else ""
+        return (
+            f"{what} runs on the head node: this is a login-node client of {self.api.url} "
+            f"(api.url{where}, no database.url), which starts no database of its own"
+        )
+
+    def api_client_only(self) -> bool:
+        """A login node's config: the read API is named (api.url) and no database is. Such a
+        client asks `slurmtel serve`; it never starts an embedded PostgreSQL."""
+        return bool(self.api.url) and self.database_url() is None
+
+
+# where glibc (and so sacct and sreport) reads the host's zone when $TZ is not set
+LOCALTIME = Path("/etc/localtime")
+
+
+def host_timezone(environ: Mapping[str, str] | None = None, localtime: Path = LOCALTIME) -> tuple[str, str]:
+    """(the IANA name of the host's time zone, where it was read) as Slurm's tools take it:
+    sacct and sreport read and print times in the local zone of the process, which glibc takes
+    from $TZ (a zone name, ":name" or a zoneinfo file; empty = UTC), else from /etc/localtime,
+    else UTC. ConfigError when that zone has no IANA name slurmtel can use (a POSIX rule such as
+    "CET-1CEST"): set site.timezone."""
+    env = os.environ if environ is None else environ
+    tz = env.get("TZ")
+    try:
+        link = os.readlink(localtime)
+    except OSError:
+        link = None
+    return _host_timezone(tz, str(localtime), link)
+
+
+# names of UTC itself: a host in one of them cuts days in "UTC", as site.timezone's old default
+_UTC_NAMES = frozenset(
+    {"Etc/UTC", "Etc/UCT", "Etc/Universal", "Etc/Zulu", "UCT", "Universal", "Zulu", "Etc/GMT", "GMT"}
+)
+
+
+@functools.lru_cache(maxsize=16)
+def _host_timezone(tz: str | None, localtime: str, link: str | None) -> tuple[str, str]:
+    name, origin = _host_zone_named(tz, localtime)
+    return ("UTC" if name in _UTC_NAMES else name), origin
+
+
+def _host_zone_named(tz: str | None, localtime: str) -> tuple[str, str]:
+    if tz is not None:
+        if not tz.strip():
+            return "UTC", "$TZ is empty: UTC"
+        name = tz[1:] if tz.startswith(":") else tz
+        found = _zone_of_file(Path(name)) if name.startswith("/") else _iana(name)
+        if found is None:
+            raise ConfigError(
+                f"site.timezone is not set and $TZ ('{tz}') names no IANA time zone slurmtel can use: "
+                'set site.timezone (e.g. "Europe/Berlin")'
+            )
+        return found, f"$TZ={tz}"
+    path = Path(localtime)
+    if not path.exists():
+        return "UTC", f"no $TZ and no {localtime}: UTC"
+    found = _zone_of_file(path) or _iana(_read_text(Path("/etc/timezone")))
+    if found is None:
+        raise ConfigError(
+            f"site.timezone is not set and the zone of {localtime} has no IANA name slurmtel can find: "
+            'set site.timezone (e.g. "Europe/Berlin")'
+        )
+    return found, f"{localtime} -> {found}"
+
+
+def _iana(name: str) -> str | None:
+    name = name.strip()
+    if not name:
+        return None
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+    return name
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _zone_of_file(path: Path) -> str | None:
+    """The IANA name of a zoneinfo file: by its path (/usr/share/zoneinfo/Europe/Berlin, a
+    symlink to it), else the zone whose file has the same bytes (a copied /etc/localtime)."""
+    real = path.resolve()
+    parts = real.parts
+    if "zoneinfo" in parts:
+        tail = list(parts[len(parts) - parts[::-1].index("zoneinfo") :])
+        if tail and tail[0] in ("posix", "right"):
+            tail = tail[1:]
+        if (name := _iana("/".join(tail))) is not None:
+            return name
+    try:
+        content = real.read_bytes()
+    except OSError:
+        return None
+    import zoneinfo
+
+    for root in map(Path, zoneinfo.TZPATH):
+        for candidate in sorted(root.rglob("*")) if root.is_dir() else ():
+            rel = candidate.relative_to(root)
+            if rel.parts[0] in ("posix", "right") or not candidate.is_file():
+                continue
+            same = candidate.stat().st_size == len(content) and candidate.read_bytes() == content
+            if same and (name := _iana(str(rel))) is not None:
+                return name
+    return None
+
+
+# what load_config looked for, for messages that say no config file was found
+NO_CONFIG_FILE = f"none given with --config or ${ENV_CONFIG} and no {DEFAULT_CONFIG_PATH}"
+
+# the drivers a database URL may name: libpq's schemes, and SQLAlchemy's name of psycopg 3
+POSTGRESQL_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "postgres+psycopg")
+
+
+def check_database_url(url: str, origin: str) -> str:
+    """URL when it is a PostgreSQL URL slurmtel connects to (psycopg 3); else ConfigError
+    naming ORIGIN (the key or variable it came from), the URL with its password masked."""
+    from urllib.parse import urlsplit
+
+    from slurmtel.logs import redact
+
+    shown = redact(url)
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme.lower() not in POSTGRESQL_SCHEMES:
+        raise ConfigError(
+            f"{origin} must be a PostgreSQL URL such as postgresql://USER@HOST/DATABASE, not '{shown}': "
+            "slurmtel keeps its data in PostgreSQL only (through psycopg 3); leave it empty for the "
+            "embedded PostgreSQL"
+        )
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL"
+        raise ConfigError(f"{origin}: cannot read '{shown}': {exc}") from None
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ConfigError(f"{origin}: the port of '{shown}' must be a number from 1 to 65535")
+    return url
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
@@ -899,8 +1091,11 @@ def _validate_cost(cost: CostConfig) -> None:
 
 
 def _validated(config: Config) -> Config:
+    if config.database.url:
+        check_database_url(config.database.url, "database.url")
     try:
-        ZoneInfo(config.site.timezone)
+        # unset: the host's zone, which must have an IANA name (host_timezone says why not)
+        ZoneInfo(config.timezone_name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise ConfigError(f"site.timezone: unknown time zone '{config.site.timezone}'") from exc
     from slurmtel.clock import parse_clock_setting

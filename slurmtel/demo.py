@@ -139,7 +139,7 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
     config_file.write_text(
         DEMO_CONFIG.format(
             cluster=sim.cluster,
-            timezone=config.site.timezone,
+            timezone=config.timezone_name,
             state_dir=home,
             sacct=sacct,
             scontrol=scontrol,

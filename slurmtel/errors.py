@@ -83,3 +83,9 @@ class AuthUnavailable(SlurmtelError):
     """The credential could not be checked: munged down, unmunge missing or timed out."""
 
     kind = "auth_unavailable"
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread as KeyboardInterrupt is for SIGINT (slurmtel.cli), so
+    that a terminated command unwinds and exits like any other: its transactions roll back and
+    the embedded PostgreSQL it started stops (pgserver's atexit)."""

@@ -34,6 +34,9 @@ PG_LOCK_TIMEOUT = "30s"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # site.timezone's default is the host's zone ($TZ, else /etc/localtime): the suite runs in
+    # UTC wherever it runs; a test that means another zone sets site.timezone or TZ itself
+    os.environ["TZ"] = "UTC"
     # the system tools the suite runs as root (useradd, runuser, munged, slurmctld) live in the
     # sbin directories, which a PATH made for an ordinary user (env -i, cron, some CI) lacks
     path = os.environ.get("PATH", "").split(os.pathsep)

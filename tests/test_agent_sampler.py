@@ -110,6 +110,9 @@ def test_mig_instances_are_sampled_separately(tmp_path: Path) -> None:
     assert (parent.util_metric, parent.util_percent) == ("", None)
     assert parent.power_watts == 294.94
     assert parent.process_count == 3
+    # ... whose job is the instance's: a parent is never counted beside its instances (the job
+    # would hold the whole GPU and its slice, 1 + 2/7 GPUs)
+    assert parent.job_ids == ()
     # the processes run in GPU instance 2, compute instance 1: MIG device 1 (2c.3g.71gb)
     busy = samples["MIG-00000001-0000-0000-0000-000000000001"]
     assert (busy.util_metric, busy.util_percent, busy.process_count, busy.job_ids) == (

@@ -474,6 +474,44 @@ def test_researchers_on_a_login_node_see_what_the_database_shows_them(
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.timeout(900)
+def test_unknown_filter_values_warn_on_a_login_node_as_on_the_head(
+    served: tuple[Server, Config],
+    site: munge_lab.Munged,
+    people: People,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`-u`/`-A` values the data has never held warn through the API exactly as on the head, in
+    the caller's scope: to a researcher, a user who exists but is not theirs to see reads the
+    same as one who does not exist."""
+    server, _ = served
+    folder = Path(tempfile.mkdtemp(prefix="slurmtel-client-"))
+    folder.chmod(0o755)
+    try:
+        client = folder / "client.toml"
+        client.write_text(f'[api]\nurl = "{server.url}"\nmunge_socket = "{site.socket}"\n')
+        client.chmod(0o644)
+        head = api_config(site, people, database_url)
+        usage = ("report", "usage", "-S", WINDOW["start"], "-E", WINDOW["end"], "--format", "csv")
+        researcher = Identity(people.researcher, Role.USER)
+        admin = Identity("root", Role.ADMIN)
+        cases = [
+            (people.researcher, researcher, (*usage, "-u", "nosuchuser"), "no such user 'nosuchuser' in the data you may see"),
+            (people.researcher, researcher, (*usage, "-u", people.other), f"no such user '{people.other}' in the data you may see"),
+            (people.researcher, researcher, (*usage, "-A", "nosuchaccount"), "no such account 'nosuchaccount' in the data you may see"),
+            ("root", admin, (*usage, "-A", "nosuchaccount"), "no such account 'nosuchaccount' in the data"),
+            ("root", admin, ("me", "-u", "nosuchuser", "--format", "json"), "no such user 'nosuchuser' in the data"),
+        ]  # fmt: skip
+        for user, identity, argv, warning in cases:
+            remote = run_as(user, client, *argv)
+            code, out, err = local_output(head, identity, monkeypatch, *argv)
+            assert f"slurmtel: warning: {warning}\n" == err, (argv, err)
+            assert (remote.returncode, remote.stdout, remote.stderr) == (code, out, err), f"{user}: {argv}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # --- the other identity methods, and concurrency -----------------------------------------------
 
 

@@ -430,7 +430,7 @@ def test_cli_three_formats_with_slurm_budgets(
 
     assert cli(ADMIN, "--at", "2026-11-12T00:00:00") == 0
     out, _ = capsys.readouterr()
-    assert "Budgets at 2026-11-12T00:00:00+01:00 (Europe/Berlin)" in out
+    assert "Budgets at 2026-11-12 00:00:00 CET" in out
     assert "physics" in out and "chemistry" in out and "48" in out and "used_gpu_hours" in out
 
     # default --at: the clock (NOW, 2026-11-20T12:00Z): job 2 still running (209 h, as the

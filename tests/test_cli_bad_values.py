@@ -49,6 +49,13 @@ CASES += [
     Case("collect dcgm --input {file}", USAGE),  # no --node/--at
     Case("collect sacct --input {file} --format parsable --timezone Mars/Olympus", USAGE),
     Case("collect sacct --input {file} --format xml", USAGE, argparse=True),
+    Case("collect sacct --once -S 2026-11-10 -E 2026-11-01", USAGE),  # empty window
+    Case("collect sacct --once -S 2099-01-01", USAGE),  # a window that starts after now
+    Case("collect prometheus --once -S 2026-11-10 -E 2026-11-01", USAGE),
+    Case("collect dcgm --once --target =host:9400", USAGE),  # a target without a node
+    Case("collect agent --once --target http://:9767/", USAGE),  # a target without a host
+    Case("collect nccl --input {file} --job abc", USAGE),
+    Case("collect slurmctld --input {file} --nodes-input /nonexistent", ENV),
     Case("collect sacct", USAGE, argparse=True),
     Case("collect nosuch --once", USAGE, argparse=True),
 ]
@@ -171,6 +178,45 @@ def test_bad_value_is_one_line(case: Case, run_cli, capsys: pytest.CaptureFixtur
         assert len(lines) == 1, f"expected one line on stderr, got: {err!r}"
         assert lines[0].startswith("slurmtel: "), err
         assert "internal error" not in lines[0], err
+
+
+@pytest.fixture
+def run_cli_embedded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Run `slurmtel ...` in-process as an admin with no database URL configured: a command
+    that opened its database would start the embedded PostgreSQL under STATE."""
+    state = tmp_path / "state"
+    config_file = tmp_path / "slurmtel.toml"
+    config_file.write_text(f'[site]\ntimezone = "Europe/Berlin"\ncluster = "c1"\nstate_dir = "{state}"\n')
+    (tmp_path / "capture.txt").write_text("job_id|state\n1|COMPLETED\n")
+    (tmp_path / "bad.toml").write_text("[site\ntimezone = \n")
+    (tmp_path / "unknown-key.toml").write_text("[site]\nno_such_key = 1\n")
+    monkeypatch.delenv("SLURMTEL_DATABASE_URL", raising=False)
+    monkeypatch.setattr("slurmtel.commands.common.utc_now", lambda: NOW)
+    monkeypatch.setattr("slurmtel.sources.base.utc_now", lambda: NOW)
+    monkeypatch.setattr("slurmtel.commands.common.current_identity", lambda config: ADMIN)
+
+    def run(argv: str) -> int:
+        words = argv.format(dir=tmp_path, file=tmp_path / "capture.txt").split()
+        try:
+            return main(["--config", str(config_file), "--log-level", "ERROR", *words])
+        except SystemExit as exc:
+            return int(exc.code or 0)
+
+    run.state = state  # type: ignore[attr-defined]
+    return run
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.argv for c in CASES])
+def test_bad_value_is_refused_before_any_database_is_started(
+    case: Case, run_cli_embedded, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every value is checked before the command opens its database: with no database URL, the
+    refused command has not started the embedded PostgreSQL (its state directory, where
+    pgserver makes pgdata first, is not there), and answers as it does with a database."""
+    rc = run_cli_embedded(case.argv)
+    err = capsys.readouterr().err
+    assert rc == case.rc, f"exit {rc}, stderr: {err!r}"
+    assert not run_cli_embedded.state.exists(), f"{case.argv}: the embedded PostgreSQL was started"
 
 
 def test_unreachable_database_is_one_line(

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtel.config import Config, config_from_dict, iter_keys, load_config
+from slurmtel.config import Config, config_from_dict, host_timezone, iter_keys, load_config
 from slurmtel.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,3 +124,80 @@ def test_the_default_prometheus_metrics_are_dcgm_fields() -> None:
     from slurmtel.parsers.dcgm import dcgm_field_names
 
     assert set(PrometheusSourceConfig().metrics) <= dcgm_field_names()
+
+
+# ------------------------------------------------------------------ site.timezone's default: the host's
+# sacct and sreport read and print times in the process's local zone, which glibc takes from
+# $TZ, else /etc/localtime, else UTC: site.timezone unset follows the same rule
+
+ZONEINFO = Path("/usr/share/zoneinfo")
+
+
+def test_the_host_zone_is_tz_when_it_is_set(tmp_path: Path) -> None:
+    absent = tmp_path / "localtime"
+    assert host_timezone({"TZ": "Europe/Berlin"}, absent) == ("Europe/Berlin", "$TZ=Europe/Berlin")
+    assert host_timezone({"TZ": ":America/New_York"}, absent)[0] == "America/New_York"
+    assert host_timezone({"TZ": str(ZONEINFO / "Asia" / "Tokyo")}, absent)[0] == "Asia/Tokyo"
+    # glibc reads an empty TZ as UTC
+    assert host_timezone({"TZ": ""}, absent) == ("UTC", "$TZ is empty: UTC")
+
+
+def test_the_host_zone_is_etc_localtime_without_tz(tmp_path: Path) -> None:
+    link = tmp_path / "localtime"
+    link.symlink_to(ZONEINFO / "Europe" / "Berlin")
+    assert host_timezone({}, link) == ("Europe/Berlin", f"{link} -> Europe/Berlin")
+    # a copy of the zone's file, not a link (some images): found by its content
+    copy = tmp_path / "copied-localtime"
+    copy.write_bytes((ZONEINFO / "Australia" / "Adelaide").read_bytes())
+    assert host_timezone({}, copy)[0] in {"Australia/Adelaide", "Australia/South"}
+    # UTC by any of its names is "UTC"
+    utc = tmp_path / "utc-localtime"
+    utc.symlink_to(ZONEINFO / "Etc" / "UTC")
+    assert host_timezone({}, utc)[0] == "UTC"
+
+
+def test_the_host_zone_is_utc_with_neither(tmp_path: Path) -> None:
+    absent = tmp_path / "localtime"
+    assert host_timezone({}, absent) == ("UTC", f"no $TZ and no {absent}: UTC")
+
+
+def test_a_tz_without_an_iana_name_is_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"\$TZ \('CET-1CEST'\) names no IANA time zone .*set site\.timezone"
+    ):
+        host_timezone({"TZ": "CET-1CEST"}, tmp_path / "localtime")
+
+
+def test_site_timezone_unset_is_the_host_zone_and_set_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    config = config_from_dict({})
+    assert (config.site.timezone, config.timezone_name, str(config.zone)) == (
+        "",
+        "Europe/Berlin",
+        "Europe/Berlin",
+    )
+    assert config.timezone_origin() == "site.timezone unset: the host's zone, $TZ=Europe/Berlin"
+    pinned = config_from_dict({"site": {"timezone": "Asia/Tokyo"}})
+    assert (pinned.timezone_name, pinned.timezone_origin()) == ("Asia/Tokyo", "site.timezone")
+    # a host zone slurmtel cannot name is a config error at load, before any work
+    monkeypatch.setenv("TZ", "CET-1CEST")
+    with pytest.raises(ConfigError, match=r"set site\.timezone"):
+        config_from_dict({})
+    assert config_from_dict({"site": {"timezone": "UTC"}}).timezone_name == "UTC"
+
+
+def test_check_config_prints_the_zone_in_effect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from slurmtel.cli import main
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    file = tmp_path / "slurmtel.toml"
+    file.write_text("")
+    assert main(["check-config", str(file)]) == 0
+    assert "# time zone: Europe/Berlin (site.timezone unset: the host's zone, $TZ=Europe/Berlin)\n" in (
+        capsys.readouterr().out
+    )
+    file.write_text('[site]\ntimezone = "Asia/Tokyo"\n')
+    assert main(["check-config", str(file)]) == 0
+    assert "# time zone: Asia/Tokyo (site.timezone)\n" in capsys.readouterr().out

@@ -519,7 +519,10 @@ def test_check_config_prints_the_effective_config_with_the_password_masked(
     assert main(["check-config", str(file)]) == 0
     out = capsys.readouterr().out
     assert "Sup3r-Secret" not in out
-    assert "# database: postgresql://slurmtel:***@db.example.org/slurmtel (from database.url)" in out
+    assert (
+        f"# database: PostgreSQL at postgresql://slurmtel:***@db.example.org/slurmtel (database.url in {file})"
+        in out
+    )
     # the printout is the effective configuration: it loads back to the same config
     printed = tomllib.loads(out)
     assert printed["database"]["url"] == "postgresql://slurmtel:***@db.example.org/slurmtel"

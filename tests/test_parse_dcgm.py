@@ -443,11 +443,13 @@ def test_mig_instances() -> None:
     assert scrape.dropped == {}
 
     inventory = dcgm_inventory(scrape)
+    # the parent has no series of its own here: it is listed once, from its first instance
     assert [(i.gpu_uuid, i.parent_gpu_uuid, i.mig_mode, i.mig_profile) for i in inventory] == [
+        (T4_OLD, "", "enabled", ""),
         (f"{T4_OLD}/gi7", T4_OLD, "enabled", "1g.10gb"),
         (f"{T4_OLD}/gi1", T4_OLD, "enabled", "3g.40gb"),
     ]
-    assert [round(i.gpu_fraction, 4) for i in inventory] == [round(1 / 7, 4), round(3 / 7, 4)]
+    assert [round(i.gpu_fraction, 4) for i in inventory] == [1.0, round(1 / 7, 4), round(3 / 7, 4)]
     # the parent's power is repeated on every instance: summaries leave it out
     summary = dcgm_summaries(scrape, window_seconds=30.0, idle_threshold_percent=5.0)[0]
     assert (small.power_watts, summary.power_mean_watts) == (8.969, None)
@@ -551,3 +553,47 @@ def test_a_mig_parent_is_its_instances_parent_not_one_more_gpu() -> None:
     assert [i.gpu_uuid for i in inventory if not i.parent_gpu_uuid] == [T4_OLD]
     summaries = dcgm_summaries(scrape, window_seconds=30.0, idle_threshold_percent=5.0)
     assert [s.gpu_uuid for s in summaries] == [f"{T4_OLD}/gi7", f"{T4_OLD}/gi1"]
+
+
+# --------------------------------------------------------------------------- MIG, real scrapes
+
+
+def test_a_scrape_of_mig_instances_only_counts_each_physical_gpu_once() -> None:
+    """NVIDIA/dcgm-exporter#317: two A30 in MIG mode, four 1g.6gb instances each; every series is
+    an instance's (no device-level series of the parents). Each physical GPU is listed once, as
+    the parent of its instances, and each instance is its share: 1 of an A30's 4 slices."""
+    scrape = parse_dcgm_metrics(
+        read("dcgm_exporter_issues", "issue317_a30_mig_excerpt.metrics"), node="gpu01", at=AT
+    )
+    assert (scrape.rejected, scrape.dropped, scrape.sample_lines) == ((), {}, 12)
+    inventory = dcgm_inventory(scrape)
+    gpu0, gpu1 = "GPU-265c9814-6156-355b-e589-ff2064894f16", "GPU-2d20791a-b4a6-ba59-97f1-e95b99fe5b49"
+    whole = [(i.gpu_uuid, i.index, i.model, i.mig_mode) for i in inventory if not i.parent_gpu_uuid]
+    assert whole == [(gpu0, 0, "NVIDIA A30", "enabled"), (gpu1, 1, "NVIDIA A30", "enabled")]
+    instances = [(i.gpu_uuid, i.parent_gpu_uuid, i.gpu_fraction) for i in inventory if i.parent_gpu_uuid]
+    assert instances == [
+        *((f"{gpu0}/gi{gi}", gpu0, 0.25) for gi in (3, 4, 5, 6)),
+        *((f"{gpu1}/gi{gi}", gpu1, 0.25) for gi in (3, 4)),
+    ]
+    # the parents carry no time of their own: each instance is summarised, a parent never
+    summaries = dcgm_summaries(scrape, window_seconds=30.0, idle_threshold_percent=5.0)
+    assert [s.gpu_uuid for s in summaries] == [u for u, _, _ in instances]
+
+
+def test_one_instance_over_a_whole_gpu_is_one_gpu_not_two() -> None:
+    """NVIDIA/dcgm-exporter#713: an A100 with one 7g instance over all of it (`7g.79gb`, GPU
+    instance 0). Its parent and its instance are one physical GPU: the parent once (share 1),
+    the instance its 7 of 7 slices, and only the parent counts as a GPU of the node."""
+    scrape = parse_dcgm_metrics(
+        read("dcgm_exporter_issues", "issue713_a100_all_7g_excerpt.metrics"), node="gpu01", at=AT
+    )
+    parent = "GPU-06357e72-c3ee-614b-775f-a89e18e8cc08"
+    inventory = dcgm_inventory(scrape)
+    assert [(i.gpu_uuid, i.parent_gpu_uuid, i.mig_profile, i.gpu_fraction) for i in inventory] == [
+        (parent, "", "", 1.0),
+        (f"{parent}/gi0", parent, "7g.79gb", 1.0),
+    ]
+    assert len([i for i in inventory if not i.parent_gpu_uuid]) == 1
+    assert [s.gpu_uuid for s in dcgm_summaries(scrape, window_seconds=30.0, idle_threshold_percent=5.0)] == [
+        f"{parent}/gi0"
+    ]

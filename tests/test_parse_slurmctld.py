@@ -605,6 +605,117 @@ def test_v0040_nodes_with_mig_and_h100() -> None:
     ]
 
 
+def test_v0040_mig_nodes_count_allocated_gpus_as_their_total_without_gres_used() -> None:
+    """The same real nodes as `scontrol show node` without -d gives them: no GresUsed, so the
+    allocation is read from AllocTRES (`tres_used` here), which counts GRES, i.e. slices on a
+    MIG node (n0162: gres/gpu=9). Read as the node's GRES types, it is in the unit of the total,
+    physical GPUs, and equals what GresUsed gives: 9 slices of 1g.10gb need at least 2 A100s."""
+    document = json.loads(read("lcrownover_slurm_exporter", "V0040OpenapiNodesResp.json"))
+    for node in document["nodes"]:
+        node.pop("gres_used", None)
+    without = node_view(parse_sinfo_json(json.dumps(document), cluster="c", at=AT))
+    with_gres_used = nodes_of("lcrownover_slurm_exporter", "V0040OpenapiNodesResp.json")
+    assert without == with_gres_used
+    mig = {n[0]: (n[2], n[3]) for n in without if n[5] == "1g.10gb"}
+    assert mig == {"n0161": (3, 1), "n0162": (3, 2), "n0163": (3, 1)}
+
+
+@pytest.mark.parametrize(
+    ("tres", "gres", "gpus"),
+    [
+        # untyped counts on a node of one type: whole GPUs as counted, slices as shares
+        ("cpu=26,mem=501632M,gres/gpu=9", "gpu:1g.10gb:21(S:1)", 2),
+        ("cpu=5,mem=1280M,gres/gpu=4,gres/gpu:h100=4", "gpu:h100:4", 4),
+        ("cpu=1,mem=256M,gres/gpu=1", "gpu:h100:4", 1),
+        ("cpu=2", "gpu:h100:4", 0),
+        # typed entries (AccountingStorageTRES=gres/gpu:TYPE), several MIG profiles on a node
+        (
+            "cpu=38,mem=252032M,gres/gpu=3,gres/gpu:3g.40gb=2,gres/gpu:4g.40gb=1",
+            "gpu:3g.40gb:4,gpu:4g.40gb:2",
+            2,
+        ),
+        # MIG types after the GPU's name; a whole A100 beside the slices
+        ("cpu=76,gres/gpu=4,gres/gpu:a100=2,gres/gpu:a100_1g.5gb=2", "gpu:a100:2,gpu:a100_1g.5gb:14", 3),
+        # untyped on a node of several types: its smallest slices first (the least share)
+        ("gres/gpu=3", "gpu:1g.10gb:7,gpu:3g.40gb:2", 1),
+        ("gres/gpu=9", "gpu:1g.10gb:7,gpu:3g.40gb:2", 2),
+        # no Gres at all (CfgTRES alone): whole GPUs
+        ("gres/gpu=8", "", 8),
+    ],
+)
+def test_tres_gpu_counts_are_read_in_the_unit_of_the_nodes_gres(tres: str, gres: str, gpus: int) -> None:
+    from slurmtel.parsers.gres import gpu_items, physical_gpus, tres_gpu_items
+    from slurmtel.parsers.slurm_common import parse_tres_string
+
+    assert physical_gpus(tres_gpu_items(parse_tres_string(tres), gpu_items(gres))) == gpus
+
+
+@pytest.mark.parametrize(
+    ("gpu_type", "slices"),
+    [
+        ("1g.10gb", (1, 7)),
+        ("3g.40gb", (3, 7)),
+        ("1c.3g.71gb", (1, 7)),
+        ("1g.10gb+me", (1, 7)),
+        ("2g.12gb", (2, 4)),  # an A30: 6 GB a slice, 4 slices
+        ("a100_3g.20gb", (3, 7)),
+        ("nvidia_a100_1g.5gb", (1, 7)),
+        ("nvidia_a100_80gb_pcie", None),
+        ("h100", None),
+    ],
+)
+def test_mig_profiles_are_known_with_or_without_the_gpus_name(gpu_type: str, slices: tuple | None) -> None:
+    from slurmtel.parsers.gres import mig_slices
+
+    assert mig_slices(gpu_type) == slices
+
+
+MIG_LAB = "slurm-22.05-mig"
+
+
+@pytest.mark.parametrize(
+    "capture",
+    [
+        "scontrol-show-node-mig.txt",  # no GresUsed: AllocTRES=...,gres/gpu=3 counts slices
+        "scontrol-show-node-d-mig.txt",
+        "scontrol-show-node-o-mig.txt",
+        "sinfo-json-mig.json",
+    ],
+)
+def test_a_mig_node_of_the_lab_has_its_allocated_gpus_in_the_unit_of_its_total(capture: str) -> None:
+    """The lab's gpu02 as a node of four 1g.10gb instances, three of them held by job 30: one
+    physical GPU, and one in use (the 3 slices need 1), on every form scontrol and sinfo print."""
+    raw = read(MIG_LAB, capture)
+    records = (
+        parse_sinfo_json(raw, cluster="lab", at=AT)
+        if capture.endswith(".json")
+        else (parse_scontrol_nodes(raw, cluster="lab", at=AT))
+    )
+    assert [(n.node, n.gpus_total, n.gpus_allocated, n.gpu_model) for n in records] == [
+        ("gpu01", 4, 1, "h100"),
+        ("gpu02", 1, 1, "1g.10gb"),
+    ]
+
+
+def test_the_mig_jobs_of_the_lab_hold_slice_indices_on_both_job_views() -> None:
+    """squeue --json and scontrol show job -d say the same: job 30 holds MIG devices 0-2 of gpu02
+    (indices in gres.conf order, typed 1g.10gb), job 31 the H100 0 of gpu01."""
+    views = [
+        parse_squeue_json(read(MIG_LAB, "squeue-json-mig.json"), cluster="lab", at=AT),
+        parse_scontrol_jobs(read(MIG_LAB, "scontrol-show-job-d-mig.txt"), cluster="lab", at=AT),
+    ]
+    for records in views:
+        held = sorted(
+            (a.job_id_raw, a.node, a.gpu_index, a.gpu_model) for a in records if isinstance(a, GpuAllocation)
+        )
+        assert held == [
+            (30, "gpu02", 0, "1g.10gb"),
+            (30, "gpu02", 1, "1g.10gb"),
+            (30, "gpu02", 2, "1g.10gb"),
+            (31, "gpu01", 0, "h100"),
+        ]
+
+
 def test_v0037_sinfo_json() -> None:
     # 21.08 sinfo --json: lowercase state plus state_flags
     assert nodes_of("rivosinc_slurm_exporter", "sinfo_out.json") == [

@@ -55,6 +55,9 @@ class TrackedDevice:
     handle: DeviceHandle
     index: int
     parent_uuid: str = ""
+    # a GPU in MIG mode with instances: NVML lists their processes on it too, but they run on
+    # the instances, which carry the job (the parent is never counted beside them)
+    mig_parent: bool = False
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
     util_metric: str = GPU_UTIL
@@ -161,6 +164,7 @@ class Sampler:
                 record, migs = self._describe_gpu(device, now, driver, cuda)
             except (_DeviceLost, NvmlError):
                 continue
+            device.mig_parent = bool(migs)
             devices.append(device)
             inventory.append(record)
             for mig_device, mig_record in migs:
@@ -322,7 +326,7 @@ class Sampler:
         if processes is not None:
             for proc in processes:
                 on_gpus.add(proc.pid)
-                job = self.jobs.job_id(proc.pid)
+                job = None if device.mig_parent else self.jobs.job_id(proc.pid)
                 if job is not None:
                     job_ids.add(job)
         if ecc is not None:

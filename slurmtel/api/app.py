@@ -39,6 +39,7 @@ from starlette.routing import Route
 
 from slurmtel.access import Action, Identity, Scope, allowed
 from slurmtel.auth.identity import AuthSettings, Denied, RequestView, authenticate
+from slurmtel.commands.common import unknown_filter_warnings
 from slurmtel.config import Config
 from slurmtel.errors import AccessDenied, ChargebackError, ConfigError, SlurmtelError
 from slurmtel.filters import JobFilter
@@ -213,8 +214,10 @@ class ReadApi:
             poll_interval_seconds=self.config.sources.slurmctld.interval_seconds,
         )
         with self.transaction(query.scope) as conn:
+            # what the CLI warns of on the head, in the same scope (slurmtel.commands.common)
+            warnings = unknown_filter_warnings(conn, query.scope, wanted)
             result = run_report(conn, spec, query)
-        return json_response(report_document(result))
+        return json_response({**report_document(result), "warnings": warnings})
 
     def job(self, request: Request) -> Response:
         from slurmtel.reports.researcher import job_document
@@ -265,8 +268,13 @@ class ReadApi:
             top=self._positive(q.get("top", "10"), "top"),
         )
         with self.transaction(query.scope) as conn:
+            warnings = (
+                unknown_filter_warnings(conn, query.scope, JobFilter(users=(query.user,)))
+                if q.get("user")
+                else []
+            )
             document = me_document(conn, query)
-        return json_response(document)
+        return json_response({**document, "warnings": warnings})
 
     def statement(self, request: Request) -> Response:
         return self._statement(request, close=False)

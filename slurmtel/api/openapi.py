@@ -98,6 +98,13 @@ def _report_path(spec: ReportSpec) -> dict[str, Any]:
                                     "end": {"type": "string", "format": "date-time"},
                                     "now": {"type": "string", "format": "date-time"},
                                     "sections": {"type": "array", "prefixItems": sections, "items": False},
+                                    # the CLI prints them as `slurmtel: warning: ...`, as on the head
+                                    "warnings": {
+                                        "type": "array",
+                                        "items": {"type": "string"},
+                                        "description": "filter values (-A/-u/-r/-M) the data the caller "
+                                        "may see has never held: \"no such user 'x' in the data you may see\"",
+                                    },
                                 },
                             }
                         }

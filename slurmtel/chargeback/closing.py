@@ -93,7 +93,7 @@ def build_statement(
     completed = completed_jobs_by_account(
         conn, start=start, end=end, scope=scope, billing=config.chargeback.use_billing_tres
     )
-    return assemble(month, config.chargeback, usage, adjustments, completed, config.site.timezone)
+    return assemble(month, config.chargeback, usage, adjustments, completed, config.timezone_name)
 
 
 def diff_records(

@@ -310,11 +310,11 @@ def rate_notices(config: Config, closed: Mapping[str, Mapping[str, Any]]) -> lis
                 f"priced closed month {month} and is no longer configured: {month} keeps it"
             )
     zones = sorted(
-        {str(s.get("timezone")) for s in closed.values() if s.get("timezone")} - {config.site.timezone}
+        {str(s.get("timezone")) for s in closed.values() if s.get("timezone")} - {config.timezone_name}
     )
     if zones:
         notices.append(
-            f"site.timezone is {config.site.timezone}, closed months were cut in {', '.join(zones)}: "
+            f"site.timezone is {config.timezone_name}, closed months were cut in {', '.join(zones)}: "
             "they keep their edges; only open months are cut in the new zone"
         )
     return notices

@@ -12,11 +12,11 @@ from zoneinfo import ZoneInfo
 
 from slurmtel.commands.common import EXIT_ERROR, EXIT_USAGE
 from slurmtel.config import Config
-from slurmtel.errors import ConfigError, SlurmtelError
+from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
 from slurmtel.timeparse import parse_slurm_time
 
 if TYPE_CHECKING:
-    pass
+    from slurmtel.sources.base import Source
 
 # a count a command hands to SQL (LIMIT, top N): well inside what PostgreSQL's bigint holds
 MAX_COUNT = 1_000_000_000
@@ -83,22 +83,68 @@ def plot_format(path: Path) -> str:
     return fmt
 
 
-def check_collect_arguments(args: argparse.Namespace, config: Config, now: datetime) -> None:
-    """The times and zone given to `collect SOURCE`, read before the run: a typo is a usage
-    error (exit 2) and records no failed run."""
+def check_output_file(path: Path, flag: str) -> None:
+    """A file a command will write, checked before it does any work: its folder must be there
+    and writable (SlurmtelError, exit 1: the environment's), and it must not be a folder."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise SlurmtelError(f"{flag} {path}: no folder {folder}")
+    if path.is_dir():
+        raise SlurmtelError(f"{flag} {path}: is a folder")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise SlurmtelError(f"{flag} {path}: not writable")
+
+
+def check_collect_arguments(source: Source, args: argparse.Namespace, config: Config, now: datetime) -> None:
+    """The arguments given to `collect SOURCE`, read before the run and before any database is
+    opened: a typo is a usage error (exit 2), a capture that is not there the environment's
+    (exit 1), and neither records a failed run nor starts an embedded PostgreSQL. The source
+    checks what only it knows (Source.check_options)."""
+    times: dict[str, datetime] = {}
     for dest, flag in COLLECT_TIME_OPTIONS:
         value = getattr(args, dest, None)
         if value:
             try:
-                parse_slurm_time(value, now=now, zone=config.zone)
+                times[dest] = parse_slurm_time(value, now=now, zone=config.zone)
             except ValueError as exc:
                 raise ConfigError(f"{flag}: {exc}") from exc
+    start, end = times.get("start"), times.get("end")
+    if start is not None and start >= (end or now):
+        raise ConfigError(
+            f"empty window: -S {start.isoformat()} is not before "
+            + (f"-E {end.isoformat()}" if end else f"now ({now.isoformat()})")
+        )
     zone = getattr(args, "input_timezone", None)
     if zone:
         try:
             ZoneInfo(zone)
         except Exception as exc:
             raise ConfigError(f"--timezone: unknown time zone '{zone}'") from exc
+    for entry in getattr(args, "extra_targets", None) or ():
+        from slurmtel.sources.targets import parse_target
+
+        parse_target(entry, port=0)
+    job = getattr(args, "job", None)
+    if job:
+        try:
+            check_job_id(job)
+        except ConfigError as exc:
+            raise ConfigError(f"--job: {exc}") from exc
+    for dest, flag in (("input", "--input"), ("nodes_input", "--nodes-input")):
+        path = getattr(args, dest, None)
+        if path is not None:
+            _check_readable(Path(path), flag)
+    check_options = getattr(source, "check_options", None)
+    if check_options is not None:
+        check_options(args, config)
+
+
+def _check_readable(path: Path, flag: str) -> None:
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise SourceUnavailable(f"{flag}: cannot read {path}: {exc.strerror}") from None
 
 
 def usage_or_error(error_kind: str) -> int:

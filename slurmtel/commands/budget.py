@@ -27,7 +27,7 @@ from slurmtel.commands.common import (
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, ParseError, SourceUnavailable
 from slurmtel.filters import JobFilter
-from slurmtel.reports.render import render
+from slurmtel.reports.render import local_time, render
 from slurmtel.sources.io import run_command
 from slurmtel.timeparse import parse_slurm_time
 
@@ -134,17 +134,18 @@ def budget_rows(
 def cmd_report_budget(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.budget import COLUMNS, KEY_COLUMNS, configured_budgets, merge_budgets, slurm_budgets
 
-    scope = scope_for(
-        config, Action.VIEW_AGGREGATES, common.current_identity(config)
-    )  # looked up at call time
-    ctx = open_context(config)
-    now = ctx.clock()
+    # --at is checked before a database is opened (or an embedded one started)
+    now = common.site_now(config)
     at = now
     if args.at:
         try:
             at = parse_slurm_time(args.at, now=now, zone=config.zone)
         except ValueError as exc:
             raise ConfigError(f"--at: {exc}") from exc
+    scope = scope_for(
+        config, Action.VIEW_AGGREGATES, common.current_identity(config)
+    )  # looked up at call time
+    ctx = open_context(config)
     chargeback = config.chargeback
     budgets = configured_budgets(chargeback, at, config.zone)
     if chargeback.budgets_from_slurm:
@@ -173,7 +174,7 @@ def cmd_report_budget(args: argparse.Namespace, config: Config) -> int:
         warn(f"{unpriced} GPU-hours of money budgets match no [[chargeback.rates]] entry: not counted")
     if not rows:
         log.info("no budgets to show (none configured or visible to you)")
-    title = f"Budgets at {at.astimezone(config.zone).isoformat()} ({config.site.timezone})"
+    title = f"Budgets at {local_time(at, config.zone)}"
     render(
         [r.record() for r in rows], sys.stdout, args.format, columns=COLUMNS, title=title, first=KEY_COLUMNS
     )

@@ -35,9 +35,10 @@ def cmd_collect(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.sources.runner import run_recorded
 
     source = get_source(args.source)
+    # arguments first: a refused command changes nothing, not even a simulated clock, and
+    # opens no database (starts no embedded one)
+    check_collect_arguments(source, args, config, common.site_now(config))
     ctx = open_context(config)
-    # arguments first: a refused command changes nothing, not even a simulated clock
-    check_collect_arguments(args, config, ctx.clock())
     if args.input is None and source.enabled(config):
         # a simulated world's clock (the demo's site.clock file) moves on by the daemon's interval
         advance_clock(config, source.interval_seconds(config))

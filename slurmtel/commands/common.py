@@ -92,10 +92,27 @@ def warn_unknown(
     also_known: Mapping[str, Collection[str]] | None = None,
 ) -> list[str]:
     """Warn once per filter value the data has never seen (`no such account 'x' in the data`);
-    the report still runs and exits 0 with its empty result. Values are checked in SCOPE, so a
-    caller who does not see everything learns nothing about users or accounts outside it: the
-    answer, "in the data you may see", is the same whether they exist or not. ALSO_KNOWN adds
-    values per kind that count as seen (budget accounts). Returns the warning lines."""
+    the report still runs and exits 0 with its empty result. See unknown_filter_warnings.
+    Returns the warning lines."""
+    lines = unknown_filter_warnings(conn, scope, wanted, sources=sources, also_known=also_known)
+    for line in lines:
+        warn(line)
+    return lines
+
+
+def unknown_filter_warnings(
+    conn: Connection,
+    scope: Scope,
+    wanted: JobFilter | None = None,
+    *,
+    sources: Sequence[str] = (),
+    also_known: Mapping[str, Collection[str]] | None = None,
+) -> list[str]:
+    """The warnings of warn_unknown, one per filter value the data has never seen, unprinted
+    (the read API sends them in its document). Values are checked in SCOPE, so a caller who
+    does not see everything learns nothing about users or accounts outside it: the answer, "in
+    the data you may see", is the same whether they exist or not. ALSO_KNOWN adds values per
+    kind that count as seen (budget accounts)."""
     from slurmtel.store.known import unknown_sources, unknown_values
 
     f = wanted or JobFilter()
@@ -118,9 +135,24 @@ def warn_unknown(
         known = ", ".join(registered)
         for value in unknown_sources(conn, list(dict.fromkeys(sources)), registered=registered):
             lines.append(f"no such source '{value}' in the data (known sources: {known})")
-    for line in lines:
-        warn(line)
     return lines
+
+
+def head_only(config: Config, command: str) -> None:
+    """Refuse at once, on a login-node client (api.url, no database), a command that needs the
+    database: ConfigError (exit 2) saying it runs on the head node. The CLI refuses every
+    command that does not go through the API this way before it runs (slurmtel.cli); a command
+    that goes through it for some of its options calls this for the others."""
+    if config.api_client_only():
+        raise ConfigError(config.head_only_message(command))
+
+
+def site_now(config: Config) -> datetime:
+    """What "now" is for a command (site.clock, or the wall clock), read without the database:
+    a command checks its values against it before it opens one."""
+    from slurmtel.clock import site_clock
+
+    return site_clock(config, utc_now)()
 
 
 def resolve_window(args: argparse.Namespace, config: Config, now: datetime) -> tuple[datetime, datetime]:
@@ -209,6 +241,6 @@ def open_context(config: Config) -> RunContext:
     from slurmtel.store.engine import make_engine, require_schema
 
     engine = make_engine(config)
-    require_schema(engine)
+    require_schema(engine, config.database_description())
     # site.clock (demos, tests) or the wall clock; utc_now is read here, so tests can patch it
     return RunContext(config=config, engine=engine, clock=site_clock(config, utc_now))

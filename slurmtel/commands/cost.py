@@ -130,8 +130,8 @@ def cmd_report_cost(args: argparse.Namespace, config: Config) -> int:
     # looked up at call time (tests replace it)
     scope_for(config, Action.VIEW_STATEMENTS, common.current_identity(config))
     settings = settings_of(config, args.target_work)
-    ctx = open_context(config)
-    now = ctx.clock()
+    # the window is checked before a database is opened (or an embedded one started)
+    now = common.site_now(config)
     start, end = resolve_window(args, config, now)
     first_day, last_day = window_days(start, end, config.zone)
     zone = config.zone
@@ -140,6 +140,7 @@ def cmd_report_cost(args: argparse.Namespace, config: Config) -> int:
     period_end = min(day_end, now)
     if period_end <= day_start:
         raise ConfigError("report cost: the period has not begun yet (-S is in the future)")
+    ctx = open_context(config)
     with ctx.engine.connect() as conn:
         measured = measured_rows(
             conn,
@@ -148,7 +149,7 @@ def cmd_report_cost(args: argparse.Namespace, config: Config) -> int:
             start=day_start,
             end=day_end,
             now=now,
-            timezone=config.site.timezone,
+            timezone=config.timezone_name,
             poll_interval_seconds=config.sources.slurmctld.interval_seconds,
             resubmission_window_seconds=config.attribution.resubmission_window_seconds,
         )

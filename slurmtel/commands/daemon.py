@@ -27,7 +27,7 @@ from types import FrameType
 from typing import Any
 
 from slurmtel import __version__
-from slurmtel.commands.common import EXIT_OK, EXIT_USAGE
+from slurmtel.commands.common import EXIT_OK, EXIT_USAGE, head_only
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
 from slurmtel.logs import add_secret, log_event
@@ -65,7 +65,8 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         action="store_true",
         help="also connect to the database and check that its schema is current",
     )
-    check.set_defaults(handler=cmd_check_config)
+    # on a login node too: it prints the config (--database refuses there)
+    check.set_defaults(handler=cmd_check_config, through_api=True)
 
 
 # ---------------------------------------------------------------- run
@@ -82,7 +83,8 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
 
     _register_secrets(config)
     engine = make_engine(config)
-    require_schema(engine)  # DatabaseUnavailable / SchemaMissing: the CLI says why, exit 1
+    # DatabaseUnavailable / SchemaMissing: the CLI says which database, why, and what is wrong; exit 1
+    require_schema(engine, config.database_description())
     # site.clock (demos, tests) or the wall clock; a demo's clock file moves on as the daemon runs
     ctx = RunContext(config=config, engine=engine, clock=site_clock(config, utc_now, moving=True))
     metrics = DaemonMetrics([s.name for s in enabled_sources(ctx)])
@@ -188,35 +190,35 @@ def _register_secrets(config: Config) -> None:
 def cmd_check_config(args: argparse.Namespace, config: Config) -> int:
     source = str(config.path) if config.path else "built-in defaults (no config file)"
     try:
-        url = config.database_url()
+        database = describe_database(config)
     except ConfigError as exc:
         print(f"slurmtel: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.database and config.api_client_only():
+        head_only(config, "check-config --database")
     print(f"# slurmtel {__version__}: {source} is valid; the effective configuration follows")
-    print(f"# database: {describe_database(config, url)}")
+    print(f"# database: {database}")
+    print(f"# time zone: {config.timezone_name} ({config.timezone_origin()})")
     sys.stdout.write(dump_toml(config))
     if args.database:
         from slurmtel.store.engine import display_url, make_engine, require_schema
 
         engine = make_engine(config)
-        require_schema(engine)  # raises with the reason; the CLI exits 1
+        require_schema(engine, config.database_description())  # raises with the reason; the CLI exits 1
         print(f"# database reachable, schema current ({display_url(engine.url)})")
         engine.dispose()
     return EXIT_OK
 
 
-def describe_database(config: Config, url: str | None) -> str:
-    from slurmtel.config import ENV_DATABASE_URL
-
-    if url is None:
-        return f"embedded PostgreSQL under {config.state_dir() / 'pgdata'}"
-    if config.database.url:
-        origin = "database.url"
-    elif os.environ.get(ENV_DATABASE_URL, "").strip():
-        origin = f"${ENV_DATABASE_URL}"
-    else:
-        origin = f"database.url_file ({config.database.url_file})"
-    return f"{mask_url(url)} (from {origin})"
+def describe_database(config: Config) -> str:
+    """Which database the commands use and why (the password masked); on a login-node client,
+    that there is none and where the commands go instead."""
+    if config.api_client_only():
+        return (
+            f"none: a login-node client (api.url, no database.url): report, job, me and chargeback "
+            f"ask {config.api.url}; the other commands run on the head node"
+        )
+    return config.database_description()
 
 
 def mask_url(url: str) -> str:

@@ -47,7 +47,7 @@ def cmd_db_upgrade(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.store.migrate import current_revision, upgrade
 
     engine = make_engine(config)
-    check_connection(engine)
+    check_connection(engine, config.database_description())
     before = current_revision(engine)
     upgrade(engine)
     after = current_revision(engine)
@@ -60,7 +60,7 @@ def cmd_db_current(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.store.migrate import current_revision, head_revision
 
     engine = make_engine(config)
-    check_connection(engine)
+    check_connection(engine, config.database_description())
     current, head = current_revision(engine), head_revision()
     print(f"current: {current or '(none)'}  head: {head}")
     return EXIT_OK if current == head else EXIT_ERROR
@@ -81,13 +81,13 @@ def cmd_db_roles(args: argparse.Namespace, config: Config) -> int:
         print("slurmtel: --writer, --reader and --aggregate must be three different roles", file=sys.stderr)
         return EXIT_USAGE
     engine = make_engine(config)
-    require_schema(engine)
+    require_schema(engine, config.database_description())
     with engine.begin() as conn:
         check_groups(conn)
         results = [
             # Grafana's finance panels cut months in the session's time zone
             ensure_login_role(
-                conn, name, group, timezone=config.site.timezone if group == AGGREGATE_GROUP else ""
+                conn, name, group, timezone=config.timezone_name if group == AGGREGATE_GROUP else ""
             )
             for name, group in wanted
         ]

@@ -20,10 +20,12 @@ from slurmtel.commands.common import (
     add_filter_arguments,
     add_format_argument,
     add_window_arguments,
+    head_only,
     job_filter,
     open_context,
     resolve_window,
     scope_for,
+    site_now,
     split_list,
     warn_unknown,
 )
@@ -217,12 +219,13 @@ def cmd_report_fabric(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.store.reports_fabric import fabric_nodes_report, fabric_report
 
     _cluster_wide(args, "fabric")
+    # every value is checked before a database is opened (or an embedded one started)
+    now = site_now(config)
+    start, end = resolve_window(args, config, now)
     scope = scope_for(
         config, Action.VIEW_OPERATIONS, common.current_identity(config)
     )  # looked up at call time
     ctx = open_context(config)
-    now = ctx.clock()
-    start, end = resolve_window(args, config, now)
     window = f"{start.isoformat()} .. {end.isoformat()}"
     table = args.format == "table"
     with ctx.engine.connect() as conn:
@@ -277,6 +280,7 @@ def cmd_report_fabric(args: argparse.Namespace, config: Config) -> int:
 def cmd_report_drift(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.store.reports_fabric import drift_report
 
+    head_only(config, "report nodes --drift")
     _cluster_wide(args, "nodes --drift")
     scope = scope_for(
         config, Action.VIEW_OPERATIONS, common.current_identity(config)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from slurmtel.access import Action
 from slurmtel.commands import common
+from slurmtel.commands.argtypes import check_output_file
 from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, add_wide_argument, open_context, scope_for
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
@@ -70,7 +71,8 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         help="roll the lines up the Slurm account tree with subtotals: account, parent or top-level account",
     )
     chargeback.add_argument("--output", type=Path, metavar="FILE", help="write to FILE instead of stdout")
-    chargeback.set_defaults(handler=cmd_chargeback)
+    # a --month through slurmtel serve on a login node (api.url); the rest refuse there
+    chargeback.set_defaults(handler=cmd_chargeback, through_api=True)
 
 
 def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
@@ -110,11 +112,14 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
         raise ConfigError(str(exc)) from exc
     identity = common.current_identity(config)  # looked up at call time (tests replace it)
     scope = scope_for(config, Action.CLOSE_STATEMENTS if args.close else Action.VIEW_STATEMENTS, identity)
-    ctx = open_context(config)
-    now = ctx.clock()
     from slurmtel.chargeback.export import check_begun
 
+    # the month and --output are checked before a database is opened (or an embedded one started)
+    now = common.site_now(config)
     check_begun(month, config, now)
+    if args.output is not None:
+        check_output_file(args.output, "--output")
+    ctx = open_context(config)
     _say_rate_notices(ctx.engine, config)
     if args.diff:
         with ctx.engine.connect() as conn:

@@ -41,7 +41,8 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         for parameter in spec.parameters:
             _add_parameter(parser, parameter)
         add_format_argument(parser)
-        parser.set_defaults(handler=functools.partial(cmd_report, spec))
+        # through slurmtel serve on a login node (api.url)
+        parser.set_defaults(handler=functools.partial(cmd_report, spec), through_api=True)
     # `report nodes --drift` is the fabric plane's drift report under the nodes name
     nodes = reports.choices["nodes"]
     nodes.add_argument(
@@ -50,7 +51,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         help="instead: the nodes that differ from the majority of their partition (driver, CUDA, "
         "VBIOS, GPU model, GPU memory, GPUs, topology), with since when",
     )
-    nodes.set_defaults(handler=cmd_report_nodes)
+    nodes.set_defaults(handler=cmd_report_nodes, through_api=True)
 
 
 def _add_parameter(parser: argparse.ArgumentParser, p: Parameter) -> None:
@@ -87,23 +88,28 @@ def cmd_report(spec: ReportSpec, args: argparse.Namespace, config: Config) -> in
         document = ApiClient(config).report(
             spec.name, start=args.start, end=args.end, job_filter=wanted, options=options
         )
+        # the server's warn_unknown, in the caller's scope (an older server sends none)
+        for line in document.pop("warnings", None) or ():
+            common.warn(line)
         write_report(document, sys.stdout, args.format)
         return EXIT_OK
     identity = common.current_identity(config)
-    with open_reader(config) as (conn, now):
-        start, end = resolve_window(args, config, now)
-        query = build_query(
-            spec,
-            identity,
-            start=start,
-            end=end,
-            now=now,
-            zone=config.zone,
-            job_filter=wanted,
-            options=options,
-            resubmission_window_seconds=config.attribution.resubmission_window_seconds,
-            poll_interval_seconds=config.sources.slurmctld.interval_seconds,
-        )
+    # the window and the options are checked before a database is opened (or started)
+    now = common.site_now(config)
+    start, end = resolve_window(args, config, now)
+    query = build_query(
+        spec,
+        identity,
+        start=start,
+        end=end,
+        now=now,
+        zone=config.zone,
+        job_filter=wanted,
+        options=options,
+        resubmission_window_seconds=config.attribution.resubmission_window_seconds,
+        poll_interval_seconds=config.sources.slurmctld.interval_seconds,
+    )
+    with open_reader(config) as (conn, _):
         warn_unknown(conn, query.scope, wanted)
         result = run_report(conn, spec, query)
     write_report(report_document(result), sys.stdout, args.format)

@@ -48,7 +48,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         metavar="FILE",
         help="also draw GPU utilisation, memory and power over time into FILE.png, FILE.svg or FILE.pdf",
     )
-    job.set_defaults(handler=cmd_job)
+    job.set_defaults(handler=cmd_job, through_api=True)
 
     me = commands.add_parser("me", help="your GPU-hours, idle share, failures and top jobs this month")
     me.add_argument("--month", default=None, metavar="YYYY-MM", help="default: this month (site.timezone)")
@@ -67,7 +67,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         "--format", choices=ME_FORMATS, default="table", help="output format (default table; csv with --jobs)"
     )
     add_wide_argument(me)
-    me.set_defaults(handler=cmd_me)
+    me.set_defaults(handler=cmd_me, through_api=True)
 
 
 def cmd_job(args: argparse.Namespace, config: Config) -> int:
@@ -110,19 +110,23 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
         from slurmtel.api.client import ApiClient
 
         document = ApiClient(config).me(user=args.user, month=args.month, jobs=args.jobs, top=args.top)
+        # the server's warn_unknown for -u, in the caller's scope (an older server sends none)
+        for line in document.pop("warnings", None) or ():
+            common.warn(line)
         write_me(document, sys.stdout, args.format)
         return EXIT_OK
     identity = common.current_identity(config)  # looked up at call time (tests replace it)
-    with open_reader(config) as (conn, now):
-        query = me_query(
-            identity,
-            user=args.user,
-            month=args.month,
-            now=now,
-            zone=config.zone,
-            jobs=args.jobs,
-            top=args.top,
-        )
+    # --month is checked before a database is opened (or an embedded one started)
+    query = me_query(
+        identity,
+        user=args.user,
+        month=args.month,
+        now=common.site_now(config),
+        zone=config.zone,
+        jobs=args.jobs,
+        top=args.top,
+    )
+    with open_reader(config) as (conn, _):
         if args.user:
             common.warn_unknown(conn, query.scope, JobFilter(users=(query.user,)))
         document = me_document(conn, query)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import socket
 from pathlib import Path
 
 from slurmtel.commands.common import EXIT_OK, coordinated_accounts
 from slurmtel.config import Config
-from slurmtel.errors import ConfigError
+from slurmtel.errors import ConfigError, SlurmtelError, Terminated
+
+log = logging.getLogger("slurmtel.serve")
 
 
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
@@ -24,34 +28,73 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.api.app import CoordinatorCache, ReadApi, build_app
     from slurmtel.auth.identity import AuthSettings
     from slurmtel.clock import site_clock
+    from slurmtel.config import check_database_url
     from slurmtel.sources.base import utc_now
     from slurmtel.store.engine import make_engine, normalize_url, require_schema
     from slurmtel.store.rls import scope_sessions_to_everything
 
-    engine = make_engine(config)
-    require_schema(engine)
+    api = config.api
+    # the port first: a busy one is said in one line (exit 1) before a database is opened or
+    # an embedded one started; uvicorn serves on this socket
+    listener = listening_socket(api.listen_address, api.port)
     statements_url = None
-    if config.api.statements_database_url_file:
+    if api.statements_database_url_file:
         try:
-            statements_url = normalize_url(Path(config.api.statements_database_url_file).read_text().strip())
+            text = Path(api.statements_database_url_file).read_text().strip()
         except OSError as exc:
             raise ConfigError(f"api.statements_database_url_file: {exc}") from exc
+        origin = f"api.statements_database_url_file ({api.statements_database_url_file})"
+        statements_url = normalize_url(check_database_url(text, origin))
+    engine = make_engine(config)
+    require_schema(engine, config.database_description())
     statements_engine = scope_sessions_to_everything(make_engine(config, statements_url))
     settings = AuthSettings.from_config(
         config, CoordinatorCache(lambda user: coordinated_accounts(config, user))
     )
     app = build_app(ReadApi(config, engine, settings, site_clock(config, utc_now), statements_engine))
-    api = config.api
-    uvicorn.run(
-        app,
-        host=api.listen_address,
-        port=api.port,
-        ssl_certfile=api.tls_cert_file or None,
-        ssl_keyfile=api.tls_key_file or None,
-        # the peer address is the socket's: X-Forwarded-For is never believed here (trusted
-        # proxies are api.trusted_proxies, checked by slurmtel.auth)
-        proxy_headers=False,
-        server_header=False,
-        log_config=None,
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            ssl_certfile=api.tls_cert_file or None,
+            ssl_keyfile=api.tls_key_file or None,
+            # the peer address is the socket's: X-Forwarded-For is never believed here (trusted
+            # proxies are api.trusted_proxies, checked by slurmtel.auth)
+            proxy_headers=False,
+            server_header=False,
+            log_config=None,
+        )
     )
+    scheme = "https" if api.tls_cert_file else "http"
+    log.info("read API listening on %s://%s:%d", scheme, api.listen_address, listener.getsockname()[1])
+    try:
+        # uvicorn stops on SIGTERM and SIGINT by itself, then raises the signal again:
+        # Terminated or KeyboardInterrupt here is the end of a clean stop
+        server.run(sockets=[listener])
+    except (Terminated, KeyboardInterrupt):
+        if not server.started:
+            raise
+    finally:
+        listener.close()
+        engine.dispose()
+        statements_engine.dispose()
+    if not server.started:
+        raise SlurmtelError("slurmtel serve did not start (see the lines above)")
     return EXIT_OK
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on HOST:PORT (IPv4 or IPv6, as the address is written), or
+    SlurmtelError in one line naming the address and why (a port in use, an address not here)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        shown = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        raise SlurmtelError(
+            f"api.listen_address/api.port: cannot listen on {shown}: {exc.strerror or exc}"
+        ) from None
+    return sock

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from slurmtel.errors import ParseError
+from slurmtel.parsers.gres import mig_slices
 from slurmtel.records import GpuInventory, GpuSummary, Rejected
 
 SOURCE = "dcgm"
@@ -298,9 +299,10 @@ def _cuda_version(text: str) -> str:
 
 
 def _mig_fraction(profile: str) -> float:
-    # "3g.40gb" holds 3 of the 7 compute slices (A30 has 4 slices: not told apart here)
-    match = re.match(r"(\d+)g\.", profile)
-    return min(int(match.group(1)) / 7.0, 1.0) if match else 1.0
+    # "3g.40gb" holds 3 of an A100's or H100's 7 compute slices, "1g.6gb" 1 of an A30's 4
+    # (slurmtel.parsers.gres.mig_slices, as Slurm's MIG GRES are counted)
+    slices = mig_slices(profile)
+    return min(slices[0] / slices[1], 1.0) if slices else 1.0
 
 
 def parse_dcgm_metrics(raw: str, *, node: str, at: datetime) -> DcgmScrape:
@@ -622,12 +624,34 @@ def dcgm_inventory(scrape: DcgmScrape) -> list[GpuInventory]:
     """The GPUs (and MIG instances) a scrape shows; GPUs without a `gpu` index label are left out.
 
     A GPU in MIG mode is its instances' parent (mig_mode "enabled", parent of no one, its whole
-    share), as the node agent lists it: each physical GPU once, each instance as its share.
+    share), as the node agent lists it: each physical GPU once, whether or not the scrape has
+    series of its own, each instance as its share.
     """
     inventory: list[GpuInventory] = []
+    listed = {gpu.gpu_uuid for gpu in scrape.gpus}
     for gpu in scrape.gpus:
         if gpu.gpu_index is None:
             continue
+        if gpu.parent_gpu_uuid and gpu.parent_gpu_uuid not in listed:
+            # an exporter that labels every series of a GPU in MIG mode with an instance (all
+            # of them, not only the profiling fields) shows no parent: it is listed once, from
+            # its first instance, so that the node still has its physical GPU
+            listed.add(gpu.parent_gpu_uuid)
+            inventory.append(
+                GpuInventory(
+                    node=scrape.node,
+                    gpu_uuid=gpu.parent_gpu_uuid,
+                    index=gpu.gpu_index,
+                    model=gpu.model,
+                    observed_at=scrape.at,
+                    minor_number=gpu.minor_number,
+                    pci_bus_id=gpu.pci_bus_id,
+                    driver_version=gpu.driver_version,
+                    cuda_version=gpu.cuda_version,
+                    vbios_version=gpu.vbios_version,
+                    mig_mode="enabled",
+                )
+            )
         is_mig = bool(gpu.parent_gpu_uuid or gpu.mig_profile) or gpu.mig_parent
         inventory.append(
             GpuInventory(

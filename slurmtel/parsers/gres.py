@@ -132,8 +132,9 @@ def gpu_count(text: str | None) -> int:
 
 
 # a MIG profile as a GPU type: "1g.10gb", "3g.40gb", "1g.10gb+me", "1c.3g.71gb" (a compute
-# instance: 1 of the 3 compute slices of a 3g GPU instance)
-_MIG_PROFILE = re.compile(r"(?:(\d+)c\.)?(\d+)g\.(\d+)gb(?:\+\w+)*", re.IGNORECASE)
+# instance: 1 of the 3 compute slices of a 3g GPU instance), also after the GPU's name as
+# sites and Slurm's NVML autodetection name them ("a100_3g.20gb", "nvidia_a100_1g.5gb")
+_MIG_PROFILE = re.compile(r"(?:[\w.-]*[_-])?(?:(\d+)c\.)?(\d+)g\.(\d+)gb(?:\+\w+)*", re.IGNORECASE)
 # how many instances of a profile with G compute slices one GPU holds at most (NVIDIA's MIG
 # user guide: A100/H100/H200/B200 have 7 compute slices; A30 has 4, its profiles are 6 GB a slice)
 _MAX_INSTANCES = {7: {1: 7, 2: 3, 3: 2, 4: 1, 7: 1}, 4: {1: 4, 2: 2, 4: 1}}
@@ -176,6 +177,43 @@ def physical_gpus(items: list[GresItem]) -> int:
     if not slices:
         return whole
     return whole + max(needed, sum(math.ceil(share - 1e-9) for share in slices.values()))
+
+
+def tres_gpu_items(tres: dict[str, int], configured: list[GresItem]) -> list[GresItem]:
+    """The GPUs of a TRES map (AllocTRES, CfgTRES, tres_used) as GRES items of the types the
+    node's GRES (CONFIGURED) names, so that physical_gpus counts them as it counts the GRES:
+    a MIG node's `gres/gpu=6` is 6 slices, not 6 GPUs. The typed entries (`gres/gpu:1g.10gb=2`,
+    where AccountingStorageTRES tracks them) are taken as they are; the untyped count beyond
+    them is of the node's one GPU type, or, on a node of several types, of its smallest slices
+    first (Slurm does not say which: the least physical share the count can be)."""
+    typed = [
+        GresItem("gpu", key[len("gres/gpu:") :], count)
+        for key, count in tres.items()
+        if key.startswith("gres/gpu:") and count > 0
+    ]
+    rest = tres.get("gres/gpu", 0) - sum(item.count for item in typed)
+    if rest <= 0:
+        return typed
+    kinds = [item for item in configured if item.count > 0] or [GresItem("gpu", "", rest)]
+    items = list(typed)
+    # smallest share of a GPU first: a slice is its compute slices of its GPU's, a GPU is 1
+    for kind in sorted(kinds, key=lambda item: _share(item.type)):
+        free = kind.count - sum(item.count for item in typed if item.type == kind.type)
+        take = min(rest, free)
+        if take > 0:
+            items.append(GresItem("gpu", kind.type, take))
+            rest -= take
+    if rest > 0:
+        # more than the node has of every kind (a count that lags a reconfiguration): the rest
+        # as its largest kind, never dropped
+        largest = max(kinds, key=lambda item: _share(item.type))
+        items.append(GresItem("gpu", largest.type, rest))
+    return items
+
+
+def _share(gpu_type: str) -> float:
+    profile = mig_slices(gpu_type) if gpu_type else None
+    return 1.0 if profile is None else profile[0] / profile[1]
 
 
 def single_gpu_type(items: list[GresItem]) -> str:

@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from slurmtel.errors import ParseError
-from slurmtel.parsers.gres import gpu_items, physical_gpus, single_gpu_type
+from slurmtel.parsers.gres import gpu_items, physical_gpus, single_gpu_type, tres_gpu_items
 from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, byte_offset, read_document
 from slurmtel.parsers.slurm_common import (
     BASE_STATES,
@@ -571,13 +571,15 @@ def _node_state(
     # physical GPUs: a node of MIG slices (gpu:1g.10gb:21) is its GPUs (3), never its slices
     total = physical_gpus(configured)
     if not configured:
-        total = tres_gpu_count(parse_tres_string(cfg_tres))
+        # no Gres: CfgTRES counts them (its typed entries say which are slices)
+        total = physical_gpus(tres_gpu_items(parse_tres_string(cfg_tres), []))
+    # allocated in the same unit as total: the GPUs the slices in use need at least
     if gres_used is not None and (gpu_items(gres_used) or not alloc_tres):
-        # in the same unit: the GPUs the slices in use need at least
         allocated = physical_gpus(gpu_items(gres_used))
     else:
-        # `scontrol show node` without -d prints no GresUsed; AllocTRES has the count
-        allocated = tres_gpu_count(parse_tres_string(alloc_tres))
+        # `scontrol show node` without -d prints no GresUsed: AllocTRES counts GRES (slices on
+        # a MIG node), read as the node's GRES types
+        allocated = physical_gpus(tres_gpu_items(parse_tres_string(alloc_tres), configured))
     return NodeState(
         cluster=cluster,
         node=name,

@@ -46,7 +46,11 @@ class RunResult:
 
 
 class Source(Protocol):
-    """A source of records. One module per source under slurmtel/sources, registered once."""
+    """A source of records. One module per source under slurmtel/sources, registered once.
+
+    A source may also define `check_options(options, config) -> None`: the checks of its own
+    options that need no database (ConfigError), which `slurmtel collect` makes before it opens
+    one (slurmtel.commands.argtypes.check_collect_arguments)."""
 
     name: str
     description: str

@@ -51,6 +51,10 @@ class DcgmSource:
             "--at", dest="input_at", default=None, help="with --input: when it was scraped (sacct time forms)"
         )
 
+    def check_options(self, options: argparse.Namespace, config: Config) -> None:
+        if options.input is not None and (not options.input_node or not options.input_at):
+            raise ConfigError("--input needs --node NODE and --at TIME")
+
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
         from slurmtel.parsers.dcgm import parse_dcgm_metrics
         from slurmtel.store.telemetry import PartitionBudget

@@ -6,8 +6,10 @@ Used by `slurmtel collect` and by the daemon, so both record runs the same way.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy.exc import OperationalError
 
@@ -35,6 +37,9 @@ def run_recorded(ctx: RunContext, source: str, mode: str, work: Callable[[], Run
     must see (nothing can be recorded then).
     """
     started = ctx.clock()
+    # how long the run takes is measured, not read off the run's clock: site.clock may stand
+    # still while a run works (a fixed instant, or the demo's clock file between moves)
+    timer = time.monotonic()
     try:
         interrupted = mark_interrupted_runs(ctx.engine)
         lock = start_run(ctx.engine, source, mode, started)
@@ -43,12 +48,19 @@ def run_recorded(ctx: RunContext, source: str, mode: str, work: Callable[[], Run
     if interrupted:
         log.warning("runs %s were interrupted (their process ended before they did)", interrupted)
     try:
-        return _run(ctx, source, lock.run_id, work)
+        return _run(ctx, source, lock.run_id, work, started, timer)
     finally:
         lock.release()
 
 
-def _run(ctx: RunContext, source: str, run_id: int, work: Callable[[], RunResult]) -> RunOutcome:
+def _run(
+    ctx: RunContext,
+    source: str,
+    run_id: int,
+    work: Callable[[], RunResult],
+    started: datetime,
+    timer: float,
+) -> RunOutcome:
     result = RunResult()
     status, kind, message = "ok", "", ""
     try:
@@ -73,7 +85,9 @@ def _run(ctx: RunContext, source: str, run_id: int, work: Callable[[], RunResult
         finish_run(
             ctx.engine,
             run_id,
-            finished_at=ctx.clock(),
+            # its start on the run's clock plus the seconds it took, so that finished_at minus
+            # started_at (`slurmtel runs`) is the run's real duration on any clock
+            finished_at=started + timedelta(seconds=time.monotonic() - timer),
             status=status,
             error_kind=kind,
             message=message,

@@ -63,6 +63,10 @@ class SlurmctldSource:
             help="with --input: the cluster (default site.cluster)",
         )
 
+    def check_options(self, options: argparse.Namespace, config: Config) -> None:
+        if options.input is not None and not (options.input_cluster or config.site.cluster):
+            raise ConfigError("--cluster is needed (or site.cluster in the config)")
+
     def collect(self, ctx: RunContext, options: argparse.Namespace) -> RunResult:
         from slurmtel.parsers.scontrol_config import cluster_name
         from slurmtel.parsers.slurmctld import (

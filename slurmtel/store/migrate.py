@@ -103,14 +103,15 @@ def schema_revision(conn: Connection) -> str | None:
     return rows[0] if rows else None
 
 
-def check_revision(current: str | None) -> None:
-    """Raise SchemaMissing unless CURRENT (the database's revision) is this slurmtel's head."""
+def check_revision(current: str | None, database: str = "the database") -> None:
+    """Raise SchemaMissing unless CURRENT (the database's revision) is this slurmtel's head.
+    DATABASE names the database and why it is the one (Config.database_description)."""
     head = head_revision()
     if current is None:
-        raise SchemaMissing("the database has no slurmtel schema yet: run `slurmtel db upgrade` first")
+        raise SchemaMissing(f"{database} has no slurmtel schema yet: run `slurmtel db upgrade` first")
     if current != head:
         raise SchemaMissing(
-            f"the database schema is at {current}, this slurmtel needs {head}: run `slurmtel db upgrade`"
+            f"the schema of {database} is at {current}, this slurmtel needs {head}: run `slurmtel db upgrade`"
         )
 
 

@@ -62,16 +62,17 @@ def connect_reader(config: Config) -> Iterator[Connection]:
     engine.require_schema): over psycopg alone when the URL allows, else SQLAlchemy's."""
     url = config.database_url()
     if url is None:
-        from slurmtel.store.embedded import embedded_url
+        from slurmtel.store.embedded import embedded_url_of
 
-        url = embedded_url(config.state_dir())
+        url = embedded_url_of(config)
+    database = config.database_description()
     try:
         arguments = connect_arguments(url)
     except ValueError:  # NotForPsycopg, or a port that is no number
         from slurmtel.store.engine import make_engine, require_schema
 
         engine = make_engine(config)
-        require_schema(engine)
+        require_schema(engine, database)
         with engine.connect() as engine_conn:
             yield engine_conn
         return
@@ -81,14 +82,12 @@ def connect_reader(config: Config) -> Iterator[Connection]:
         # as SQLAlchemy does, the engine's connect arguments win over the URL's
         pg = psycopg.connect(**{**arguments, **session_arguments(config)})
     except psycopg.OperationalError as exc:
-        from slurmtel.logs import redact
-
-        raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {redact(url)}: {exc}") from exc
+        raise DatabaseUnavailable(f"cannot connect to {database}: {exc}") from exc
     conn = ReadConnection(pg)
     try:
         from slurmtel.store.migrate import check_revision, schema_revision
 
-        check_revision(schema_revision(conn))
+        check_revision(schema_revision(conn), database)
         yield conn
     finally:
         conn.close()

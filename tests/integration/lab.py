@@ -204,10 +204,10 @@ class SlurmLab:
             table(section, values)
         return "\n".join(lines) + "\n"
 
-    def run(self, argv: Sequence[str], *, faketime: bool = False, check: bool = True) -> str:
-        """Run a command in the lab (times in UTC) and return its stdout; with CHECK, fail the
-        test when it fails."""
-        env = dict(os.environ, TZ="UTC")
+    def run(self, argv: Sequence[str], *, faketime: bool = False, check: bool = True, tz: str = "UTC") -> str:
+        """Run a command in the lab (times in TZ, UTC unless said) and return its stdout; with
+        CHECK, fail the test when it fails."""
+        env = dict(os.environ, TZ=tz)
         env.pop("SLURM_TIME_FORMAT", None)
         if faketime and self.spec.suite is None:
             libs = sorted(glob.glob(FAKETIME_GLOB))
@@ -235,10 +235,11 @@ class SlurmLab:
     def sacct(self, *args: str) -> str:
         return self.run(["sacct", *args])
 
-    def sreport(self, *args: str) -> str:
+    def sreport(self, *args: str, tz: str = "UTC") -> str:
         """sreport under libfaketime +61 min: sreport cuts end= back to the start of the client's
-        current hour, which would hide the hour force-rollup.sh rolled up."""
-        return self.run(["sreport", *args], faketime=True)
+        current hour, which would hide the hour force-rollup.sh rolled up. It reads and prints
+        times in TZ (the local zone of the process, as on a head node)."""
+        return self.run(["sreport", *args], faketime=True, tz=tz)
 
     def sbatch(self, user: str, *args: str, wrap: str) -> int:
         """Submit WRAP as USER from their home directory; returns the job id."""

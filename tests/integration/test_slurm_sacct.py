@@ -14,9 +14,10 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from sqlalchemy import Engine, text
@@ -27,6 +28,7 @@ from slurmtel.sources import SOURCES
 from slurmtel.sources.base import RunContext, utc_now
 from slurmtel.sources.runner import RunOutcome, run_recorded
 from slurmtel.store.usage import usage_report
+from slurmtel.timeparse import report_window
 from tests.integration.lab import SACCT_FORMATS, SlurmLab
 
 pytestmark = pytest.mark.slurm
@@ -303,6 +305,65 @@ def test_gpu_seconds_per_account_equal_sreport(slurm_lab: SlurmLab, config: Conf
     total = sum(slurmtel_seconds.values())
     assert abs(minutes["root"] - total / 60) <= 0.5
     assert seconds["root"] == total
+
+
+def zone_for_a_local_day(start: datetime, end: datetime) -> tuple[str, date]:
+    """A zone a whole number of hours from UTC without DST (Etc/GMT-k is UTC+k) in which the
+    hours [START, END) lie in one local day, and that day; preferably one whose date, read as a
+    UTC day as a head without site.timezone did before, holds none of those hours (so that the
+    test tells the two apart)."""
+    valid: list[tuple[str, date]] = []
+    for offset in [*range(1, 15), *range(-1, -13, -1)]:
+        shift = timedelta(hours=offset)
+        day = (start + shift).date()
+        if (end - timedelta(seconds=1) + shift).date() != day:
+            continue  # the window crosses local midnight
+        name = f"Etc/GMT{'-' if offset > 0 else '+'}{abs(offset)}"
+        utc_start = datetime.combine(day, datetime.min.time(), UTC)
+        # the same wall times read as UTC: [day 00:00Z, END's local wall time as UTC)
+        if utc_start >= end or end + shift <= start:
+            return name, day
+        valid.append((name, day))
+    return valid[0]
+
+
+def test_a_head_in_another_zone_without_site_timezone_agrees_with_sreport(
+    slurm_lab: SlurmLab, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A head node whose local zone is not UTC ($TZ, as a shell or a systemd unit may set it, or
+    /etc/localtime) and whose config has no site.timezone: `-S DAY` is that zone's midnight, as
+    it is for sreport run on the same host. GPU-seconds per account over a window that starts at
+    a local midnight equal `sreport -t seconds` run under the same TZ."""
+    lab = slurm_lab
+    start, end = lab.hour_window()
+    zone, day = zone_for_a_local_day(start, end)
+    local_end = end.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%dT%H:%M:%S")
+    # the scenario's attempts, collected as the other tests do (their -S/-E are UTC times)
+    ctx = live_ctx(lab.config(), engine)
+    collect(ctx, start, end)
+    # the head: its local zone is ZONE, and its config does not name one
+    monkeypatch.setenv("TZ", zone)
+    config = lab.config()
+    assert (config.site.timezone, config.timezone_name) == ("", zone)
+    # what `slurmtel report usage -S DAY -E LOCAL_END --by account` cuts, on this head
+    window_start, window_end = report_window(day.isoformat(), local_end, now=ctx.clock(), zone=config.zone)
+    assert window_start <= start and window_end == end, (zone, window_start, window_end)
+    with engine.connect() as conn:
+        rows = usage_report(
+            conn, start=window_start, end=window_end, now=ctx.clock(), by="account", scope=EVERYTHING
+        )
+    ours = {r["account"]: r["allocated_gpu_seconds"] for r in rows if r["cluster"] == lab.cluster}
+    assert {a for a, s in ours.items() if s} == {"biology", "chemistry", "physics"}
+
+    args = ["-t", "seconds", "-P", "-T", "gres/gpu", "cluster", "AccountUtilizationByUser"]
+    period, seconds = parse_sreport(
+        lab.sreport(*args, f"start={day.isoformat()}", f"end={local_end}", tz=zone)
+    )
+    # sreport read and printed the window in the same zone: from the local midnight on
+    assert period.startswith(f"Cluster/Account/User Utilization {day.isoformat()}T00:00:00 - "), period
+    for account in sorted(set(ours) | set(seconds) - {"root"}):
+        assert seconds.get(account, 0) == ours.get(account, 0), (zone, account, seconds, ours)
+    assert seconds["root"] == sum(ours.values())
 
 
 @pytest.mark.parametrize("sacct_format", SACCT_FORMATS)
