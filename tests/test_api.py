@@ -53,6 +53,13 @@ from tests.factories import admin_day, at, load_admin_day
 
 NOW = at("2026-11-02T06:00:00")
 WINDOW = {"start": "2026-11-01T00:00:00", "end": "2026-11-02T00:00:00"}
+COSTS = {
+    "compute_per_month": "2400",
+    "network_per_month": "150",
+    "storage_per_month": "300",
+    "support_per_month": "90",
+    "operations_per_month": "60",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +103,14 @@ def api_config(site: munge_lab.Munged, people: People, database_url: str = "") -
             "site": {"timezone": "UTC", "clock": NOW.isoformat()},
             "access": {"finance": [people.finance], "admins": []},
             "api": {"munge_socket": site.socket, "credential_ttl_seconds": 60},
+            "cost": COSTS,
+            "chargeback": {
+                "rates": [{"price_per_gpu_hour": "2.00", "valid_from": "2026-01-01"}],
+                "budgets": [
+                    {"account": "bio", "period": "month", "gpu_hours": "10"},
+                    {"account": "chem", "period": "month", "amount": "50"},
+                ],
+            },
         }
     )
 
@@ -199,12 +214,20 @@ def call(
 
 # --- the matrix --------------------------------------------------------------------------------
 
-OPERATIONS = {"taxonomy", "nodes", "capacity"}
+OPERATIONS = {"taxonomy", "nodes", "capacity", "fabric", "fabric_nodes", "nodes_drift"}
 
 
 def endpoints(people: People) -> list[tuple[str, str, dict[str, str]]]:
     """(label, path, query) of every GET endpoint with data behind it."""
     found = [(f"report {name}", f"/v1/reports/{name}", dict(WINDOW)) for name in REPORTS]
+    # the reports that are not specs: the same endpoint, the same rules
+    found += [
+        ("report cost", "/v1/reports/cost", {**WINDOW, "by": "account"}),
+        ("report budget", "/v1/reports/budget", {"at": "2026-11-01T12:00:00"}),
+        ("report fabric", "/v1/reports/fabric", dict(WINDOW)),
+        ("report fabric_nodes", "/v1/reports/fabric_nodes", dict(WINDOW)),
+        ("report nodes_drift", "/v1/reports/nodes_drift", {}),
+    ]
     found += [
         ("own job", "/v1/jobs/101", {}),
         ("coordinated job", "/v1/jobs/103", {}),
@@ -230,6 +253,8 @@ def expected_status(label: str, who: str, people: People) -> int:
     if label.startswith("report "):
         if label.removeprefix("report ") in OPERATIONS:
             return 200 if role == "admin" else 403
+        if label == "report cost":
+            return 200 if role in ("finance", "admin") else 403
         return 200
     if label == "statement":
         return 200 if role in ("finance", "admin") else 403
@@ -470,6 +495,23 @@ def test_researchers_on_a_login_node_see_what_the_database_shows_them(
             head, finance, monkeypatch, "chargeback", "--month", "2026-10", "--format", "csv"
         )
         assert (remote.returncode, remote.stdout) == (code, out) and list(csv.reader(io.StringIO(out)))
+        # and the reports that are not specs: cost and budgets for finance, a coordinator's budget
+        for who, identity, argv in (
+            (people.finance, finance, ("report", "cost", "-S", WINDOW["start"], "-E", WINDOW["end"])),
+            (people.finance, finance, ("report", "cost", "--by", "account", "--format", "json")),
+            (people.finance, finance, ("report", "budget", "--at", "2026-11-01T12:00:00", "--format", "csv")),
+            (
+                people.coordinator,
+                Identity(people.coordinator, Role.USER, frozenset({"bio"})),
+                ("report", "budget", "--at", "2026-11-01T12:00:00"),
+            ),
+        ):
+            remote = run_as(who, client, *argv)
+            code, out, _ = local_output(head, identity, monkeypatch, *argv)
+            assert (remote.returncode, remote.stdout) == (code, out), f"{who}: {argv}\n{remote.stderr}"
+            assert code == 0 and out.strip()
+        remote = run_as(people.researcher, client, "report", "cost")
+        assert remote.returncode == 1 and "may not view statements" in remote.stderr
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

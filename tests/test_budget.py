@@ -387,11 +387,11 @@ def test_cli_three_formats_with_slurm_budgets(
         "period_start_at": "2026-10-31T23:00:00+00:00",
         "period_end_at": "2026-11-30T23:00:00+00:00",
         # a GPU-time budget: the _gpu_seconds figures, no amounts
-        "budget_gpu_seconds": "360000.000",  # 100 h
-        "used_gpu_seconds": "172800.000",  # 48 h
-        "committed_gpu_seconds": "43200.000",  # 12 h
-        "remaining_gpu_seconds": "144000.000",  # 40 h
-        "burn_gpu_seconds_per_day": "15708.960",  # 4.3636 h a day
+        "budget_gpu_seconds": 360000.0,  # 100 h
+        "used_gpu_seconds": 172800.0,  # 48 h
+        "committed_gpu_seconds": 43200.0,  # 12 h
+        "remaining_gpu_seconds": 144000.0,  # 40 h
+        "burn_gpu_seconds_per_day": 15708.96,  # 4.3636 h a day
         "budget_amount": None,
         "used_amount": None,
         "committed_amount": None,
@@ -399,7 +399,7 @@ def test_cli_three_formats_with_slurm_budgets(
         "burn_amount_per_day": None,
         "currency": "",
         "projected_exhaustion_at": "2026-11-23T21:00:00+00:00",
-        "unpriced_gpu_seconds": "0.000",
+        "unpriced_gpu_seconds": 0.0,
         "covered_accounts": ["physics"],
         "source": "config",
     }
@@ -409,7 +409,7 @@ def test_cli_three_formats_with_slurm_budgets(
         chemistry["used_gpu_seconds"],
         chemistry["remaining_gpu_seconds"],
         chemistry["source"],
-    ) == ("90000.000", "50400.000", "39600.000", "slurm")
+    ) == (90000.0, 50400.0, 39600.0, "slurm")
     assert chemistry["covered_accounts"] == ["chemistry", "organic", "polymers"]
     assert err == ""
 
@@ -438,9 +438,9 @@ def test_cli_three_formats_with_slurm_budgets(
     assert cli(ADMIN, "--format", "json", "-A", "physics") == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert (row["used_gpu_seconds"], row["committed_gpu_seconds"], row["remaining_gpu_seconds"]) == (
-        "1648800.000",  # 458 h
-        "0.000",
-        "-1288800.000",  # -358 h
+        1648800.0,  # 458 h
+        0.0,
+        -1288800.0,  # -358 h
     )
     assert row["projected_exhaustion_at"] == "2026-11-20T12:00:00+00:00"  # exhausted already
 
@@ -454,7 +454,7 @@ def test_cli_coordinator_sees_only_their_accounts(
     rows = json.loads(capsys.readouterr().out)
     # the whole account's usage (bob's running job too), not only alice's own jobs
     assert [(r["account"], r["used_gpu_seconds"], r["committed_gpu_seconds"]) for r in rows] == [
-        ("physics", "172800.000", "43200.000")
+        ("physics", 172800.0, 43200.0)
     ]
     assert cli(alice, "--at", "2026-11-12T00:00:00", "--format", "json", "-A", "chemistry") == 0
     assert json.loads(capsys.readouterr().out) == []

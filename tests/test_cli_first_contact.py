@@ -242,7 +242,6 @@ def test_an_unreachable_database_is_named_with_where_its_url_was_set(
 
 # what a login node's user may type besides each command's plain form
 LOGIN_VARIANTS = [
-    ("report", "nodes", "--drift"),
     ("chargeback", "--list"),
     ("chargeback", "--audit"),
     ("chargeback", "--void", "2026-10", "--reason", "x"),
@@ -254,10 +253,13 @@ THROUGH_API = (
     {"job", "me", "chargeback"}
     | {f"report {n}" for n in ("usage", "failures", "idle", "queue")}
     | {f"report {n}" for n in ("taxonomy", "nodes", "capacity", "retries")}
+    | {f"report {n}" for n in ("budget", "cost", "fabric")}
 )
+# the variants that ask the API too
+API_VARIANTS = [("report", "nodes", "--drift"), ("report", "fabric", "--nodes")]
 
 
-@pytest.mark.parametrize("argv", [*COMMANDS, *LOGIN_VARIANTS], ids=command_id)
+@pytest.mark.parametrize("argv", [*COMMANDS, *LOGIN_VARIANTS, *API_VARIANTS], ids=command_id)
 def test_a_login_node_asks_the_api_or_refuses_and_starts_no_database(
     argv: tuple[str, ...], no_database_env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -69,9 +69,9 @@ def cli(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.M
     return run
 
 
-def hours(seconds: str) -> Decimal:
+def hours(seconds: float) -> Decimal:
     """A GPU-seconds figure of the JSON in GPU-hours (exact)."""
-    return Decimal(seconds) / 3600
+    return Decimal(str(seconds)) / 3600
 
 
 def cost_json(cli, capsys, cost: dict[str, str], *argv: str) -> list[dict]:
@@ -88,20 +88,20 @@ def test_cluster_by_hand(cli, engine: Engine, config: Config, capsys: pytest.Cap
         "cluster": "lab",
         "period_start_at": "2026-11-01T00:00:00+00:00",
         "period_end_at": "2026-11-02T00:00:00+00:00",
-        "calendar_months": "0.033333",  # 1 day / 30
+        "calendar_months": 0.033333,  # 1 day / 30
         "currency": "EUR",
-        "installed_gpu_seconds": "608400.000",  # 169 h
-        "allocated_gpu_seconds": "73800.000",  # 20.5 h
+        "installed_gpu_seconds": 608400.0,  # 169 h
+        "allocated_gpu_seconds": 73800.0,  # 20.5 h
         # unused = unallocated 82.5 + allocated idle 0.5 + no process 0.5 = 83.5 h
-        "unused_gpu_seconds": "300600.000",
-        "unused_share": "0.4941",  # 83.5 / 169 = 0.49408
+        "unused_gpu_seconds": 300600.0,
+        "unused_share": 0.4941,  # 83.5 / 169 = 0.49408
         "unused_cost": "49.41",  # 100 x 83.5 / 169 = 49.4083
-        "retry_gpu_seconds": "7200.000",
-        "retry_share": "0.0118",  # 2 / 169 = 0.011834
+        "retry_gpu_seconds": 7200.0,
+        "retry_share": 0.0118,  # 2 / 169 = 0.011834
         "retry_cost": "1.18",  # 100 x 2 / 169 = 1.1834
-        "failed_gpu_seconds": "57600.000",
-        "useful_gpu_seconds": "5400.000",
-        "useful_share": "0.0089",  # 1.5 / 169 = 0.008876
+        "failed_gpu_seconds": 57600.0,
+        "useful_gpu_seconds": 5400.0,
+        "useful_share": 0.0089,  # 1.5 / 169 = 0.008876
         "completed_jobs": 4,
         "accepted_unit": "completed_jobs",
         "accepted_units": 4,
@@ -116,15 +116,15 @@ def test_cluster_by_hand(cli, engine: Engine, config: Config, capsys: pytest.Cap
         "baseline_price_per_gpu_hour": "2.50",
         "baseline_gpu_hour_cost": "3.75",  # 2.50 x 1.5 useful GPU-hours
         "gpu_hour_savings": "-96.25",  # 3.75 - 100
-        "break_even_useful_ratio": "0.2367",  # 100 / (169 x 2.50) = 100 / 422.5 = 0.236686
+        "break_even_useful_ratio": 0.2367,  # 100 / (169 x 2.50) = 100 / 422.5 = 0.236686
         "baseline_price_per_unit": "30.00",
         "baseline_unit_cost": "120.00",  # 30 x 4
         "unit_savings": "20.00",  # 120 - 100
-        "break_even_units": "3.3333",  # 100 / 30
+        "break_even_units": 3.3333,  # 100 / 30
         # 1.5 useful GPU-hours / (169 / 24 GPUs) / (1/30 month) = 1080 / 169 = 6.390532 h
-        "useful_gpu_seconds_per_gpu_month": "23005.917",
-        "target_gpu_seconds_per_month": "3600000.000",
-        "required_gpus": "156.48",  # 1000 / (1080 / 169) = 156.4815
+        "useful_gpu_seconds_per_gpu_month": 23005.917,
+        "target_gpu_seconds_per_month": 3600000.0,
+        "required_gpus": 156.48,  # 1000 / (1080 / 169) = 156.4815
         "required_gpus_ceil": 157,
     }
 
@@ -144,19 +144,19 @@ def test_partitions_share_the_cost_by_installed_gpu_hours(
     # gpu: unused = 64.5 unallocated + 1 allocated idle; 65.5 / 127 = 0.515748; money 6550 / 169
     assert (hours(gpu["unused_gpu_seconds"]), gpu["unused_share"], gpu["unused_cost"]) == (
         Decimal("65.5"),
-        "0.5157",
+        0.5157,
         "38.76",
     )
     # debug: 18 unallocated / 42 = 0.428571; money 100 x 18 / 169 = 10.650888
     assert (hours(debug["unused_gpu_seconds"]), debug["unused_share"], debug["unused_cost"]) == (
         18,
-        "0.4286",
+        0.4286,
         "10.65",
     )
     assert (hours(gpu["retry_gpu_seconds"]), hours(debug["retry_gpu_seconds"])) == (2, 0)
     assert (gpu["completed_jobs"], debug["completed_jobs"]) == (4, 0)
     assert gpu["cost_per_unit"] == "18.79"  # (100 x 127 / 169) / 4 = 18.786982
-    assert debug["cost_per_unit"] is None and debug["useful_gpu_seconds_per_gpu_month"] == "0.000"
+    assert debug["cost_per_unit"] is None and debug["useful_gpu_seconds_per_gpu_month"] == 0.0
     assert total["completed_jobs"] == 4 and total["cluster"] == "lab"
 
 
@@ -182,14 +182,14 @@ def test_accounts_share_the_cost_by_allocated_gpu_hours_exactly(
         9,
         Decimal("8.5"),
     ]
-    assert hours(by["bio"]["retry_gpu_seconds"]) == 2 and by["bio"]["retry_share"] == "0.6667"
+    assert hours(by["bio"]["retry_gpu_seconds"]) == 2 and by["bio"]["retry_share"] == 0.6667
     assert by["bio"]["retry_cost"] == "9.76"  # 14.634146 x 2 / 3 = 9.756098
-    assert (hours(by["physics"]["unused_gpu_seconds"]), by["physics"]["unused_share"]) == (1, "0.1176")
+    assert (hours(by["physics"]["unused_gpu_seconds"]), by["physics"]["unused_share"]) == (1, 0.1176)
     assert [by[a]["completed_jobs"] for a in ("bio", "chem", "physics")] == [1, 1, 2]
     assert by["physics"]["cost_per_unit"] == "20.73"  # 41.463415 / 2
     assert by["physics"]["installed_gpu_seconds"] is None
     # break-even over the account's allocated GPU-hours: 41.463415 / (8.5 x 2.50) = 1.951220
-    assert by["physics"]["break_even_useful_ratio"] == "1.9512"
+    assert by["physics"]["break_even_useful_ratio"] == 1.9512
 
 
 def test_other_units(cli, engine: Engine, config: Config, capsys: pytest.CaptureFixture[str]) -> None:
@@ -198,16 +198,16 @@ def test_other_units(cli, engine: Engine, config: Config, capsys: pytest.Capture
     # units = 1.5 useful GPU-hours: the unit cost is the cost per useful GPU-hour
     assert (row["accepted_unit"], row["accepted_units"], row["cost_per_unit"]) == (
         "completed_gpu_hours",
-        "1.5000",
+        1.5,
         "66.67",
     )
     configured = {**COSTS, "unit": "configured", "unit_name": "1M tokens", "units_per_month": "300"}
     rows = cost_json(cli, capsys, configured, "--by", "partition")
     # 300 a month x 1/30 = 10 units, shared out by useful GPU-hours (all in gpu)
     assert [(r["accepted_unit"], r["accepted_units"], r["cost_per_unit"]) for r in rows] == [
-        ("1M tokens", "0.0000", None),
-        ("1M tokens", "10.0000", "7.51"),  # 75.147929 / 10
-        ("1M tokens", "10.0000", "10.00"),
+        ("1M tokens", 0.0, None),
+        ("1M tokens", 10.0, "7.51"),  # 75.147929 / 10
+        ("1M tokens", 10.0, "10.00"),
     ]
 
 
@@ -226,7 +226,7 @@ def test_missing_costs_are_named_and_exit_2(
     (row,) = cost_json(cli, capsys, COSTS)
     assert (row["total_cost"], row["installed_gpu_seconds"], row["unused_share"], row["cost_per_unit"]) == (
         "100.00",
-        "0.000",
+        0.0,
         None,
         None,
     )

@@ -40,6 +40,7 @@ from starlette.routing import Route
 from slurmtel.access import Action, Identity, Scope, allowed
 from slurmtel.auth.identity import AuthSettings, Denied, RequestView, authenticate
 from slurmtel.commands.common import unknown_filter_warnings
+from slurmtel.commands.views import View
 from slurmtel.config import Config
 from slurmtel.errors import AccessDenied, ChargebackError, ConfigError, SlurmtelError
 from slurmtel.filters import JobFilter
@@ -175,10 +176,15 @@ class ReadApi:
         )
 
     def report(self, request: Request) -> Response:
+        from slurmtel.commands.view_catalog import VIEWS
+
         name = request.path_params["name"]
+        if name in VIEWS:
+            return self.view(request, VIEWS[name])
         spec = REPORTS.get(name)
         if spec is None:
-            raise ApiError(HTTPStatus.NOT_FOUND, f"no report '{name}' (reports: {', '.join(REPORTS)})")
+            names = ", ".join([*REPORTS, *VIEWS])
+            raise ApiError(HTTPStatus.NOT_FOUND, f"no report '{name}' (reports: {names})")
         who = self.identity(request)
         q = request.query_params
         known = {
@@ -218,6 +224,32 @@ class ReadApi:
             warnings = unknown_filter_warnings(conn, query.scope, wanted)
             result = run_report(conn, spec, query)
         return json_response({**report_document(result), "warnings": warnings})
+
+    def view(self, request: Request, view: View) -> Response:
+        """A report that is not a spec (cost, budget, fabric, ...): the document its CLI prints,
+        computed by the same function in a transaction scoped to the caller."""
+        who = self.identity(request)
+        q = request.query_params
+        known = {
+            *(("start", "end") if view.window else ()),
+            *view.filters,
+            *(p.name for p in view.parameters),
+        }
+        # the login-node client sends every filter, empty where not given
+        unknown = sorted(k for k in set(q.keys()) - known if q.get(k))
+        if unknown:
+            raise ApiError(
+                HTTPStatus.BAD_REQUEST, f"report {view.name} takes no parameter {', '.join(unknown)}"
+            )
+        view_request = view.request(
+            who,
+            self.clock(),
+            start=q.get("start") or None,
+            end=q.get("end") or None,
+            job_filter=JobFilter(**{kind: _split(q.get(kind)) for kind in view.filters}),
+            options={p.name: q[p.name] for p in view.parameters if q.get(p.name)},
+        )
+        return json_response(view.build(self.config, view_request, self.transaction))
 
     def job(self, request: Request) -> Response:
         from slurmtel.reports.researcher import job_document

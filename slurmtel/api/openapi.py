@@ -5,11 +5,14 @@ tests/test_api.py checks every path here is served."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmtel import __version__
 from slurmtel.reports.catalog import REPORTS
 from slurmtel.reports.spec import ReportSpec, json_type
+
+if TYPE_CHECKING:
+    from slurmtel.commands.views import View
 
 SECURITY: list[dict[str, list[str]]] = [{"munge": []}, {"slurmJwt": []}]
 ERROR = {
@@ -151,8 +154,68 @@ def _path(name: str, description: str) -> dict[str, Any]:
     }
 
 
+def _view_path(view: View) -> dict[str, Any]:
+    """A report that is not a spec (slurmtel.commands.views): its options, filters and rows."""
+    parameters = [p for p in WINDOW_PARAMETERS[:2] if view.window] + [
+        p for p in WINDOW_PARAMETERS[2:] if p["name"] in view.filters
+    ]
+    for p in view.parameters:
+        schema: dict[str, Any] = {
+            "type": {int: "integer", float: "number", bool: "boolean"}.get(p.kind, "string")
+        }
+        if p.choices:
+            schema["enum"] = list(p.choices)
+        if p.minimum is not None:
+            schema["minimum"] = p.minimum
+        parameters.append(_query(p.name, p.help, schema))
+    rows = [_row_schema(columns) for _, columns in view.sections]
+    return {
+        "get": {
+            "operationId": f"report_{view.name}",
+            "summary": view.help,
+            "description": f"Access: {view.action.value} (slurmtel.access.allowed).",
+            "parameters": parameters,
+            "security": SECURITY,
+            "responses": {
+                "200": {
+                    "description": f"report {view.name}",
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "report": {"const": view.name},
+                                    "sections": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "properties": {
+                                                "rows": {
+                                                    "type": "array",
+                                                    "items": rows[0] if len(rows) == 1 else {"oneOf": rows},
+                                                }
+                                            },
+                                        },
+                                    },
+                                    "warnings": {"type": "array", "items": {"type": "string"}},
+                                },
+                            }
+                        }
+                    },
+                },
+                "400": ERROR,
+                "401": ERROR,
+                "403": ERROR,
+            },
+        }
+    }
+
+
 def openapi_document() -> dict[str, Any]:
+    from slurmtel.commands.view_catalog import VIEWS
+
     paths: dict[str, Any] = {f"/v1/reports/{name}": _report_path(spec) for name, spec in REPORTS.items()}
+    paths.update({f"/v1/reports/{name}": _view_path(view) for name, view in VIEWS.items()})
     job = _path("job_id", "123, array task 10_4, het component 123+1")
     clusters = _query("clusters", "comma-separated clusters")
     paths["/v1/jobs/{job_id}"] = _simple(

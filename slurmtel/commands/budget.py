@@ -9,25 +9,18 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from slurmtel.access import EVERYTHING, Action, Scope
-from slurmtel.commands import common
-from slurmtel.commands.common import (
-    EXIT_OK,
-    account_tree,
-    add_format_argument,
-    open_context,
-    scope_for,
-    split_list,
-    warn_unknown,
-)
+from slurmtel.budget import COLUMNS as BUDGET_COLUMNS
+from slurmtel.commands.common import account_tree, add_format_argument, split_list, unknown_filter_warnings
+from slurmtel.commands.views import Connect, Document, View, ViewRequest, document, run_cli, scope_of, section
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, ParseError, SourceUnavailable
 from slurmtel.filters import JobFilter
-from slurmtel.reports.render import local_time, render
+from slurmtel.reports.render import local_time
+from slurmtel.reports.spec import Parameter
 from slurmtel.sources.io import run_command
 from slurmtel.timeparse import parse_slurm_time
 
@@ -49,20 +42,17 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         "--at", default=None, help="the moment to report at (sacct time forms, site.timezone; default now)"
     )
     add_format_argument(budget)
-    budget.set_defaults(handler=cmd_report_budget)
+    # through slurmtel serve on a login node (api.url), as every report
+    budget.set_defaults(handler=cmd_report_budget, through_api=True)
 
 
-def warn(message: str) -> None:
-    print(f"slurmtel: warning: {message}", file=sys.stderr)
-
-
-def read_slurm_budgets(config: Config) -> dict[str, int]:
+def read_slurm_budgets(config: Config, warnings: list[str]) -> dict[str, int]:
     """Accounts' GrpTRESMins gres/gpu from sacctmgr; {} (with a warning) when it cannot say."""
     from slurmtel.parsers.sacctmgr import GRP_TRES_MINS_ARGS, parse_grp_tres_mins
 
     command = config.access.sacctmgr_command
     if not command:
-        warn(
+        warnings.append(
             "chargeback.budgets_from_slurm is on but access.sacctmgr_command is empty: configured budgets only"
         )
         return {}
@@ -70,16 +60,18 @@ def read_slurm_budgets(config: Config) -> dict[str, int]:
         raw = run_command([command, *GRP_TRES_MINS_ARGS], timeout_seconds=30)
         return parse_grp_tres_mins(raw.decode("utf-8", "replace"))
     except (SourceUnavailable, ParseError) as exc:
-        warn(f"cannot read GrpTRESMins from sacctmgr ({exc}): configured budgets only")
+        warnings.append(f"cannot read GrpTRESMins from sacctmgr ({exc}): configured budgets only")
         return {}
 
 
-def read_account_parents(config: Config) -> dict[str, frozenset[str]] | None:
+def read_account_parents(config: Config, warnings: list[str]) -> dict[str, frozenset[str]] | None:
     """The account tree, or None (with a warning) when it cannot be read."""
     try:
         return account_tree(config)
     except (SourceUnavailable, ParseError) as exc:
-        warn(f"cannot read the account tree from sacctmgr ({exc}): budgets cover only their own account")
+        warnings.append(
+            f"cannot read the account tree from sacctmgr ({exc}): budgets cover only their own account"
+        )
         return None
 
 
@@ -132,50 +124,68 @@ def budget_rows(
 
 
 def cmd_report_budget(args: argparse.Namespace, config: Config) -> int:
+    request = {"job_filter": JobFilter(accounts=split_list(args.accounts)), "options": {"at": args.at}}
+    return run_cli(VIEW, config, request, args.format)
+
+
+def budget_document(config: Config, request: ViewRequest, connect: Connect) -> Document:
+    """`report budget` for REQUEST: a row per budget the caller may see, at --at (default now)."""
     from slurmtel.budget import COLUMNS, KEY_COLUMNS, configured_budgets, merge_budgets, slurm_budgets
 
     # --at is checked before a database is opened (or an embedded one started)
-    now = common.site_now(config)
-    at = now
-    if args.at:
+    at = request.now
+    if request.option("at"):
         try:
-            at = parse_slurm_time(args.at, now=now, zone=config.zone)
+            at = parse_slurm_time(request.option("at"), now=request.now, zone=config.zone)
         except ValueError as exc:
             raise ConfigError(f"--at: {exc}") from exc
-    scope = scope_for(
-        config, Action.VIEW_AGGREGATES, common.current_identity(config)
-    )  # looked up at call time
-    ctx = open_context(config)
+    scope = scope_of(request.identity, Action.VIEW_AGGREGATES)
+    warnings: list[str] = []
     chargeback = config.chargeback
     budgets = configured_budgets(chargeback, at, config.zone)
     if chargeback.budgets_from_slurm:
         budgets = merge_budgets(
-            budgets, slurm_budgets(read_slurm_budgets(config), chargeback.budget_slurm_period)
+            budgets, slurm_budgets(read_slurm_budgets(config, warnings), chargeback.budget_slurm_period)
         )
-    wanted = set(split_list(args.accounts))
+    accounts = request.job_filter.accounts
     visible = [b for b in budgets if scope.everything or b.account in scope.accounts]
-    if wanted:
-        # an account with a budget but no job yet is known; the check runs in the caller's scope
-        with ctx.engine.connect() as conn:
-            warn_unknown(
-                conn,
-                scope,
-                JobFilter(accounts=split_list(args.accounts)),
-                also_known={"account": {b.account for b in visible}},
-            )
-    budgets = [b for b in visible if not wanted or b.account in wanted]
+    budgets = [b for b in visible if not accounts or b.account in accounts]
     rows: list[BudgetRow] = []
-    if budgets:
-        parents = read_account_parents(config)
-        with ctx.engine.connect() as conn:
+    parents = read_account_parents(config, warnings) if budgets else None
+    with connect(scope) as conn:
+        if accounts:
+            # an account with a budget but no job yet is known; the check runs in the caller's scope
+            warnings += unknown_filter_warnings(
+                conn, scope, request.job_filter, also_known={"account": {b.account for b in visible}}
+            )
+        if budgets:
             rows = budget_rows(conn, config, budgets, parents, at, scope)
     unpriced = sum(r.unpriced_gpu_hours for r in rows)
     if unpriced:
-        warn(f"{unpriced} GPU-hours of money budgets match no [[chargeback.rates]] entry: not counted")
+        warnings.append(
+            f"{unpriced} GPU-hours of money budgets match no [[chargeback.rates]] entry: not counted"
+        )
     if not rows:
         log.info("no budgets to show (none configured or visible to you)")
-    title = f"Budgets at {local_time(at, config.zone)}"
-    render(
-        [r.record() for r in rows], sys.stdout, args.format, columns=COLUMNS, title=title, first=KEY_COLUMNS
+    table = section(
+        "budget",
+        f"Budgets at {local_time(at, config.zone)}",
+        [r.record() for r in rows],
+        COLUMNS,
+        key_columns=KEY_COLUMNS,
     )
-    return EXIT_OK
+    return document("budget", [table], now=request.now, warnings=warnings, single=True)
+
+
+VIEW = View(
+    name="budget",
+    help="budgets per account and period: used, committed, remaining, projected exhaustion",
+    action=Action.VIEW_AGGREGATES,
+    build=budget_document,
+    sections=(("budget", BUDGET_COLUMNS),),
+    parameters=(
+        Parameter("at", str, None, "the moment to report at (sacct time forms, site.timezone; default now)"),
+    ),
+    window=False,
+    filters=("accounts",),
+)

@@ -6,25 +6,19 @@ Access: VIEW_STATEMENTS (finance and admins); the figures are cluster-wide.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import defaultdict
 from datetime import datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from slurmtel.access import Action
-from slurmtel.commands import common
-from slurmtel.commands.common import (
-    EXIT_OK,
-    add_format_argument,
-    add_window_arguments,
-    open_context,
-    resolve_window,
-    scope_for,
-)
+from slurmtel.commands.common import add_format_argument, add_window_arguments
+from slurmtel.commands.views import Connect, Document, View, ViewRequest, document, run_cli, scope_of, section
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
-from slurmtel.reports.render import months_text, render, window_text
+from slurmtel.reports.render import months_text, window_text
+from slurmtel.reports.spec import Parameter
+from slurmtel.timeparse import report_window
 
 if TYPE_CHECKING:
     from slurmtel.cost import Group
@@ -108,7 +102,8 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         help="useful GPU-hours a month the site must deliver (default cost.target_gpu_hours_per_month)",
     )
     add_format_argument(cost)
-    cost.set_defaults(handler=cmd_report_cost)
+    # through slurmtel serve on a login node (api.url), as every report
+    cost.set_defaults(handler=cmd_report_cost, through_api=True)
 
 
 def _gpu_hours(value: str) -> Decimal:
@@ -122,26 +117,35 @@ def _gpu_hours(value: str) -> Decimal:
 
 
 def cmd_report_cost(args: argparse.Namespace, config: Config) -> int:
+    options = {"by": args.by, "target_work": args.target_work}
+    return run_cli(VIEW, config, {"start": args.start, "end": args.end, "options": options}, args.format)
+
+
+def cost_document(config: Config, request: ViewRequest, connect: Connect) -> Document:
+    """`report cost` for REQUEST: its one section, a row per cluster, partition or account."""
     from slurmtel.cost import cost_rows, settings_of
     from slurmtel.months import months_in
     from slurmtel.store.cost import completed_jobs, measured_rows
     from slurmtel.store.reports_admin import window_days
 
-    # looked up at call time (tests replace it)
-    scope_for(config, Action.VIEW_STATEMENTS, common.current_identity(config))
-    settings = settings_of(config, args.target_work)
-    # the window is checked before a database is opened (or an embedded one started)
-    now = common.site_now(config)
-    start, end = resolve_window(args, config, now)
-    first_day, last_day = window_days(start, end, config.zone)
+    scope = scope_of(request.identity, Action.VIEW_STATEMENTS)
+    by = request.option("by")
+    target = request.option("target_work")
+    settings = settings_of(config, Decimal(str(target)) if target is not None else None)
+    # every value is checked before a database is opened (or an embedded one started)
+    now = request.now
+    try:
+        start, end = report_window(request.start, request.end, now=now, zone=config.zone)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     zone = config.zone
+    first_day, last_day = window_days(start, end, zone)
     day_start = datetime.combine(first_day, time(), zone)
     day_end = datetime.combine(last_day + timedelta(days=1), time(), zone)
     period_end = min(day_end, now)
     if period_end <= day_start:
         raise ConfigError("report cost: the period has not begun yet (-S is in the future)")
-    ctx = open_context(config)
-    with ctx.engine.connect() as conn:
+    with connect(scope) as conn:
         measured = measured_rows(
             conn,
             first_day=first_day,
@@ -154,7 +158,7 @@ def cmd_report_cost(args: argparse.Namespace, config: Config) -> int:
             resubmission_window_seconds=config.attribution.resubmission_window_seconds,
         )
         completed = completed_jobs(conn, start=day_start, end=period_end)
-    groups, cluster = build_groups(measured, completed, args.by)
+    groups, cluster = build_groups(measured, completed, by)
     months = months_in(day_start, period_end, zone)
     period_hours = Decimal(int((period_end - day_start).total_seconds())) / 3600
     rows = cost_rows(groups, cluster, settings, months=months, period_hours=period_hours)
@@ -162,24 +166,39 @@ def cmd_report_cost(args: argparse.Namespace, config: Config) -> int:
         row["period_start_at"] = day_start
         row["period_end_at"] = period_end
     title = f"Cost, {window_text(day_start, period_end, zone)} ({months_text(months)}), {settings.currency}"
-    keys = KEYS[args.by]
-    if args.format == "table":
-        if args.by == "cluster":
-            (row,) = rows
-            figures = [{"figure": f, "value": row.get(f)} for f in (*keys[1:], *FIGURES)]
-            render(figures, sys.stdout, "table", columns=("figure", "value"), title=title)
-        else:
-            render(
-                rows,
-                sys.stdout,
-                "table",
-                columns=(*keys, *TABLE_FIGURES),
-                title=title,
-                first=(keys[-1], *TABLE_FIGURES[:4]),
-            )
-    else:
-        render(rows, sys.stdout, args.format, columns=(*keys, *FIGURES))
-    return EXIT_OK
+    keys = KEYS[by]
+    cost = section(
+        "cost",
+        title,
+        rows,
+        (*keys, *FIGURES),
+        (*keys, *TABLE_FIGURES),
+        (keys[-1], *TABLE_FIGURES[:4]),
+    )
+    # one cluster row: a terminal shows it as one figure a line
+    return document(
+        "cost", [cost], now=now, start=day_start, end=period_end, single=True, transpose=by == "cluster"
+    )
+
+
+VIEW = View(
+    name="cost",
+    help="effective unit cost with unused GPU time and retries, against a baseline; GPUs a target needs",
+    action=Action.VIEW_STATEMENTS,
+    build=cost_document,
+    sections=tuple((f"--by {by}", (*KEYS[by], *FIGURES)) for by in BY),
+    parameters=(
+        Parameter("by", str, "cluster", "rows per cluster (default), partition or account", choices=BY),
+        Parameter(
+            "target_work",
+            float,
+            None,
+            "useful GPU-hours a month the site must deliver (default cost.target_gpu_hours_per_month)",
+            minimum=0,
+        ),
+    ),
+    filters=(),
+)
 
 
 def build_groups(

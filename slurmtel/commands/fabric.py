@@ -9,30 +9,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from slurmtel.access import Action
-from slurmtel.commands import common
 from slurmtel.commands.common import (
-    EXIT_OK,
     add_filter_arguments,
     add_format_argument,
     add_window_arguments,
-    head_only,
     job_filter,
-    open_context,
-    resolve_window,
-    scope_for,
-    site_now,
     split_list,
-    warn_unknown,
+    unknown_filter_warnings,
 )
-from slurmtel.commands.sections import render_sections
+from slurmtel.commands.views import Connect, Document, View, ViewRequest, document, run_cli, scope_of, section
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
-from slurmtel.reports.render import gpu_name
+from slurmtel.reports.render import gpu_name, window_text
+from slurmtel.reports.spec import Parameter
+from slurmtel.timeparse import report_window
 
 RUNS_COLUMNS = (
     "run_at",
@@ -198,7 +193,8 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         help="error and congestion rates per node and port (InfiniBand/RoCE, NVLink) beside the "
         "failed attempts on the node; optionally only these comma-separated nodes",
     )
-    fabric.set_defaults(handler=cmd_report_fabric)
+    # through slurmtel serve on a login node (api.url), as every report
+    fabric.set_defaults(handler=cmd_report_fabric, through_api=True)
 
 
 def rows_of(items: Sequence[Any]) -> list[dict[str, Any]]:
@@ -210,50 +206,36 @@ def nvlink_rows(items: Sequence[Any]) -> list[dict[str, Any]]:
     return [{**r, "gpu": gpu_name(r["node"], r["gpu_index"], r["gpu_uuid"])} for r in rows_of(items)]
 
 
-def _cluster_wide(args: argparse.Namespace, report: str) -> None:
-    if args.accounts or args.users:
-        raise ConfigError(f"report {report} is per node: -A/-u do not apply")
-
-
 def cmd_report_fabric(args: argparse.Namespace, config: Config) -> int:
-    from slurmtel.store.reports_fabric import fabric_nodes_report, fabric_report
+    request = {
+        "start": args.start,
+        "end": args.end,
+        "job_filter": job_filter(args),
+        "options": {"nodes": args.nodes} if args.nodes is not None else {},
+    }
+    return run_cli(NODES_VIEW if args.nodes is not None else VIEW, config, request, args.format)
 
-    _cluster_wide(args, "fabric")
+
+def cmd_report_drift(args: argparse.Namespace, config: Config) -> int:
+    return run_cli(DRIFT_VIEW, config, {"job_filter": job_filter(args)}, args.format)
+
+
+def _window(config: Config, request: ViewRequest) -> tuple[datetime, datetime]:
+    try:
+        return report_window(request.start, request.end, now=request.now, zone=config.zone)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def fabric_document(config: Config, request: ViewRequest, connect: Connect) -> Document:
+    """`report fabric`: the acceptance runs against their baseline, the suspect nodes."""
+    from slurmtel.store.reports_fabric import fabric_report
+
     # every value is checked before a database is opened (or an embedded one started)
-    now = site_now(config)
-    start, end = resolve_window(args, config, now)
-    scope = scope_for(
-        config, Action.VIEW_OPERATIONS, common.current_identity(config)
-    )  # looked up at call time
-    ctx = open_context(config)
-    window = f"{start.isoformat()} .. {end.isoformat()}"
-    table = args.format == "table"
-    with ctx.engine.connect() as conn:
-        warn_unknown(conn, scope, job_filter(args))
-        if args.nodes is not None:
-            nodes = fabric_nodes_report(
-                conn,
-                start=start,
-                end=end,
-                now=now,
-                scope=scope,
-                job_filter=job_filter(args),
-                nodes=split_list(args.nodes),
-            )
-            render_sections(
-                {"ports": rows_of(nodes.ports), "nvlinks": nvlink_rows(nodes.nvlinks)},
-                sys.stdout,
-                args.format,
-                {
-                    "ports": PORT_TABLE_COLUMNS if table else PORT_COLUMNS,
-                    "nvlinks": NVLINK_TABLE_COLUMNS if table else NVLINK_COLUMNS,
-                },
-                {
-                    "ports": f"InfiniBand/RoCE ports, {window}",
-                    "nvlinks": "NVLinks per GPU",
-                },
-            )
-            return EXIT_OK
+    start, end = _window(config, request)
+    scope = scope_of(request.identity, Action.VIEW_OPERATIONS)
+    with connect(scope) as conn:
+        warnings = unknown_filter_warnings(conn, scope, request.job_filter)
         report = fabric_report(
             conn,
             start=start,
@@ -261,39 +243,106 @@ def cmd_report_fabric(args: argparse.Namespace, config: Config) -> int:
             scope=scope,
             baseline_fraction=config.fabric.baseline_fraction,
             baseline_runs=config.fabric.baseline_runs,
-            job_filter=job_filter(args),
+            job_filter=request.job_filter,
         )
     fraction = config.fabric.baseline_fraction
-    render_sections(
-        {"runs": rows_of(report.runs), "suspects": rows_of(report.suspects)},
-        sys.stdout,
-        args.format,
-        {"runs": RUNS_TABLE_COLUMNS if table else RUNS_COLUMNS, "suspects": SUSPECT_COLUMNS},
-        {
-            "runs": f"NCCL acceptance runs, {window} (flagged below {fraction:g} x baseline)",
-            "suspects": "Nodes most often in bad runs (failed, degraded or below baseline)",
-        },
-    )
-    return EXIT_OK
+    window = window_text(start, end, config.zone)
+    sections = [
+        section(
+            "runs",
+            f"NCCL acceptance runs, {window} (flagged below {fraction:g} x baseline)",
+            rows_of(report.runs),
+            RUNS_COLUMNS,
+            RUNS_TABLE_COLUMNS,
+            ("run_at", "collective", "nodes", "avg_busbw_gbytes_per_second", "busbw_ratio", "status"),
+        ),
+        section(
+            "suspects",
+            "Nodes most often in bad runs (failed, degraded or below baseline)",
+            rows_of(report.suspects),
+            SUSPECT_COLUMNS,
+            key_columns=("node", "bad_runs", "bad_share", "runs"),
+        ),
+    ]
+    return document("fabric", sections, now=request.now, start=start, end=end, warnings=warnings)
 
 
-def cmd_report_drift(args: argparse.Namespace, config: Config) -> int:
+def fabric_nodes_document(config: Config, request: ViewRequest, connect: Connect) -> Document:
+    """`report fabric --nodes`: error and congestion rates per port and NVLink."""
+    from slurmtel.store.reports_fabric import fabric_nodes_report
+
+    start, end = _window(config, request)
+    scope = scope_of(request.identity, Action.VIEW_OPERATIONS)
+    with connect(scope) as conn:
+        warnings = unknown_filter_warnings(conn, scope, request.job_filter)
+        nodes = fabric_nodes_report(
+            conn,
+            start=start,
+            end=end,
+            now=request.now,
+            scope=scope,
+            job_filter=request.job_filter,
+            nodes=split_list(request.option("nodes")),
+        )
+    sections = [
+        section(
+            "ports",
+            f"InfiniBand/RoCE ports, {window_text(start, end, config.zone)}",
+            rows_of(nodes.ports),
+            PORT_COLUMNS,
+            PORT_TABLE_COLUMNS,
+            ("node", "device", "port", "errors_per_hour", "link_downed", "failed_attempts"),
+        ),
+        section(
+            "nvlinks",
+            "NVLinks per GPU",
+            nvlink_rows(nodes.nvlinks),
+            NODES_VIEW.sections[1][1],
+            NVLINK_TABLE_COLUMNS,
+            ("gpu", "errors_per_hour", "links_active_min", "error_links", "failed_attempts"),
+        ),
+    ]
+    return document("fabric_nodes", sections, now=request.now, start=start, end=end, warnings=warnings)
+
+
+def drift_document(config: Config, request: ViewRequest, connect: Connect) -> Document:
+    """`report nodes --drift`: the nodes that differ from the majority of their partition."""
     from slurmtel.store.reports_fabric import drift_report
 
-    head_only(config, "report nodes --drift")
-    _cluster_wide(args, "nodes --drift")
-    scope = scope_for(
-        config, Action.VIEW_OPERATIONS, common.current_identity(config)
-    )  # looked up at call time
-    ctx = open_context(config)
-    with ctx.engine.connect() as conn:
-        warn_unknown(conn, scope, job_filter(args))
-        rows = drift_report(conn, scope=scope, job_filter=job_filter(args))
-    render_sections(
-        {"drift": rows_of(rows)},
-        sys.stdout,
-        args.format,
-        {"drift": DRIFT_COLUMNS},
-        {"drift": "Nodes that differ from the majority of their partition"},
+    scope = scope_of(request.identity, Action.VIEW_OPERATIONS)
+    with connect(scope) as conn:
+        warnings = unknown_filter_warnings(conn, scope, request.job_filter)
+        rows = drift_report(conn, scope=scope, job_filter=request.job_filter)
+    drift = section(
+        "drift",
+        "Nodes that differ from the majority of their partition",
+        rows_of(rows),
+        DRIFT_COLUMNS,
+        key_columns=("node", "attribute", "value", "majority_value"),
     )
-    return EXIT_OK
+    return document("nodes_drift", [drift], now=request.now, warnings=warnings)
+
+
+VIEW = View(
+    name="fabric",
+    help="NCCL acceptance runs against their baseline, suspect nodes",
+    action=Action.VIEW_OPERATIONS,
+    build=fabric_document,
+    sections=(("runs", RUNS_COLUMNS), ("suspects", SUSPECT_COLUMNS)),
+)
+NODES_VIEW = View(
+    name="fabric_nodes",
+    help="error and congestion rates per node and port (InfiniBand/RoCE, NVLink) beside the failed attempts",
+    action=Action.VIEW_OPERATIONS,
+    build=fabric_nodes_document,
+    sections=(("ports", PORT_COLUMNS), ("nvlinks", ("gpu", *NVLINK_COLUMNS))),
+    parameters=(Parameter("nodes", str, "", "only these comma-separated nodes"),),
+)
+DRIFT_VIEW = View(
+    name="nodes_drift",
+    help="the nodes that differ from the majority of their partition, with since when",
+    action=Action.VIEW_OPERATIONS,
+    build=drift_document,
+    sections=(("drift", DRIFT_COLUMNS),),
+    window=False,
+)

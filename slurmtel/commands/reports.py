@@ -117,8 +117,9 @@ def cmd_report(spec: ReportSpec, args: argparse.Namespace, config: Config) -> in
 
 
 def write_report(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
-    """A report document (reports.spec.report_document, or the API's) as a table (each
-    section's table columns), CSV or JSON (every column)."""
+    """A report document (reports.spec.report_document, a view's of slurmtel.commands.views,
+    or the API's) as a table (each section's table columns; a transposed one-row document as
+    figure/value lines), CSV or JSON (every column)."""
     sections = {s["name"]: s["rows"] for s in document["sections"]}
     titles = {s["name"]: s["title"] for s in document["sections"]}
     key = "table_columns" if fmt == "table" else "columns"
@@ -127,6 +128,13 @@ def write_report(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
     if document["single"]:
         (name,) = sections
         rows = sections[name]
+        if document.get("transpose") and fmt == "table" and len(rows) == 1:
+            # one row of many figures: a figure a line (every column, the row's kind aside)
+            (row,) = rows
+            every = next(s["columns"] for s in document["sections"] if s["name"] == name)
+            figures = [{"figure": c, "value": row.get(c)} for c in every if c != "kind"]
+            render(figures, out, "table", columns=("figure", "value"), title=titles[name])
+            return
         render(
             json_numbers(rows) if fmt == "json" else rows,
             out,

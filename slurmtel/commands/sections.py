@@ -49,6 +49,15 @@ def render_sections(
 
 
 def json_numbers(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """GPU-hours are exact Decimals in the store; JSON gets them as numbers (their decimal
-    text is kept: 12.3456 stays 12.3456), not as the strings money uses."""
-    return [{k: float(v) if isinstance(v, Decimal) else v for k, v in r.items()} for r in rows]
+    """Exact Decimals (GPU time, shares) go to JSON as numbers (their decimal text is kept:
+    12.3456 stays 12.3456); money stays an exact string (slurmtel.columns: Kind.MONEY), in every
+    report alike."""
+    from slurmtel.columns import COLUMNS, Kind
+
+    def value(name: str, v: Any) -> Any:
+        col = COLUMNS.get(name)
+        if isinstance(v, Decimal) and (col is None or col.kind is not Kind.MONEY):
+            return float(v)
+        return v
+
+    return [{k: value(k, v) for k, v in r.items()} for r in rows]

@@ -17,13 +17,15 @@ from pathlib import Path
 
 from slurmtel.columns import COLUMNS, markdown, table_name, unit_text
 
+# the CLI's spelling of the views whose API name differs
+VIEW_TITLES = {"fabric_nodes": "report fabric --nodes", "nodes_drift": "report nodes --drift"}
 BLOCK = re.compile(r"<!-- columns: (?P<name>[^>]+?) -->\n.*?<!-- /columns -->", re.DOTALL)
 
 
 def outputs() -> dict[str, list[tuple[str, tuple[str, ...]]]]:
     """Output name (as the docs name it) -> its sections, each (section, columns)."""
-    from slurmtel.budget import COLUMNS as BUDGET_COLUMNS
-    from slurmtel.commands import cost, fabric, operations
+    from slurmtel.commands import operations
+    from slurmtel.commands.view_catalog import VIEWS
     from slurmtel.reports import researcher
     from slurmtel.reports.catalog import REPORTS
     from slurmtel.reports.spec import RowsBy
@@ -42,11 +44,11 @@ def outputs() -> dict[str, list[tuple[str, tuple[str, ...]]]]:
             for row in rows:
                 sections.append((name, tuple(f.name for f in dataclasses.fields(row))))
         found[f"report {spec.name}"] = sections
-    found["report cost"] = [(f"--by {by}", (*cost.KEYS[by], *cost.FIGURES)) for by in cost.BY]
-    found["report budget"] = [("", BUDGET_COLUMNS)]
-    found["report fabric"] = [("runs", fabric.RUNS_COLUMNS), ("suspects", fabric.SUSPECT_COLUMNS)]
-    found["report fabric --nodes"] = [("ports", fabric.PORT_COLUMNS), ("nvlinks", fabric.NVLINK_COLUMNS)]
-    found["report nodes --drift"] = [("", fabric.DRIFT_COLUMNS)]
+    for view in VIEWS.values():
+        single = len(view.sections) == 1
+        found[VIEW_TITLES.get(view.name, f"report {view.name}")] = [
+            ("" if single else label, columns) for label, columns in view.sections
+        ]
     found["job"] = [
         ("an attempt", researcher.JOB_COLUMNS),
         ("gpu_figures", researcher.GPU_COLUMNS),
