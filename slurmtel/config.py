@@ -335,6 +335,14 @@ class ChargebackRate:
     def price(self) -> Decimal:
         return Decimal(self.price_per_gpu_hour)
 
+    def tres(self) -> str:
+        """The TRES this rate prices, as Slurm names it."""
+        return "gres/gpu"
+
+    def price_of(self, tres: str) -> Decimal:
+        """The price per billed unit of TRES (GPU-hour)."""
+        return self.price()
+
     def valid_from_date(self) -> date:
         return date.fromisoformat(self.valid_from)
 
