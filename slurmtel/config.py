@@ -319,29 +319,51 @@ class AgentConfig:
     token_file: str = ""
 
 
+# a rate's price key -> the TRES it prices (Slurm's name); exactly one is set per rate
+RATE_PRICE_KEYS = {
+    "price_per_gpu_hour": "gres/gpu",
+    "price_per_cpu_hour": "cpu",
+    "price_per_gib_hour": "mem",
+    "price_per_node_hour": "node",
+}
+
+
 @dataclass(frozen=True)
 class ChargebackRate:
-    """One [[chargeback.rates]] table: a price per GPU-hour from a date on."""
+    """One [[chargeback.rates]] table: a price per hour of one TRES from a date on."""
 
     # Slurm partition, or "*" for any
     partition: str = "*"
-    # GPU model as AllocTRES names it (gres/gpu:h100 -> "h100"), "unknown" (no model), or "*"
+    # GPU model as AllocTRES names it (gres/gpu:h100 -> "h100"), "unknown" (no model), or "*";
+    # "none" for attempts without GPUs (CPU, memory and node rates)
     gpu_model: str = "*"
     # price per GPU-hour as a string, e.g. "2.50" (TOML floats are binary, money is not)
     price_per_gpu_hour: str = ""
     # "YYYY-MM-DD": applies to months whose first day is on or after it
     valid_from: str = ""
+    # or: price per CPU-hour (AllocTRES cpu)
+    price_per_cpu_hour: str = ""
+    # or: price per GiB-hour of memory (AllocTRES mem, which Slurm counts in MB)
+    price_per_gib_hour: str = ""
+    # or: price per node-hour (AllocTRES node)
+    price_per_node_hour: str = ""
+
+    def prices(self) -> dict[str, str]:
+        """The price keys this rate sets: exactly one in a valid config."""
+        return {key: getattr(self, key) for key in RATE_PRICE_KEYS if getattr(self, key).strip()}
 
     def price(self) -> Decimal:
-        return Decimal(self.price_per_gpu_hour)
+        return self.price_of(self.tres())
 
     def tres(self) -> str:
         """The TRES this rate prices, as Slurm names it."""
-        return "gres/gpu"
+        (key,) = self.prices() or {"price_per_gpu_hour": ""}
+        return RATE_PRICE_KEYS[key]
 
     def price_of(self, tres: str) -> Decimal:
-        """The price per billed unit of TRES (GPU-hour)."""
-        return self.price()
+        """The price per billed unit of TRES (GPU-, CPU-, GiB- or node-hour)."""
+        key = next(k for k, t in RATE_PRICE_KEYS.items() if t == tres)
+        return Decimal(getattr(self, key))
 
     def valid_from_date(self) -> date:
         return date.fromisoformat(self.valid_from)
@@ -705,23 +727,30 @@ def _validate_chargeback(chargeback: ChargebackConfig) -> None:
         if not chargeback.billing_rate:
             raise ConfigError("chargeback.billing_rate is needed with chargeback.use_billing_tres = true")
         _decimal(chargeback.billing_rate, "chargeback.billing_rate")
-    seen: dict[tuple[str, str, date], int] = {}
+    seen: dict[tuple[str, str, str, date], int] = {}
     for i, rate in enumerate(chargeback.rates):
         key = f"chargeback.rates[{i}]"
-        for name in ("partition", "gpu_model", "price_per_gpu_hour", "valid_from"):
+        for name in ("partition", "gpu_model", "valid_from"):
             if not getattr(rate, name).strip():
                 raise ConfigError(f"{key}.{name} is required")
-        _decimal(rate.price_per_gpu_hour, f"{key}.price_per_gpu_hour")
+        prices = rate.prices()
+        if len(prices) != 1:
+            raise ConfigError(
+                f"{key} needs exactly one of {', '.join(RATE_PRICE_KEYS)} (the TRES it prices), "
+                f"not {len(prices)}"
+            )
+        for name, text in prices.items():
+            _decimal(text, f"{key}.{name}")
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", rate.valid_from):
             raise ConfigError(f"{key}.valid_from must be a date YYYY-MM-DD, not '{rate.valid_from}'")
         try:
             valid_from = rate.valid_from_date()
         except ValueError:
             raise ConfigError(f"{key}.valid_from is not a valid date: '{rate.valid_from}'") from None
-        other = seen.setdefault((rate.partition, rate.gpu_model.lower(), valid_from), i)
+        other = seen.setdefault((rate.tres(), rate.partition, rate.gpu_model.lower(), valid_from), i)
         if other != i:
             raise ConfigError(
-                f"{key} repeats chargeback.rates[{other}] (partition '{rate.partition}', "
+                f"{key} repeats chargeback.rates[{other}] ({rate.tres()}, partition '{rate.partition}', "
                 f"gpu_model '{rate.gpu_model}', valid_from {rate.valid_from})"
             )
 
