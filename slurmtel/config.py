@@ -370,6 +370,23 @@ class ChargebackRate:
 
 
 @dataclass(frozen=True)
+class ChargebackAccount:
+    """One [[chargeback.accounts]] table: the codes a ledger needs for an account's lines."""
+
+    # Slurm account; its sub-accounts inherit the codes they do not have themselves
+    account: str = ""
+    # the principal investigator the account's lines belong to (one statement per PI)
+    pi: str = ""
+    # the institution's cost centre, and its grant or general-ledger code
+    cost_centre: str = ""
+    gl_code: str = ""
+
+
+# what sacctmgr's Organization and Description of an account may stand for
+LEDGER_FIELDS = ("pi", "cost_centre", "gl_code")
+
+
+@dataclass(frozen=True)
 class ChargebackBudget:
     """One [[chargeback.budgets]] table: a budget of an account (and its sub-accounts) per period."""
 
@@ -400,6 +417,13 @@ class ChargebackConfig:
     # price per billing-TRES-hour as a string, e.g. "0.04"; needed with use_billing_tres
     billing_rate: str = ""
     rates: list[ChargebackRate] = field(default_factory=list)
+    # ledger codes per account (pi, cost_centre, gl_code); with the two keys below, sacctmgr's
+    # Organization and Description fields fill in what no entry sets ("" = not used)
+    accounts: list[ChargebackAccount] = field(default_factory=list)
+    # which ledger field sacctmgr's Organization holds: "pi", "cost_centre", "gl_code" or ""
+    sacctmgr_organization: str = ""
+    # which ledger field sacctmgr's Description holds: "pi", "cost_centre", "gl_code" or ""
+    sacctmgr_description: str = ""
     budgets: list[ChargebackBudget] = field(default_factory=list)
     # accounts' GrpTRESMins gres/gpu (sacctmgr, access.sacctmgr_command) become GPU-hour
     # budgets per budget_slurm_period; a [[chargeback.budgets]] entry for the account wins
@@ -727,6 +751,7 @@ def _validate_chargeback(chargeback: ChargebackConfig) -> None:
         if not chargeback.billing_rate:
             raise ConfigError("chargeback.billing_rate is needed with chargeback.use_billing_tres = true")
         _decimal(chargeback.billing_rate, "chargeback.billing_rate")
+    _validate_ledger(chargeback)
     seen: dict[tuple[str, str, str, date], int] = {}
     for i, rate in enumerate(chargeback.rates):
         key = f"chargeback.rates[{i}]"
@@ -753,6 +778,33 @@ def _validate_chargeback(chargeback: ChargebackConfig) -> None:
                 f"{key} repeats chargeback.rates[{other}] ({rate.tres()}, partition '{rate.partition}', "
                 f"gpu_model '{rate.gpu_model}', valid_from {rate.valid_from})"
             )
+
+
+def _validate_ledger(chargeback: ChargebackConfig) -> None:
+    for key in ("sacctmgr_organization", "sacctmgr_description"):
+        value = getattr(chargeback, key)
+        if value and value not in LEDGER_FIELDS:
+            raise ConfigError(
+                f"chargeback.{key} must be one of {', '.join(LEDGER_FIELDS)} or \"\", not '{value}'"
+            )
+    if (
+        chargeback.sacctmgr_organization
+        and chargeback.sacctmgr_organization == chargeback.sacctmgr_description
+    ):
+        raise ConfigError(
+            "chargeback.sacctmgr_organization and chargeback.sacctmgr_description name the same field "
+            f"'{chargeback.sacctmgr_organization}'"
+        )
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(chargeback.accounts):
+        key = f"chargeback.accounts[{i}]"
+        if not entry.account.strip():
+            raise ConfigError(f"{key}.account is required")
+        if not any(getattr(entry, name).strip() for name in LEDGER_FIELDS):
+            raise ConfigError(f"{key} sets none of {', '.join(f'{key}.{n}' for n in LEDGER_FIELDS)}")
+        other = seen.setdefault(entry.account, i)
+        if other != i:
+            raise ConfigError(f"{key} repeats chargeback.accounts[{other}] (account '{entry.account}')")
 
 
 BUDGET_PERIODS = ("month", "quarter", "year")

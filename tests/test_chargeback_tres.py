@@ -112,7 +112,7 @@ def test_a_cpu_rate_edited_after_closing_re_prices_nothing(engine: Engine) -> No
         Decimal("0.02"),
         Decimal("0.20"),
     )
-    assert "adjustment,2026-11,lab,chemistry,bob,cpu,cpu,none," in render_csv(december).decode()
+    assert "adjustment,2026-11,lab,chemistry,,,,bob,cpu,cpu,none," in render_csv(december).decode()
     assert closed.settings["rates"][1] == CPU  # what November was priced with, kept
 
 

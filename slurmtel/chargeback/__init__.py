@@ -4,6 +4,7 @@ A package of small modules, each importing only those before it:
 - model.py: constants, errors, the statement's columns and types;
 - pricing.py: pure money logic (no I/O, no clock): rate matching, pricing, rounding,
   adjustments, totals, frozen pricing, which month is due;
+- ledger.py: each account's PI, cost centre and GL code (config, sacctmgr, the account tree);
 - legacy.py: statement format 1's pricing, for months closed before format 2;
 - render.py: the exact bytes of a statement (lines CSV, totals, roll-ups, JSON), a stored one
   read back, and the check of a statement file's own checksum;
@@ -60,6 +61,7 @@ from slurmtel.chargeback.closing import (
     usage_lines,
     void_month,
 )
+from slurmtel.chargeback.ledger import NO_LEDGER, Ledger, LedgerCodes, ledger_of, load_ledger, with_codes
 from slurmtel.chargeback.legacy import price_usage_format_1
 from slurmtel.chargeback.model import (
     BILLED_UNITS,
@@ -82,6 +84,7 @@ from slurmtel.chargeback.model import (
     SECONDS_PER_HOUR,
     STATEMENT_HEADER_COLUMNS,
     TOTALS_COLUMNS,
+    TREE_LEVELS,
     TRES_BILLING,
     TRES_CPU,
     TRES_GPU,
@@ -120,6 +123,7 @@ from slurmtel.chargeback.pricing import (
 )
 from slurmtel.chargeback.render import (
     completed_record,
+    for_pi,
     line_records,
     records_csv,
     render_completed_csv,
@@ -127,6 +131,7 @@ from slurmtel.chargeback.render import (
     render_json,
     render_totals_csv,
     rollup_account,
+    rollup_key,
     rollup_records,
     statement_header,
     statement_of_closed,
@@ -156,6 +161,7 @@ __all__ = [
     "HOURS",
     "LINE_COLUMNS",
     "MINOR_UNITS",
+    "NO_LEDGER",
     "QUANTITY",
     "RATE_UNIT_BILLING",
     "RATE_UNIT_CPU",
@@ -169,6 +175,7 @@ __all__ = [
     "SECONDS_PER_HOUR",
     "STATEMENT_HEADER_COLUMNS",
     "TOTALS_COLUMNS",
+    "TREE_LEVELS",
     "TRES_BILLING",
     "TRES_CPU",
     "TRES_GPU",
@@ -180,6 +187,8 @@ __all__ = [
     "ClosedStatement",
     "CompletedJobCost",
     "Key",
+    "Ledger",
+    "LedgerCodes",
     "LegacyUsageFigure",
     "MonthAlreadyClosed",
     "Statement",
@@ -204,12 +213,15 @@ __all__ = [
     "completed_record",
     "diff_closed_month",
     "diff_records",
+    "for_pi",
     "frozen_pricing",
     "hours",
+    "ledger_of",
     "line_from_data",
     "line_from_format_1",
     "line_records",
     "line_to_data",
+    "load_ledger",
     "match_rate",
     "money_quantum",
     "month_due_for_closing",
@@ -229,6 +241,7 @@ __all__ = [
     "render_json",
     "render_totals_csv",
     "rollup_account",
+    "rollup_key",
     "rollup_records",
     "settings_format",
     "settings_of",
@@ -241,4 +254,5 @@ __all__ = [
     "usage_lines",
     "verify_statement_file",
     "void_month",
+    "with_codes",
 ]

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from slurmtel.access import EVERYTHING, Scope
+from slurmtel.chargeback.ledger import Ledger, load_ledger, with_codes
 from slurmtel.chargeback.legacy import FORMAT_1, price_usage_format_1
 from slurmtel.chargeback.model import ZERO, CloseRefused, MonthAlreadyClosed, Statement
 from slurmtel.chargeback.pricing import (
@@ -73,9 +74,15 @@ def closed_usage_now(conn: Any, frozen: ClosedStatement, now: datetime, scope: S
 
 
 def build_statement(
-    conn: Any, config: Config, month: str, now: datetime, scope: Scope = EVERYTHING
+    conn: Any,
+    config: Config,
+    month: str,
+    now: datetime,
+    scope: Scope = EVERYTHING,
+    ledger: Ledger | None = None,
 ) -> Statement:
-    """MONTH's statement computed now (an open month): usage, adjustments, cost per job."""
+    """MONTH's statement computed now (an open month): usage, adjustments, cost per job, each
+    line with its account's ledger codes (LEDGER; by default the site's, load_ledger)."""
     from slurmtel.store.chargeback import closed_months, completed_jobs_by_account, get_statements
 
     check_month(month)
@@ -104,8 +111,15 @@ def build_statement(
     completed = completed_jobs_by_account(
         conn, start=start, end=end, scope=scope, billing=priced_tres(config.chargeback) != ("gres/gpu",)
     )
+    codes = ledger if ledger is not None else load_ledger(config)
     return assemble(
-        month, config.chargeback, usage, adjustments, completed, config.site.timezone, (start, end)
+        month,
+        config.chargeback,
+        with_codes(usage, codes),
+        with_codes(adjustments, codes),
+        completed,
+        config.site.timezone,
+        (start, end),
     )
 
 

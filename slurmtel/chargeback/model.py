@@ -110,6 +110,9 @@ LINE_COLUMNS = (
     "adjusted_month",
     "cluster",
     "account",
+    "cost_centre",
+    "gl_code",
+    "pi",
     "user",
     "partition",
     "tres",
@@ -153,7 +156,9 @@ ROLLUP_COLUMNS = (
 )
 
 
-ROLLUP_LEVELS = ("account", "parent", "top")
+# account, parent, top: up the Slurm account tree; pi, cost_centre, gl_code: by the lines' codes
+ROLLUP_LEVELS = ("account", "parent", "top", "pi", "cost_centre", "gl_code")
+TREE_LEVELS = ("parent", "top")
 
 
 COMPLETED_COLUMNS = (
@@ -241,6 +246,8 @@ class Statement:
     month_start_at: datetime | None = None
     month_end_at: datetime | None = None
     format_version: int = FORMAT_VERSION
+    # a PI's statement (`--pi`): the site's statement restricted to the lines of that PI
+    pi: str | None = None
 
 
 DIFF_COLUMNS = (

@@ -150,22 +150,45 @@ def rollup_account(account: str, level: str, parents: Mapping[str, frozenset[str
     return current
 
 
+def rollup_key(line: StatementLine, level: str, parents: Mapping[str, frozenset[str]]) -> str:
+    """What LINE is subtotalled under at LEVEL: an account of the tree, or its ledger code."""
+    if level in ("pi", "cost_centre", "gl_code"):
+        return str(getattr(line, level))
+    return rollup_account(line.account, level, parents)
+
+
 def rollup_records(
     statement: Statement, level: str, parents: Mapping[str, frozenset[str]]
 ) -> list[dict[str, Any]]:
-    """One subtotal row per account the lines roll up to at LEVEL and billed unit, nothing
-    else: subtotals are sums of the rounded lines, so the rows add up to the total exactly."""
+    """One subtotal row per account the lines roll up to at LEVEL (or per PI, cost centre or
+    GL code) and billed unit, nothing else: subtotals are sums of the rounded lines, so the rows
+    add up to the total exactly."""
     if level not in ROLLUP_LEVELS:
         raise ChargebackError(f"--by must be one of {', '.join(ROLLUP_LEVELS)}, not '{level}'")
     groups: dict[str, list[StatementLine]] = {}
     for line in statement.lines:
-        groups.setdefault(rollup_account(line.account, level, parents), []).append(line)
+        groups.setdefault(rollup_key(line, level, parents), []).append(line)
     header = statement_header(statement, statement_sha256(statement))
     return [
         {**header, "rollup_level": level, "rollup_account": group, **unit_record(unit)}
         for group in sorted(groups)
         for unit in totals(groups[group], statement.currency).by_unit
     ]
+
+
+def for_pi(statement: Statement, pi: str) -> Statement:
+    """The statement of one PI: the lines whose pi is PI (their accounts and sub-accounts),
+    their totals, and the cost per completed job of their accounts. Its number, date and status
+    are the site statement's; its statement_sha256 is of its own lines."""
+    lines = tuple(line for line in statement.lines if line.pi == pi)
+    accounts = {line.account for line in lines}
+    return replace(
+        statement,
+        lines=lines,
+        totals=totals(lines, statement.currency),
+        completed_jobs=tuple(c for c in statement.completed_jobs if c.account in accounts),
+        pi=pi,
+    )
 
 
 def render_json(statement: Statement) -> bytes:
@@ -177,6 +200,7 @@ def render_json(statement: Statement) -> bytes:
         "format": FORMAT_NAME,
         **{k: _json(v) for k, v in statement_header(statement, checksum).items()},
         "csv_sha256": sha256(render_csv(statement)),
+        "pi": statement.pi,
         "month_start_at": statement.month_start_at.isoformat() if statement.month_start_at else None,
         "month_end_at": statement.month_end_at.isoformat() if statement.month_end_at else None,
         "closed_at": statement.closed_at.isoformat() if statement.closed_at else None,

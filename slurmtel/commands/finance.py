@@ -84,7 +84,11 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
     chargeback.add_argument(
         "--by",
         choices=ROLLUP_LEVELS,
-        help="subtotals per account, parent or top-level account of the Slurm account tree, per billed unit",
+        help="subtotals per billed unit and account, parent or top-level account of the Slurm account "
+        "tree, or per PI, cost centre or GL code",
+    )
+    chargeback.add_argument(
+        "--pi", metavar="NAME", help="the statement of one PI: the lines of their accounts and sub-accounts"
     )
     chargeback.add_argument("--output", type=Path, metavar="FILE", help="write to FILE instead of stdout")
     chargeback.set_defaults(handler=cmd_chargeback)
@@ -97,6 +101,7 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
         LINE_COLUMNS,
         ROLLUP_COLUMNS,
         TOTALS_COLUMNS,
+        TREE_LEVELS,
         ChargebackError,
         build_statement,
         check_month,
@@ -104,6 +109,7 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
         closed_statement,
         completed_record,
         diff_closed_month,
+        for_pi,
         line_records,
         render_csv,
         render_json,
@@ -167,6 +173,10 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
     else:
         with ctx.engine.connect() as conn:
             statement = build_statement(conn, config, month, now, scope)
+    if args.pi is not None:
+        statement = for_pi(statement, args.pi)
+        if not statement.lines:
+            print(f"slurmtel: note: no line of {month} belongs to PI '{args.pi}'", file=sys.stderr)
     _warn_unpriced(statement)
     if args.completed_jobs:
         records = [completed_record(month, statement.currency, c) for c in statement.completed_jobs]
@@ -181,9 +191,13 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
         )
         return EXIT_OK
     if args.by:
-        if not config.access.sacctmgr_command:
-            raise ConfigError("--by needs the Slurm account tree: access.sacctmgr_command is empty")
-        parents = common.account_tree(config)
+        parents: dict[str, frozenset[str]] = {}
+        if args.by in TREE_LEVELS:
+            if not config.access.sacctmgr_command:
+                raise ConfigError(
+                    f"--by {args.by} needs the Slurm account tree: access.sacctmgr_command is empty"
+                )
+            parents = common.account_tree(config)
         records = rollup_records(statement, args.by, parents)
         _emit_records(
             records, ROLLUP_COLUMNS, args, f"Chargeback {month} subtotals by {args.by}, {statement.currency}"
@@ -198,7 +212,7 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
             args.output,
             statement.currency,
         )
-    elif stored is not None:
+    elif stored is not None and args.pi is None:
         _emit_closed(stored, args)
     else:
         _write(args.output, render_csv(statement) if args.format == "csv" else render_json(statement))
