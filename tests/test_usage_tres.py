@@ -33,7 +33,9 @@ def load(engine: Engine, *attempts: Any) -> None:
 def job(job_id_raw: int, start: str, seconds: int, **overrides: Any) -> Any:
     start_at = at(start)
     values: dict[str, Any] = {"end_at": start_at + timedelta(seconds=seconds), **overrides}
-    return attempt(job_id_raw=job_id_raw, submit_at=start_at, eligible_at=start_at, start_at=start_at, **values)
+    return attempt(
+        job_id_raw=job_id_raw, submit_at=start_at, eligible_at=start_at, start_at=start_at, **values
+    )
 
 
 ATTEMPTS = [
