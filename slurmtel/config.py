@@ -424,6 +424,9 @@ class ChargebackConfig:
     sacctmgr_organization: str = ""
     # which ledger field sacctmgr's Description holds: "pi", "cost_centre", "gl_code" or ""
     sacctmgr_description: str = ""
+    # who bills (`chargeback --format focus`: ProviderName, PublisherName, InvoiceIssuerName);
+    # "" = "Slurm cluster <name>"
+    provider_name: str = ""
     budgets: list[ChargebackBudget] = field(default_factory=list)
     # accounts' GrpTRESMins gres/gpu (sacctmgr, access.sacctmgr_command) become GPU-hour
     # budgets per budget_slurm_period; a [[chargeback.budgets]] entry for the account wins

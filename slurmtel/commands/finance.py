@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from slurmtel.chargeback import ClosedStatement, Statement
 
-FORMATS = ("csv", "json", "table", "parquet")
+FORMATS = ("csv", "json", "table", "parquet", "focus", "focus-parquet")
 
 
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
@@ -38,7 +38,8 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         "--format",
         choices=FORMATS,
         default="csv",
-        help="output format (default csv; parquet needs pyarrow and --output)",
+        help="output format (default csv; parquet needs pyarrow and --output); focus: the lines as FOCUS "
+        "1.2 cost and usage rows, CSV (focus) or Parquet (focus-parquet, needs --output)",
     )
     add_wide_argument(chargeback)
     action = chargeback.add_mutually_exclusive_group()
@@ -122,8 +123,12 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
 
     if args.verify is not None:
         return _verify(args.verify)
-    if args.format == "parquet" and args.output is None:
-        raise ConfigError("--format parquet writes a file: give --output FILE")
+    if args.format in ("parquet", "focus-parquet") and args.output is None:
+        raise ConfigError(f"--format {args.format} writes a file: give --output FILE")
+    if args.format.startswith("focus") and (args.totals or args.by or args.completed_jobs or args.diff):
+        raise ConfigError(
+            "--format focus writes a month's lines: not with --totals, --by, --completed-jobs, --diff"
+        )
     if args.force and not args.close:
         raise ConfigError("--force goes with --close")
     if config.api.url:
@@ -203,7 +208,15 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
             records, ROLLUP_COLUMNS, args, f"Chargeback {month} subtotals by {args.by}, {statement.currency}"
         )
         return EXIT_OK
-    if args.format == "table":
+    if args.format.startswith("focus"):
+        from slurmtel.chargeback.focus import focus_records, render_focus_csv, write_focus_parquet
+
+        records = focus_records(statement, config.chargeback.provider_name)
+        if args.format == "focus":
+            _write(args.output, render_focus_csv(records))
+        else:
+            write_focus_parquet(records, args.output, statement.currency)
+    elif args.format == "table":
         _write_table(args.output, lambda out: _table(statement, out))
     elif args.format == "parquet":
         write_parquet(
