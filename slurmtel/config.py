@@ -427,6 +427,12 @@ class ChargebackConfig:
     # who bills (`chargeback --format focus`: ProviderName, PublisherName, InvoiceIssuerName);
     # "" = "Slurm cluster <name>"
     provider_name: str = ""
+    # price per kWh of Slurm's energy TRES (the joules acct_gather_energy measured per job), a
+    # string ("0.25"); "" = energy is not billed
+    price_per_kwh: str = ""
+    # grid carbon intensity in grams CO2e per kWh ("350"): energy lines and `slurmtel job` show
+    # kg CO2e; "" = not shown
+    carbon_grams_per_kwh: str = ""
     budgets: list[ChargebackBudget] = field(default_factory=list)
     # accounts' GrpTRESMins gres/gpu (sacctmgr, access.sacctmgr_command) become GPU-hour
     # budgets per budget_slurm_period; a [[chargeback.budgets]] entry for the account wins
@@ -755,6 +761,7 @@ def _validate_chargeback(chargeback: ChargebackConfig) -> None:
             raise ConfigError("chargeback.billing_rate is needed with chargeback.use_billing_tres = true")
         _decimal(chargeback.billing_rate, "chargeback.billing_rate")
     _validate_ledger(chargeback)
+    _validate_energy(chargeback)
     seen: dict[tuple[str, str, str, date], int] = {}
     for i, rate in enumerate(chargeback.rates):
         key = f"chargeback.rates[{i}]"
@@ -781,6 +788,13 @@ def _validate_chargeback(chargeback: ChargebackConfig) -> None:
                 f"{key} repeats chargeback.rates[{other}] ({rate.tres()}, partition '{rate.partition}', "
                 f"gpu_model '{rate.gpu_model}', valid_from {rate.valid_from})"
             )
+
+
+def _validate_energy(chargeback: ChargebackConfig) -> None:
+    for key in ("price_per_kwh", "carbon_grams_per_kwh"):
+        value = getattr(chargeback, key)
+        if value.strip():
+            _decimal(value, f"chargeback.{key}")
 
 
 def _validate_ledger(chargeback: ChargebackConfig) -> None:

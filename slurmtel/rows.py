@@ -203,6 +203,8 @@ class StatementLine:
     pi: str = ""
     cost_centre: str = ""
     gl_code: str = ""
+    # energy lines: the kWh x the grid's carbon intensity (chargeback.carbon_grams_per_kwh)
+    co2e_kilograms: Decimal | None = None
 
     @property
     def key(self) -> Key:
@@ -281,6 +283,7 @@ def line_from_data(data: Mapping[str, Any]) -> StatementLine:
         pi=str(data.get("pi", "")),
         cost_centre=str(data.get("cost_centre", "")),
         gl_code=str(data.get("gl_code", "")),
+        co2e_kilograms=_decimal(data, "co2e_kilograms"),
     )
 
 

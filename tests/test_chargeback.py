@@ -134,15 +134,15 @@ HEADER = (
     "format_version,statement_number,statement_date,statement_status,statement_sha256,month,currency,"
     "kind,adjusted_month,cluster,account,cost_centre,gl_code,pi,user,partition,tres,gpu_model,allocated_tres_seconds,"
     "waived_tres_seconds,billed_quantity,waived_quantity,billed_unit,priced,rate,amount,waived_amount,"
-    "billable_amount,cause\n"
+    "billable_amount,co2e_kilograms,cause\n"
 )
 # the lines only (no total row), statement_sha256 left empty (filled in by with_checksum)
 NOVEMBER_LINES = """\
-2,,,open,,2026-11,EUR,usage,,lab,biology,,,,carol,debug,gres/gpu,unknown,5400.00,0.00,1.500000,0.000000,gpu_hour,false,,,,,
-2,,,open,,2026-11,EUR,usage,,lab,chemistry,,,,bob,gpu,gres/gpu,a100,39600.00,36000.00,11.000000,10.000000,gpu_hour,true,1.75,19.25,17.50,1.75,
-2,,,open,,2026-11,EUR,usage,,lab,physics,,,,alice,gpu,gres/gpu,h100,25200.00,0.00,7.000000,0.000000,gpu_hour,true,2.50,17.50,0.00,17.50,
-2,,,open,,2026-11,EUR,usage,,lab,physics,,,,dave,debug,gres/gpu,a100,7200.00,0.00,2.000000,0.000000,gpu_hour,true,1.10,2.20,0.00,2.20,
-2,,,open,,2026-11,EUR,usage,,lab,physics,,,,erin,gpu,gres/gpu,h100,1000.00,0.00,0.277778,0.000000,gpu_hour,true,2.50,0.69,0.00,0.69,
+2,,,open,,2026-11,EUR,usage,,lab,biology,,,,carol,debug,gres/gpu,unknown,5400.00,0.00,1.500000,0.000000,gpu_hour,false,,,,,,
+2,,,open,,2026-11,EUR,usage,,lab,chemistry,,,,bob,gpu,gres/gpu,a100,39600.00,36000.00,11.000000,10.000000,gpu_hour,true,1.75,19.25,17.50,1.75,,
+2,,,open,,2026-11,EUR,usage,,lab,physics,,,,alice,gpu,gres/gpu,h100,25200.00,0.00,7.000000,0.000000,gpu_hour,true,2.50,17.50,0.00,17.50,,
+2,,,open,,2026-11,EUR,usage,,lab,physics,,,,dave,debug,gres/gpu,a100,7200.00,0.00,2.000000,0.000000,gpu_hour,true,1.10,2.20,0.00,2.20,,
+2,,,open,,2026-11,EUR,usage,,lab,physics,,,,erin,gpu,gres/gpu,h100,1000.00,0.00,0.277778,0.000000,gpu_hour,true,2.50,0.69,0.00,0.69,,
 """
 
 

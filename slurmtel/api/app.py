@@ -248,7 +248,14 @@ class ReadApi:
         jobid = self._jobid(request)
         who = self.identity(request)
         clusters = _split(request.query_params.get("clusters"))
-        return job_query(who, jobid, clusters=clusters, now=self.clock(), zone=self.config.zone)
+        return job_query(
+            who,
+            jobid,
+            clusters=clusters,
+            now=self.clock(),
+            zone=self.config.zone,
+            pricing=self.config.chargeback,
+        )
 
     def me(self, request: Request) -> Response:
         from slurmtel.reports.researcher import me_document, me_query

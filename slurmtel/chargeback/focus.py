@@ -9,7 +9,7 @@ One FOCUS row per statement line:
 - ListCost = ContractedCost = the line's amount (rate x billed quantity); BilledCost =
   EffectiveCost = its billable amount (waived failures taken off); ListUnitPrice =
   ContractedUnitPrice = its rate; ConsumedQuantity = PricingQuantity = its billed quantity in
-  ConsumedUnit = PricingUnit (GPU-Hours, CPU-Hours, GiB-Hours, Node-Hours, Billing-Hours).
+  ConsumedUnit = PricingUnit (GPU-Hours, CPU-Hours, GiB-Hours, Node-Hours, Billing-Hours, kWh).
   An unpriced line has costs 0 and no unit price: FOCUS costs are never null, so x_Priced
   says it was not priced (and the CLI warns, as for the statement).
 - ResourceId is the Slurm account (cluster/account), SubAccountId the account; Tags hold the
@@ -90,8 +90,16 @@ UNITS = {
     "gib_hour": "GiB-Hours",
     "node_hour": "Node-Hours",
     "billing_hour": "Billing-Hours",
+    "kwh": "kWh",
 }
-WHAT = {"gres/gpu": "GPU-hours", "cpu": "CPU-hours", "mem": "memory GiB-hours", "node": "node-hours"}
+WHAT = {
+    "gres/gpu": "GPU-hours",
+    "cpu": "CPU-hours",
+    "mem": "memory GiB-hours",
+    "node": "node-hours",
+    "billing": "billing-hours",
+    "energy": "energy",
+}
 
 
 def _instant(at: datetime | None) -> datetime | None:
@@ -117,7 +125,7 @@ def focus_records(statement: Statement, provider: str = "") -> list[dict[str, An
         issuer = provider or f"Slurm cluster {line.cluster}"
         charge_start, charge_end = _charge_period(statement, line)
         unit = UNITS.get(line.billed_unit, line.billed_unit)
-        what = WHAT.get(line.tres, f"{line.tres} hours")
+        what = WHAT.get(line.tres, f"{line.tres}-hours")
         description = f"{what} of {line.user} in account {line.account}, partition {line.partition}"
         if line.tres == "gres/gpu" and line.gpu_model not in ("", "none", "unknown"):
             description += f", {line.gpu_model}"
@@ -133,6 +141,8 @@ def focus_records(statement: Statement, provider: str = "") -> list[dict[str, An
             "cost_centre": line.cost_centre,
             "gl_code": line.gl_code,
         }
+        if line.co2e_kilograms is not None:
+            tags["co2e_kilograms"] = str(line.co2e_kilograms)
         records.append(
             {
                 "BilledCost": line.billable_amount if line.priced else zero,

@@ -71,6 +71,7 @@ TRES_BILLING = "billing"
 TRES_CPU = "cpu"
 TRES_MEM = "mem"
 TRES_NODE = "node"
+TRES_ENERGY = "energy"
 
 
 RATE_UNIT_GPU = "gpu_hour"
@@ -78,6 +79,7 @@ RATE_UNIT_BILLING = "billing_hour"
 RATE_UNIT_CPU = "cpu_hour"
 RATE_UNIT_MEM = "gib_hour"
 RATE_UNIT_NODE = "node_hour"
+RATE_UNIT_ENERGY = "kwh"
 
 
 # the unit a TRES is billed in, and how many TRES-seconds make one (Slurm counts mem in MB)
@@ -87,7 +89,13 @@ BILLED_UNITS = {
     TRES_CPU: (RATE_UNIT_CPU, SECONDS_PER_HOUR),
     TRES_MEM: (RATE_UNIT_MEM, SECONDS_PER_HOUR * 1024),
     TRES_NODE: (RATE_UNIT_NODE, SECONDS_PER_HOUR),
+    # energy is consumed, not allocated: its figure is joules (3.6 MJ = 1 kWh), not TRES-seconds
+    TRES_ENERGY: (RATE_UNIT_ENERGY, Decimal(3_600_000)),
 }
+
+
+# kg CO2e to the gram
+KILOGRAMS = Decimal("0.001")
 
 
 # What identifies a statement, on every row of its CSVs (README "## Chargeback" documents each)
@@ -127,6 +135,7 @@ LINE_COLUMNS = (
     "amount",
     "waived_amount",
     "billable_amount",
+    "co2e_kilograms",
     "cause",
 )
 
@@ -144,6 +153,7 @@ TOTALS_COLUMNS = (
     "amount",
     "waived_amount",
     "billable_amount",
+    "co2e_kilograms",
 )
 
 
@@ -197,6 +207,8 @@ class UnitTotals:
     amount: Decimal
     waived_amount: Decimal
     billable_amount: Decimal
+    # of energy lines (kwh) with chargeback.carbon_grams_per_kwh; None otherwise
+    co2e_kilograms: Decimal | None = None
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,14 @@ from slurmtel.chargeback.model import (
     BILLED_UNITS,
     FORMAT_VERSION,
     HOURS,
+    KILOGRAMS,
     MINOR_UNITS,
     QUANTITY,
     ROUNDING,
     SECONDS,
     SECONDS_PER_HOUR,
     TRES_BILLING,
+    TRES_ENERGY,
     TRES_GPU,
     ZERO,
     CompletedJobCost,
@@ -108,9 +110,19 @@ def priced_tres(config: ChargebackConfig) -> tuple[str, ...]:
     """The TRES a statement has lines for: Slurm's billing TRES (use_billing_tres; GPU usage
     without one is listed unpriced), else gres/gpu (always: GPU usage is never left off) and
     every TRES a rate prices."""
+    energy = (TRES_ENERGY,) if config.price_per_kwh.strip() else ()
     if config.use_billing_tres:
-        return (TRES_BILLING, TRES_GPU)
-    return (TRES_GPU, *sorted({rate.tres() for rate in config.rates} - {TRES_GPU}))
+        return (TRES_BILLING, TRES_GPU, *energy)
+    return (TRES_GPU, *sorted({rate.tres() for rate in config.rates} - {TRES_GPU}), *energy)
+
+
+def co2e_of(kwh: Decimal, config: ChargebackConfig) -> Decimal | None:
+    """kWh x the grid's carbon intensity (g CO2e per kWh), in kg to the gram; None unset."""
+    if not config.carbon_grams_per_kwh.strip():
+        return None
+    with localcontext() as ctx:
+        ctx.prec = 50
+        return _round(kwh * Decimal(config.carbon_grams_per_kwh) / 1000, KILOGRAMS)
 
 
 def price_usage(figures: Iterable[UsageFigure], month: str, config: ChargebackConfig) -> list[StatementLine]:
@@ -126,7 +138,9 @@ def price_usage(figures: Iterable[UsageFigure], month: str, config: ChargebackCo
     for f in sorted(figures, key=lambda f: (f.cluster, f.account, f.user, f.partition, f.gpu_model, f.tres)):
         waived = f.system_failure_tres_seconds if config.waive_system_failures else ZERO
         rate: Decimal | None = None
-        if config.use_billing_tres:
+        if f.tres == TRES_ENERGY:
+            rate = Decimal(config.price_per_kwh)
+        elif config.use_billing_tres:
             # GPU usage of attempts without a billing TRES is listed, unpriced: not free
             rate = Decimal(config.billing_rate) if f.tres == TRES_BILLING else None
         else:
@@ -148,8 +162,9 @@ def price_usage(figures: Iterable[UsageFigure], month: str, config: ChargebackCo
                 partition=f.partition,
                 tres=f.tres,
                 gpu_model=f.gpu_model,
-                allocated_tres_seconds=_round(f.tres_seconds, SECONDS),
-                waived_tres_seconds=_round(waived, SECONDS),
+                # energy is consumed joules, not a count held over time: no TRES-seconds
+                allocated_tres_seconds=_round(ZERO if f.tres == TRES_ENERGY else f.tres_seconds, SECONDS),
+                waived_tres_seconds=_round(ZERO if f.tres == TRES_ENERGY else waived, SECONDS),
                 billed_quantity=billed,
                 waived_quantity=waived_billed,
                 billed_unit=billed_unit(f.tres),
@@ -158,6 +173,7 @@ def price_usage(figures: Iterable[UsageFigure], month: str, config: ChargebackCo
                 amount=amount,
                 waived_amount=waived_amount,
                 billable_amount=billable,
+                co2e_kilograms=co2e_of(billed, config) if f.tres == TRES_ENERGY else None,
             )
         )
     return lines
@@ -172,6 +188,7 @@ _SUMMED = (
     "amount",
     "waived_amount",
     "billable_amount",
+    "co2e_kilograms",
 )
 
 
@@ -224,6 +241,9 @@ def adjustment_lines(
                 amount=_clean(delta["amount"]) if priced else None,
                 waived_amount=_clean(delta["waived_amount"]) if priced else None,
                 billable_amount=_clean(delta["billable_amount"]) if priced else None,
+                co2e_kilograms=_clean(delta["co2e_kilograms"])
+                if reference.co2e_kilograms is not None
+                else None,
             )
         )
     return result
@@ -256,6 +276,9 @@ def _unit_totals(unit: str, lines: Sequence[StatementLine], money: Decimal) -> U
         amount=_round(_sum(lines, "amount"), money),
         waived_amount=_round(_sum(lines, "waived_amount"), money),
         billable_amount=_round(_sum(lines, "billable_amount"), money),
+        co2e_kilograms=_round(_sum(lines, "co2e_kilograms"), KILOGRAMS)
+        if any(line.co2e_kilograms is not None for line in lines)
+        else None,
     )
 
 
@@ -333,6 +356,8 @@ def settings_of(config: ChargebackConfig, timezone: str = "") -> dict[str, Any]:
         "use_billing_tres": config.use_billing_tres,
         "billing_rate": config.billing_rate,
         "rates": [rate_data(rate) for rate in config.rates],
+        "price_per_kwh": config.price_per_kwh,
+        "carbon_grams_per_kwh": config.carbon_grams_per_kwh,
     }
 
 
@@ -350,6 +375,8 @@ def frozen_pricing(settings: Mapping[str, Any]) -> ChargebackConfig:
         use_billing_tres=bool(settings.get("use_billing_tres", False)),
         billing_rate=str(settings.get("billing_rate", "")),
         rates=[ChargebackRate(**rate) for rate in settings.get("rates", [])],
+        price_per_kwh=str(settings.get("price_per_kwh", "")),
+        carbon_grams_per_kwh=str(settings.get("carbon_grams_per_kwh", "")),
     )
 
 

@@ -17,9 +17,11 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TextIO
 
 from slurmtel.access import Action, Identity, Scope, allowed
+from slurmtel.config import ChargebackConfig
 from slurmtel.errors import AccessDenied, ConfigError
 from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise, duration_text
 from slurmtel.reports.render import escape_controls, render
@@ -41,6 +43,8 @@ class JobQuery:
     now: datetime
     zone: tzinfo
     scope: Scope
+    # price per kWh and grid carbon intensity ([chargeback]): the GPUs' energy as money and CO2e
+    pricing: ChargebackConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -68,10 +72,16 @@ def _scope(identity: Identity, action: Action) -> Scope:
 
 
 def job_query(
-    identity: Identity, jobid: str, *, clusters: Sequence[str], now: datetime, zone: tzinfo
+    identity: Identity,
+    jobid: str,
+    *,
+    clusters: Sequence[str],
+    now: datetime,
+    zone: tzinfo,
+    pricing: ChargebackConfig | None = None,
 ) -> JobQuery:
     """What IDENTITY may ask of JOBID (AccessDenied without the job-detail right)."""
-    return JobQuery(jobid, tuple(clusters), now, zone, _scope(identity, Action.VIEW_JOBS))
+    return JobQuery(jobid, tuple(clusters), now, zone, _scope(identity, Action.VIEW_JOBS), pricing)
 
 
 def me_query(
@@ -197,12 +207,35 @@ def gpu_row(g: GpuFigures) -> dict[str, Any]:
     }
 
 
+def gpu_energy_figures(gpus: Sequence[GpuFigures], pricing: ChargebackConfig | None) -> dict[str, Any]:
+    """The GPUs' measured energy (NVML/DCGM), and with chargeback.price_per_kwh and
+    chargeback.carbon_grams_per_kwh its price and kg CO2e (each rounded once)."""
+    from slurmtel.chargeback import co2e_of, quantity
+    from slurmtel.chargeback.pricing import amount_of
+
+    measured = [g.energy_joules for g in gpus if g.energy_joules is not None]
+    joules = Decimal(str(round(sum(measured), 1))) if measured else None
+    amount = co2e = None
+    if joules is not None and pricing is not None:
+        kwh = quantity("energy", joules)
+        if pricing.price_per_kwh.strip():
+            amount = amount_of(Decimal(pricing.price_per_kwh), kwh, pricing.currency)
+        co2e = co2e_of(kwh, pricing)
+    return {
+        "gpu_energy_joules": joules,
+        "gpu_energy_amount": amount,
+        "gpu_co2e_kilograms": co2e,
+        "currency": pricing.currency if amount is not None and pricing is not None else None,
+    }
+
+
 def attempt_report(
     attempt: AttemptView,
     gpus: Sequence[GpuFigures],
     now: datetime,
     zone: tzinfo,
     host: AttemptEfficiency | None = None,
+    pricing: ChargebackConfig | None = None,
 ) -> dict[str, Any]:
     """One attempt's header, host-side usage (HOST: CPU efficiency, peak memory, time limit),
     per-GPU figures and advice."""
@@ -245,6 +278,7 @@ def attempt_report(
         "time_limit_used_percent": _share(elapsed, attempt.time_limit_seconds)
         if elapsed is not None and attempt.time_limit_seconds
         else None,
+        **gpu_energy_figures(gpus, pricing),
         "gpu_figures": [gpu_row(g) for g in gpus],
         "advice": advise(
             JobFacts(
@@ -302,6 +336,18 @@ def host_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [("CPUs", cpu), ("host memory", memory), ("time limit", time)]
 
 
+def energy_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The GPUs' energy line of a job's text, with its price and CO2e when configured."""
+    if r.get("gpu_energy_joules") is None:
+        return []
+    parts = [energy_text(float(r["gpu_energy_joules"]))]
+    if r.get("gpu_energy_amount") is not None:
+        parts.append(f"{r['gpu_energy_amount']} {r['currency']}")
+    if r.get("gpu_co2e_kilograms") is not None:
+        parts.append(f"{r['gpu_co2e_kilograms']} kg CO2e")
+    return [("GPU energy", ", ".join(parts) + (" so far" if r["end_at"] is None else ""))]
+
+
 def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzinfo) -> None:
     for i, r in enumerate(reports):
         if i:
@@ -321,6 +367,7 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
             ("nodes", ",".join(r["nodes"])),
             ("queue wait", _duration(r["queue_wait_seconds"])),
             *(host_lines(r) if r["start_at"] else []),
+            *energy_lines(r),
         ]
         for label, value in header:
             out.write(escape_controls(f"  {label:<11} {value}".rstrip()) + "\n")
@@ -349,6 +396,9 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, Decimal):
+        # money and CO2e stay exact: decimal strings
+        return str(value)
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
@@ -364,7 +414,7 @@ def job_document(conn: Connection, q: JobQuery) -> list[dict[str, Any]]:
     keys = [a.key for a in attempts]
     figures = gpu_figures(conn, keys, now=q.now)
     host = attempts_efficiency(conn, keys, now=q.now)
-    return [attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key)) for a in attempts]
+    return [attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key), q.pricing) for a in attempts]
 
 
 def job_plot(conn: Connection, q: JobQuery, fmt: str) -> tuple[bytes, bool] | None:

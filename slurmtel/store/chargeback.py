@@ -32,7 +32,8 @@ def usage_figures(
 ) -> list[UsageFigure]:
     """Per (cluster, account, user, partition, GPU model, TRES of TRES): Slurm's count of the
     TRES x the exact seconds in [START, END) (AllocTRES; running attempts up to NOW), and
-    that of system_failure attempts.
+    that of system_failure attempts. For energy (joules the attempt consumed, not a count):
+    its joules x the share of its run time inside [START, END).
 
     gres/gpu is the attempt's allocated GPUs (the GPU-seconds of `report usage`), except
     beside billing: with Slurm's billing TRES priced, GPU-seconds are counted only for attempts
@@ -47,6 +48,11 @@ def usage_figures(
                             CASE WHEN 'billing' = ANY(CAST(:tres AS text[]))
                                       AND coalesce(CAST(w.alloc_tres ->> 'billing' AS numeric), 0) > 0
                                  THEN 0 ELSE w.gpu_seconds END
+                        -- consumed joules of the whole attempt, the month's share by time
+                        WHEN t.tres = 'energy' THEN
+                            coalesce(CAST(w.alloc_tres ->> 'energy' AS numeric), 0)
+                            * slurmtel_window_gpu_seconds(1, w.start_at, w.end_at, :start, :end, :now)
+                            / coalesce(nullif(slurmtel_elapsed_seconds(w.start_at, w.end_at, :now), 0), 1)
                         ELSE coalesce(CAST(w.alloc_tres ->> t.tres AS numeric), 0)
                              * slurmtel_window_gpu_seconds(1, w.start_at, w.end_at, :start, :end, :now)
                    END AS tres_seconds
