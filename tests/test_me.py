@@ -123,6 +123,11 @@ def test_own_month_figures(cli) -> None:
         "idle_gpu_hours": round(150 / 3600, 4),
         "idle_percent": 50.0,
         "mean_util_percent": 40.0,
+        # ten measured windows of 300 J; no price or carbon intensity configured
+        "gpu_energy_joules": "3000.0",
+        "gpu_energy_amount": None,
+        "gpu_co2e_kilograms": None,
+        "currency": None,
     }
     assert [(j["job_id"], j["name"], j["state"], j["gpu_hours"], j["idle_percent"]) for j in top] == [
         ("2", "fails", "OUT_OF_MEMORY", 3.0, None),
@@ -175,3 +180,18 @@ def test_an_unknown_user_warns_in_the_callers_scope(cli) -> None:
     with pytest.raises(SystemExit) as exited:
         cli(ALICE, "--top", "0")
     assert exited.value.code == 2
+
+
+def test_the_months_gpu_energy_priced(cli, tmp_path: Path) -> None:
+    # 3000 J = 0.000833 kWh x 120.00 = 0.09996 -> 0.10; x 600 g/kWh = 0.5 g -> 0.000 kg (to even)
+    (tmp_path / "slurmtel.toml").write_text(
+        '[chargeback]\nprice_per_kwh = "120.00"\ncarbon_grams_per_kwh = "600"\n'
+    )
+    result = me(cli, ALICE, "--month", "2026-11")
+    assert (result["gpu_energy_amount"], result["currency"], result["gpu_co2e_kilograms"]) == (
+        "0.10",
+        "EUR",
+        "0.000",
+    )
+    code, out, _ = cli(ALICE, "--month", "2026-11")
+    assert code == 0 and "gpu_energy_amount" in out and "0.10" in out

@@ -270,6 +270,7 @@ class ReadApi:
             zone=self.config.zone,
             jobs=q.get("jobs") in ("1", "true", "yes"),
             top=self._positive(q.get("top", "10"), "top"),
+            pricing=self.config.chargeback,
         )
         with self.transaction(query.scope) as conn:
             document = me_document(conn, query)

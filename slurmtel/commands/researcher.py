@@ -124,6 +124,7 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
             zone=config.zone,
             jobs=args.jobs,
             top=args.top,
+            pricing=config.chargeback,
         )
         if args.user:
             common.warn_unknown(conn, query.scope, JobFilter(users=(query.user,)))

@@ -60,6 +60,8 @@ class MeQuery:
     scope: Scope
     jobs: bool
     top: int
+    # price per kWh and grid carbon intensity ([chargeback]): the GPUs' energy as money and CO2e
+    pricing: ChargebackConfig | None = None
 
 
 def _scope(identity: Identity, action: Action) -> Scope:
@@ -93,6 +95,7 @@ def me_query(
     zone: tzinfo,
     jobs: bool,
     top: int,
+    pricing: ChargebackConfig | None = None,
 ) -> MeQuery:
     """IDENTITY's month, or USER's (admins; coordinators, whose scope then limits the rows):
     AccessDenied for another user's month otherwise, ConfigError for a bad month or top."""
@@ -107,7 +110,7 @@ def me_query(
         start, end = month_bounds(month, zone)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    return MeQuery(who, month, start, end, now, zone, scope, jobs, top)
+    return MeQuery(who, month, start, end, now, zone, scope, jobs, top, pricing)
 
 
 GIB = 2**30
@@ -207,7 +210,16 @@ def gpu_row(g: GpuFigures) -> dict[str, Any]:
     }
 
 
-def gpu_energy_figures(gpus: Sequence[GpuFigures], pricing: ChargebackConfig | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GpuEnergy:
+    """Measured GPU energy alone (a month's, for `me`)."""
+
+    energy_joules: float | None
+
+
+def gpu_energy_figures(
+    gpus: Sequence[GpuFigures | GpuEnergy], pricing: ChargebackConfig | None
+) -> dict[str, Any]:
     """The GPUs' measured energy (NVML/DCGM), and with chargeback.price_per_kwh and
     chargeback.carbon_grams_per_kwh its price and kg CO2e (each rounded once)."""
     from slurmtel.chargeback import co2e_of, quantity
@@ -477,8 +489,13 @@ def _hours(seconds: Any) -> float:
     return round(float(seconds or 0) / 3600, 4)
 
 
-def me_summary(user: str, month: str, usage: Mapping[str, Any]) -> dict[str, Any]:
+def me_summary(
+    user: str, month: str, usage: Mapping[str, Any], pricing: ChargebackConfig | None = None
+) -> dict[str, Any]:
     covered = float(usage["t_covered"])
+    energy = usage.get("t_energy")
+    measured = [] if energy is None else [GpuEnergy(float(energy))]
+    figures = gpu_energy_figures(measured, pricing)
     return {
         "user": user,
         "month": month,
@@ -491,6 +508,8 @@ def me_summary(user: str, month: str, usage: Mapping[str, Any]) -> dict[str, Any
         "idle_gpu_hours": _hours(usage["t_idle"]),
         "idle_percent": _share(float(usage["t_idle"]), covered),
         "mean_util_percent": round(float(usage["t_util_weighted"]) / covered, 1) if covered > 0 else None,
+        # the GPUs' measured energy, with its price and CO2e when configured (decimal strings)
+        **{k: None if v is None else str(v) for k, v in figures.items()},
     }
 
 
@@ -564,7 +583,7 @@ def me_document(conn: Connection, q: MeQuery) -> dict[str, Any]:
         document["jobs"] = [me_job_row(r, zone) for r in user_attempts(conn, **window)]
         return document
     usage = month_summary(conn, **window)
-    document["summary"] = me_summary(user, month, usage)
+    document["summary"] = me_summary(user, month, usage, q.pricing)
     document["top_jobs"] = [me_top_job(r) for r in top_jobs(conn, **window, limit=q.top)]
     return document
 
@@ -585,7 +604,13 @@ def write_me(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
         json.dump({**summary, "top_jobs": top}, out, indent=2)
         out.write("\n")
         return
-    rows = [{"figure": k, "value": v} for k, v in summary.items() if k not in ("user", "month")]
+    # the energy figures only where measured (and priced)
+    optional = {"gpu_energy_joules", "gpu_energy_amount", "gpu_co2e_kilograms", "currency"}
+    rows = [
+        {"figure": k, "value": v}
+        for k, v in summary.items()
+        if k not in ("user", "month") and not (k in optional and v is None)
+    ]
     render(rows, out, "table", columns=["figure", "value"], title=f"GPU use of {user} in {month}{so_far}")
     out.write("\n")
     title = f"Top {len(top)} jobs by GPU-hours in {month}" if top else f"No jobs in {month}"
