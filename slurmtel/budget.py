@@ -28,6 +28,7 @@ from decimal import Decimal, localcontext
 from slurmtel.chargeback import (
     HOURS,
     ROUNDING,
+    TRES_GPU,
     UsageFigure,
     charge,
     hours,
@@ -265,14 +266,18 @@ def used_figures(
     the budget's accounts). Money: each month's usage lines priced as its statement prices
     them; the sum of their rounded billable amounts."""
     if unit == UNIT_GPU_HOURS:
-        seconds = sum((f.gpu_seconds for figures in usage_by_month.values() for f in figures), ZERO)
+        seconds = sum(
+            (f.tres_seconds for figures in usage_by_month.values() for f in figures if f.tres == TRES_GPU),
+            ZERO,
+        )
         return hours(seconds), ZERO
     used = unpriced = ZERO
     for month, figures in sorted(usage_by_month.items()):
         for line in price_usage(figures, month, config):
             if line.billable_amount is not None:
                 used += line.billable_amount
-            unpriced += line.unpriced_gpu_hours
+            elif line.tres == TRES_GPU:
+                unpriced += hours(line.allocated_tres_seconds)
     return used, unpriced
 
 

@@ -670,6 +670,151 @@ for _name, _meaning in (
     _add(_name, M, _meaning, "Decimal, rounded once to the currency's minor unit", "§4 cost")
 
 
+# --- statements (slurmtel.chargeback: DESIGN §4 cost, §7) ---------------------------------
+STATEMENT = "§7 chargeback"
+_add("format", T, "the name and version of a statement file's format", design=STATEMENT)
+_add(
+    "rounding",
+    T,
+    "how the statement rounds money: once per line, to the currency's minor unit, half-even",
+    design=STATEMENT,
+)
+_add("month_start_at", AT, "the start of the statement's month in the site's zone", design=STATEMENT)
+_add("month_end_at", AT, "the end of the statement's month (exclusive)", design=STATEMENT)
+_add(
+    "format_version",
+    INT,
+    "the statement format the file follows (1: closed before lines-only statements; 2: lines only, billed quantity named)",
+    design=STATEMENT,
+)
+_add(
+    "statement_number",
+    INT,
+    "the statement's number: closed statements are numbered in the order they were closed",
+    design=STATEMENT,
+)
+_add(
+    "statement_date",
+    D,
+    "the statement's date: the day it was closed (empty while the month is open)",
+    design=STATEMENT,
+)
+_add("statement_status", T, "open (not closed yet), closed or voided", design=STATEMENT)
+_add(
+    "statement_sha256",
+    T,
+    "the checksum of the statement's lines: sha256 of its lines CSV with this column left empty",
+    design=STATEMENT,
+)
+_add("csv_sha256", T, "sha256 of the closed statement's CSV file as stored", design=STATEMENT)
+_add("json_sha256", T, "sha256 of the closed statement's JSON file as stored", design=STATEMENT)
+_add("closed_by", T, "who closed the statement", design=STATEMENT)
+_add("voided_at", AT, "when the statement was voided; empty when it was not", design=STATEMENT)
+_add("voided_by", T, "who voided the statement", design=STATEMENT)
+_add(
+    "adjusted_month",
+    T,
+    "on an adjustment line, the closed month whose usage it corrects (YYYY-MM); empty on usage lines",
+    design=STATEMENT,
+)
+_add(
+    "cost_centre",
+    T,
+    "the account's cost centre ([[chargeback.accounts]], else sacctmgr's Organization or Description)",
+    design=STATEMENT,
+)
+_add("gl_code", T, "the account's grant or general-ledger code", design=STATEMENT)
+_add("pi", T, "the account's principal investigator", design=STATEMENT)
+_add(
+    "tres",
+    T,
+    "a Slurm TRES (cpu, mem, node, billing, energy, gres/gpu, gres/*, license/*)",
+    design="§4 TRES usage",
+)
+_add(
+    "allocated_tres_seconds",
+    S,
+    "allocated TRES × time inside the period (mem in MB, as Slurm counts it), split exactly at its edges: equal to sreport -T ALL -t seconds",
+    design="§4 TRES usage",
+)
+_add(
+    "waived_tres_seconds",
+    S,
+    "allocated TRES × time of lines not billed (attempts classed in chargeback.waive_outcomes)",
+    design=STATEMENT,
+)
+_add(
+    "closed_allocated_tres_seconds",
+    S,
+    "allocated_tres_seconds as the closed statement holds it",
+    design=STATEMENT,
+)
+_add("now_allocated_tres_seconds", S, "allocated_tres_seconds as the data holds it now", design=STATEMENT)
+_add(
+    "billed_unit",
+    T,
+    "the unit a line is billed in and its rate is per: gpu_hour, cpu_hour, gib_hour, node_hour, billing_hour, kwh",
+    design=STATEMENT,
+)
+_add(
+    "billed_quantity",
+    Q,
+    "the quantity billed, in billed_unit (allocated TRES-seconds / 3600 for hours; 6 places): amount = rate × billed_quantity",
+    design=STATEMENT,
+)
+_add("waived_quantity", Q, "the quantity not billed, in billed_unit", design=STATEMENT)
+_add(
+    "unpriced_quantity",
+    Q,
+    "the quantity no rate matched, in billed_unit: billed as 0, listed for finance",
+    design=STATEMENT,
+)
+_add("priced", F, "a rate matched the line", design=STATEMENT)
+_add("cause", T, "why a line is waived or unpriced, or an adjustment made", design=STATEMENT)
+_add("line_count", INT, "statement lines summed in the row", design=STATEMENT)
+_add("unpriced_line_count", INT, "of those, lines no rate matched", design=STATEMENT)
+_add(
+    "rollup_level",
+    T,
+    "what a subtotal row sums: account, parent, top, pi, cost_centre or gl_code",
+    design=STATEMENT,
+)
+_add("rollup_account", T, "the account, PI or code a subtotal row sums", design=STATEMENT)
+_add(
+    "co2e_kilograms",
+    Q,
+    "kg CO2e of the energy billed: kWh × chargeback.carbon_grams_per_kwh / 1000",
+    design="§4 cost",
+)
+_add(
+    "gpu_energy_joules",
+    J,
+    "energy of the attempt's (or the month's) GPUs: the sum of their energy_joules",
+    design="§4 energy",
+)
+_add(
+    "gpu_co2e_kilograms",
+    Q,
+    "kg CO2e of gpu_energy_joules at chargeback.carbon_grams_per_kwh",
+    design="§4 cost",
+)
+for _name, _meaning in (
+    ("rate", "the price of one billed_unit"),
+    ("amount", "rate × billed_quantity"),
+    ("waived_amount", "what the waived quantity would have cost"),
+    ("billable_amount", "what is billed: amount of the lines not waived"),
+    ("closed_rate", "the rate of the closed statement"),
+    ("now_rate", "the rate that would apply now"),
+    ("closed_billable_amount", "billable_amount as the closed statement holds it"),
+    ("now_billable_amount", "billable_amount priced from the data now"),
+    ("billable_amount_change", "now_billable_amount − closed_billable_amount"),
+    ("cost_per_completed_job", "amount / completed_jobs"),
+    ("billable_per_completed_job", "billable_amount / completed_jobs"),
+    ("gpu_energy_amount", "gpu_energy_joules priced at chargeback.price_per_kwh"),
+):
+    _add(_name, M, _meaning, "Decimal, rounded once to the currency's minor unit", STATEMENT)
+
+
 # --- the API -------------------------------------------------------------------------------
 
 

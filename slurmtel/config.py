@@ -321,24 +321,71 @@ class AgentConfig:
     token_file: str = ""
 
 
+# a rate's price key -> the TRES it prices (Slurm's name); exactly one is set per rate
+RATE_PRICE_KEYS = {
+    "price_per_gpu_hour": "gres/gpu",
+    "price_per_cpu_hour": "cpu",
+    "price_per_gib_hour": "mem",
+    "price_per_node_hour": "node",
+}
+
+
 @dataclass(frozen=True)
 class ChargebackRate:
-    """One [[chargeback.rates]] table: a price per GPU-hour from a date on."""
+    """One [[chargeback.rates]] table: a price per hour of one TRES from a date on."""
 
     # Slurm partition, or "*" for any
     partition: str = "*"
-    # GPU model as AllocTRES names it (gres/gpu:h100 -> "h100"), "unknown" (no model), or "*"
+    # GPU model as AllocTRES names it (gres/gpu:h100 -> "h100"), "unknown" (no model), or "*";
+    # "none" for attempts without GPUs (CPU, memory and node rates)
     gpu_model: str = "*"
     # price per GPU-hour as a string, e.g. "2.50" (TOML floats are binary, money is not)
     price_per_gpu_hour: str = ""
     # "YYYY-MM-DD": applies to months whose first day is on or after it
     valid_from: str = ""
+    # or: price per CPU-hour (AllocTRES cpu)
+    price_per_cpu_hour: str = ""
+    # or: price per GiB-hour of memory (AllocTRES mem, which Slurm counts in MB)
+    price_per_gib_hour: str = ""
+    # or: price per node-hour (AllocTRES node)
+    price_per_node_hour: str = ""
+
+    def prices(self) -> dict[str, str]:
+        """The price keys this rate sets: exactly one in a valid config."""
+        return {key: getattr(self, key) for key in RATE_PRICE_KEYS if getattr(self, key).strip()}
 
     def price(self) -> Decimal:
-        return Decimal(self.price_per_gpu_hour)
+        return self.price_of(self.tres())
+
+    def tres(self) -> str:
+        """The TRES this rate prices, as Slurm names it."""
+        (key,) = self.prices() or {"price_per_gpu_hour": ""}
+        return RATE_PRICE_KEYS[key]
+
+    def price_of(self, tres: str) -> Decimal:
+        """The price per billed unit of TRES (GPU-, CPU-, GiB- or node-hour)."""
+        key = next(k for k, t in RATE_PRICE_KEYS.items() if t == tres)
+        return Decimal(getattr(self, key))
 
     def valid_from_date(self) -> date:
         return date.fromisoformat(self.valid_from)
+
+
+@dataclass(frozen=True)
+class ChargebackAccount:
+    """One [[chargeback.accounts]] table: the codes a ledger needs for an account's lines."""
+
+    # Slurm account; its sub-accounts inherit the codes they do not have themselves
+    account: str = ""
+    # the principal investigator the account's lines belong to (one statement per PI)
+    pi: str = ""
+    # the institution's cost centre, and its grant or general-ledger code
+    cost_centre: str = ""
+    gl_code: str = ""
+
+
+# what sacctmgr's Organization and Description of an account may stand for
+LEDGER_FIELDS = ("pi", "cost_centre", "gl_code")
 
 
 @dataclass(frozen=True)
@@ -372,6 +419,22 @@ class ChargebackConfig:
     # price per billing-TRES-hour as a string, e.g. "0.04"; needed with use_billing_tres
     billing_rate: str = ""
     rates: list[ChargebackRate] = field(default_factory=list)
+    # ledger codes per account (pi, cost_centre, gl_code); with the two keys below, sacctmgr's
+    # Organization and Description fields fill in what no entry sets ("" = not used)
+    accounts: list[ChargebackAccount] = field(default_factory=list)
+    # which ledger field sacctmgr's Organization holds: "pi", "cost_centre", "gl_code" or ""
+    sacctmgr_organization: str = ""
+    # which ledger field sacctmgr's Description holds: "pi", "cost_centre", "gl_code" or ""
+    sacctmgr_description: str = ""
+    # who bills (`chargeback --format focus`: ProviderName, PublisherName, InvoiceIssuerName);
+    # "" = "Slurm cluster <name>"
+    provider_name: str = ""
+    # price per kWh of Slurm's energy TRES (the joules acct_gather_energy measured per job), a
+    # string ("0.25"); "" = energy is not billed
+    price_per_kwh: str = ""
+    # grid carbon intensity in grams CO2e per kWh ("350"): energy lines and `slurmtel job` show
+    # kg CO2e; "" = not shown
+    carbon_grams_per_kwh: str = ""
     budgets: list[ChargebackBudget] = field(default_factory=list)
     # accounts' GrpTRESMins gres/gpu (sacctmgr, access.sacctmgr_command) become GPU-hour
     # budgets per budget_slurm_period; a [[chargeback.budgets]] entry for the account wins
@@ -889,25 +952,68 @@ def _validate_chargeback(chargeback: ChargebackConfig) -> None:
         if not chargeback.billing_rate:
             raise ConfigError("chargeback.billing_rate is needed with chargeback.use_billing_tres = true")
         _decimal(chargeback.billing_rate, "chargeback.billing_rate")
-    seen: dict[tuple[str, str, date], int] = {}
+    _validate_ledger(chargeback)
+    _validate_energy(chargeback)
+    seen: dict[tuple[str, str, str, date], int] = {}
     for i, rate in enumerate(chargeback.rates):
         key = f"chargeback.rates[{i}]"
-        for name in ("partition", "gpu_model", "price_per_gpu_hour", "valid_from"):
+        for name in ("partition", "gpu_model", "valid_from"):
             if not getattr(rate, name).strip():
                 raise ConfigError(f"{key}.{name} is required")
-        _decimal(rate.price_per_gpu_hour, f"{key}.price_per_gpu_hour")
+        prices = rate.prices()
+        if len(prices) != 1:
+            raise ConfigError(
+                f"{key} needs exactly one of {', '.join(RATE_PRICE_KEYS)} (the TRES it prices), "
+                f"not {len(prices)}"
+            )
+        for name, text in prices.items():
+            _decimal(text, f"{key}.{name}")
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", rate.valid_from):
             raise ConfigError(f"{key}.valid_from must be a date YYYY-MM-DD, not '{rate.valid_from}'")
         try:
             valid_from = rate.valid_from_date()
         except ValueError:
             raise ConfigError(f"{key}.valid_from is not a valid date: '{rate.valid_from}'") from None
-        other = seen.setdefault((rate.partition, rate.gpu_model.lower(), valid_from), i)
+        other = seen.setdefault((rate.tres(), rate.partition, rate.gpu_model.lower(), valid_from), i)
         if other != i:
             raise ConfigError(
-                f"{key} repeats chargeback.rates[{other}] (partition '{rate.partition}', "
+                f"{key} repeats chargeback.rates[{other}] ({rate.tres()}, partition '{rate.partition}', "
                 f"gpu_model '{rate.gpu_model}', valid_from {rate.valid_from})"
             )
+
+
+def _validate_energy(chargeback: ChargebackConfig) -> None:
+    for key in ("price_per_kwh", "carbon_grams_per_kwh"):
+        value = getattr(chargeback, key)
+        if value.strip():
+            _decimal(value, f"chargeback.{key}")
+
+
+def _validate_ledger(chargeback: ChargebackConfig) -> None:
+    for key in ("sacctmgr_organization", "sacctmgr_description"):
+        value = getattr(chargeback, key)
+        if value and value not in LEDGER_FIELDS:
+            raise ConfigError(
+                f"chargeback.{key} must be one of {', '.join(LEDGER_FIELDS)} or \"\", not '{value}'"
+            )
+    if (
+        chargeback.sacctmgr_organization
+        and chargeback.sacctmgr_organization == chargeback.sacctmgr_description
+    ):
+        raise ConfigError(
+            "chargeback.sacctmgr_organization and chargeback.sacctmgr_description name the same field "
+            f"'{chargeback.sacctmgr_organization}'"
+        )
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(chargeback.accounts):
+        key = f"chargeback.accounts[{i}]"
+        if not entry.account.strip():
+            raise ConfigError(f"{key}.account is required")
+        if not any(getattr(entry, name).strip() for name in LEDGER_FIELDS):
+            raise ConfigError(f"{key} sets none of {', '.join(f'{key}.{n}' for n in LEDGER_FIELDS)}")
+        other = seen.setdefault(entry.account, i)
+        if other != i:
+            raise ConfigError(f"{key} repeats chargeback.accounts[{other}] (account '{entry.account}')")
 
 
 BUDGET_PERIODS = ("month", "quarter", "year")

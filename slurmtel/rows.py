@@ -136,7 +136,25 @@ class RunningAttempt:
 
 @dataclass(frozen=True)
 class UsageFigure:
-    """Exact usage of one statement key in one month, before pricing (seconds as Decimal)."""
+    """Exact usage of one TRES of one statement key in one month, before pricing: Slurm's
+    count of the TRES x seconds inside the month (Decimal)."""
+
+    cluster: str
+    account: str
+    user: str
+    partition: str
+    gpu_model: str
+    # the TRES as Slurm names it: gres/gpu, cpu, mem (megabytes), node, billing
+    tres: str
+    tres_seconds: Decimal
+    # of tres_seconds: attempts classed system_failure
+    system_failure_tres_seconds: Decimal = ZERO
+
+
+@dataclass(frozen=True)
+class LegacyUsageFigure:
+    """A key's usage as statement format 1 priced it (GPU- and billing-seconds side by side):
+    what adjustments for a month closed in format 1 are computed from."""
 
     cluster: str
     account: str
@@ -144,43 +162,53 @@ class UsageFigure:
     partition: str
     gpu_model: str
     gpu_seconds: Decimal
-    # of gpu_seconds: attempts classed system_failure
     system_failure_gpu_seconds: Decimal = ZERO
-    # Slurm's billing TRES x seconds (AllocTRES billing)
     billing_seconds: Decimal = ZERO
     system_failure_billing_seconds: Decimal = ZERO
 
 
-Key = tuple[str, str, str, str, str]
+# (cluster, account, user, partition, gpu_model, tres)
+Key = tuple[str, str, str, str, str, str]
 
 
 @dataclass(frozen=True)
 class StatementLine:
-    """One line of a statement; every figure already rounded."""
+    """One line of a statement (format 2); every figure already rounded.
+
+    billed_quantity is allocated_tres_seconds in billed_unit (gpu_hour, cpu_hour, gib_hour,
+    node_hour, billing_hour) and amount = rate x billed_quantity, rounded once."""
 
     kind: str  # "usage" (this month) or "adjustment" (a closed month's late data)
-    for_month: str
+    # the closed month an adjustment charges late usage of; "" on a usage line
+    adjusted_month: str
     cluster: str
     account: str
     user: str
     partition: str
+    tres: str
     gpu_model: str
-    gpu_hours: Decimal
-    billing_hours: Decimal
+    allocated_tres_seconds: Decimal
+    waived_tres_seconds: Decimal
+    billed_quantity: Decimal
+    waived_quantity: Decimal
+    billed_unit: str
     priced: bool
     rate: Decimal | None
-    rate_unit: str
     amount: Decimal | None
-    waived_gpu_hours: Decimal
     waived_amount: Decimal | None
     billable_amount: Decimal | None
-    unpriced_gpu_hours: Decimal
     # why an adjustment exists (empty on usage lines)
     cause: str = ""
+    # the account's ledger codes when the statement was made (config or sacctmgr)
+    pi: str = ""
+    cost_centre: str = ""
+    gl_code: str = ""
+    # energy lines: the kWh x the grid's carbon intensity (chargeback.carbon_grams_per_kwh)
+    co2e_kilograms: Decimal | None = None
 
     @property
     def key(self) -> Key:
-        return (self.cluster, self.account, self.user, self.partition, self.gpu_model)
+        return (self.cluster, self.account, self.user, self.partition, self.gpu_model, self.tres)
 
 
 @dataclass(frozen=True)
@@ -199,6 +227,10 @@ class ClosedStatement:
     # the month's edges as it was cut when it was closed (site.timezone then)
     month_start_at: datetime | None = None
     month_end_at: datetime | None = None
+    # 1: closed before statement format 2 (its bytes have no number, date or checksum column)
+    format_version: int = 2
+    # sequential over every statement ever closed (voided ones keep theirs)
+    statement_number: int | None = None
 
     def verified(self) -> ClosedStatement:
         """Self, after checking the stored bytes still match their checksums."""
@@ -215,32 +247,80 @@ def line_to_data(line: StatementLine) -> dict[str, Any]:
     return {k: _json(v) for k, v in asdict(line).items()}
 
 
+def _decimal(data: Mapping[str, Any], name: str) -> Decimal | None:
+    value = data.get(name)
+    return None if value is None or value == "" else Decimal(str(value))
+
+
 def line_from_data(data: Mapping[str, Any]) -> StatementLine:
-    def dec(name: str) -> Decimal | None:
-        value = data.get(name)
-        return None if value is None else Decimal(str(value))
+    """A stored line: format 2 as it is, format 1 (gpu_hours, for_month) converted."""
+    if "gpu_hours" in data:
+        return line_from_format_1(data)
 
     def req(name: str) -> Decimal:
-        return dec(name) or ZERO
+        return _decimal(data, name) or ZERO
 
     return StatementLine(
         kind=str(data["kind"]),
-        for_month=str(data["for_month"]),
+        adjusted_month=str(data["adjusted_month"]),
         cluster=str(data["cluster"]),
         account=str(data["account"]),
         user=str(data["user"]),
         partition=str(data["partition"]),
+        tres=str(data["tres"]),
         gpu_model=str(data["gpu_model"]),
-        gpu_hours=req("gpu_hours"),
-        billing_hours=req("billing_hours"),
+        allocated_tres_seconds=req("allocated_tres_seconds"),
+        waived_tres_seconds=req("waived_tres_seconds"),
+        billed_quantity=req("billed_quantity"),
+        waived_quantity=req("waived_quantity"),
+        billed_unit=str(data["billed_unit"]),
         priced=bool(data["priced"]),
-        rate=dec("rate"),
-        rate_unit=str(data["rate_unit"]),
-        amount=dec("amount"),
-        waived_gpu_hours=req("waived_gpu_hours"),
-        waived_amount=dec("waived_amount"),
-        billable_amount=dec("billable_amount"),
-        unpriced_gpu_hours=req("unpriced_gpu_hours"),
+        rate=_decimal(data, "rate"),
+        amount=_decimal(data, "amount"),
+        waived_amount=_decimal(data, "waived_amount"),
+        billable_amount=_decimal(data, "billable_amount"),
+        cause=str(data.get("cause", "")),
+        pi=str(data.get("pi", "")),
+        cost_centre=str(data.get("cost_centre", "")),
+        gl_code=str(data.get("gl_code", "")),
+        co2e_kilograms=_decimal(data, "co2e_kilograms"),
+    )
+
+
+SECONDS_PER_HOUR = Decimal(3600)
+FORMAT_1_BILLING_UNIT = "billing_hour"
+
+
+def line_from_format_1(data: Mapping[str, Any]) -> StatementLine:
+    """A format-1 line (its JSON data or CSV record) as a format-2 line, figures unchanged.
+
+    Format 1 priced one basis per line: GPU-hours (rate_unit gpu_hour) or Slurm's billing
+    TRES-hours (billing_hour), shown to 4 decimals; its TRES-seconds are those hours x 3600,
+    exact. It kept no waived billing-hours: a billing line's waived_tres_seconds is 0 (its
+    waived_amount is exact). Its money figures are taken as they are."""
+    billing = str(data["rate_unit"]) == FORMAT_1_BILLING_UNIT
+    basis = _decimal(data, "billing_hours" if billing else "gpu_hours") or ZERO
+    waived = ZERO if billing else (_decimal(data, "waived_gpu_hours") or ZERO)
+    kind = str(data["kind"])
+    return StatementLine(
+        kind=kind,
+        adjusted_month=str(data["for_month"]) if kind == "adjustment" else "",
+        cluster=str(data["cluster"]),
+        account=str(data["account"]),
+        user=str(data["user"]),
+        partition=str(data["partition"]),
+        tres="billing" if billing else "gres/gpu",
+        gpu_model=str(data["gpu_model"]),
+        allocated_tres_seconds=basis * SECONDS_PER_HOUR,
+        waived_tres_seconds=waived * SECONDS_PER_HOUR,
+        billed_quantity=basis,
+        waived_quantity=waived,
+        billed_unit=str(data["rate_unit"]),
+        priced=data["priced"] in (True, "true"),
+        rate=_decimal(data, "rate"),
+        amount=_decimal(data, "amount"),
+        waived_amount=_decimal(data, "waived_amount"),
+        billable_amount=_decimal(data, "billable_amount"),
         # statements closed before adjustments named their cause have none
         cause=str(data.get("cause", "")),
     )

@@ -413,7 +413,7 @@ class Schedule:
 
     def _close_previous_month(self) -> Failure:
         # the chargeback close (slurmtel/chargeback.py); the daemon only adds the sacct check
-        from slurmtel.chargeback import close_due_month, month_due_for_closing
+        from slurmtel.chargeback import CloseRefused, close_due_month, month_due_for_closing
         from slurmtel.store.daemon import source_cursors
 
         config = self.ctx.config
@@ -431,7 +431,13 @@ class Schedule:
                     log, "chargeback_waiting", month=month, reason="sacct has not collected past its end"
                 )
                 return None
-        closed = close_due_month(self.ctx.engine, config, now)
+        try:
+            closed = close_due_month(self.ctx.engine, config, now)
+        except CloseRefused as exc:
+            # no usage, or a later month closed: only a person closes it (--close --force)
+            self._closed_months.add(month)  # said once per daemon run, not every pass
+            log_event(log, "chargeback_close_refused", logging.WARNING, month=month, reason=str(exc))
+            return None
         self._closed_months.add(month)  # closed now, or by someone before
         if closed is not None:
             self.metrics.chargeback_closed.inc()

@@ -345,11 +345,27 @@ def test_bad_credentials_are_refused_on_every_endpoint(
 
 
 def test_finance_closes_a_month_once(
-    served: tuple[Server, Config], site: munge_lab.Munged, people: People
+    served: tuple[Server, Config], site: munge_lab.Munged, people: People, engine: Engine
 ) -> None:
     server, _ = served
     status, body = call(server, site, "/v1/chargeback/2026-10/close", user=people.researcher, method="POST")
     assert status == 403, body
+    # October has no usage yet: closing it is refused (only `chargeback --close --force` on the head)
+    status, body = call(server, site, "/v1/chargeback/2026-10/close", user=people.finance, method="POST")
+    assert status == 400 and b"2026-10 has no usage" in body, body
+    from slurmtel.store.jobs import write_attempts
+    from tests.factories import attempt
+
+    october = at("2026-10-20T08:00:00")
+    with engine.begin() as conn:
+        write_attempts(
+            conn,
+            [
+                attempt(
+                    job_id_raw=990, submit_at=october, start_at=october, end_at=october + timedelta(hours=1)
+                )
+            ],
+        )
     status, closed = call(server, site, "/v1/chargeback/2026-10/close", user=people.finance, method="POST")
     assert status == 200, closed
     again, _ = call(server, site, "/v1/chargeback/2026-10/close", user=people.finance, method="POST")

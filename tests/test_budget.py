@@ -132,7 +132,8 @@ def test_gpu_hour_budget_worked_out_by_hand(engine: Engine) -> None:
     # used equals the chargeback statement's GPU-hours of the same month, computed at AT
     with engine.connect() as conn:
         statement = build_statement(conn, config, "2026-11", AT)
-    assert sum(line.gpu_hours for line in statement.lines if line.account == "physics") == row.used
+    physics = [line for line in statement.lines if line.account == "physics" and line.tres == "gres/gpu"]
+    assert sum(line.allocated_tres_seconds for line in physics) / 3600 == row.used
 
 
 def test_money_budget_priced_as_chargeback_prices(engine: Engine) -> None:

@@ -24,6 +24,7 @@ from slurmtel.chargeback import (
     StatementLine,
     UsageFigure,
     adjustment_lines,
+    amount_of,
     build_statement,
     charge,
     close_due_month,
@@ -34,6 +35,7 @@ from slurmtel.chargeback import (
     money_quantum,
     month_due_for_closing,
     price_usage,
+    quantity,
     render_csv,
     render_json,
     sha256,
@@ -128,15 +130,30 @@ NOVEMBER = [
 ]
 NOW = at("2026-12-03T12:00:00")
 
-NOVEMBER_CSV = """\
-month,kind,for_month,cluster,account,user,partition,gpu_model,gpu_hours,billing_hours,priced,rate,rate_unit,amount,waived_gpu_hours,waived_amount,billable_amount,unpriced_gpu_hours,currency,cause
-2026-11,usage,2026-11,lab,biology,carol,debug,unknown,1.5000,0.0000,false,,gpu_hour,,0.0000,,,1.5000,EUR,
-2026-11,usage,2026-11,lab,chemistry,bob,gpu,a100,11.0000,0.0000,true,1.75,gpu_hour,19.25,10.0000,17.50,1.75,0.0000,EUR,
-2026-11,usage,2026-11,lab,physics,alice,gpu,h100,7.0000,0.0000,true,2.50,gpu_hour,17.50,0.0000,0.00,17.50,0.0000,EUR,
-2026-11,usage,2026-11,lab,physics,dave,debug,a100,2.0000,0.0000,true,1.10,gpu_hour,2.20,0.0000,0.00,2.20,0.0000,EUR,
-2026-11,usage,2026-11,lab,physics,erin,gpu,h100,0.2778,0.0000,true,2.50,gpu_hour,0.69,0.0000,0.00,0.69,0.0000,EUR,
-2026-11,total,,,,,,,21.7778,0.0000,false,,gpu_hour,39.64,10.0000,17.50,22.14,1.5000,EUR,
+HEADER = (
+    "format_version,statement_number,statement_date,statement_status,statement_sha256,month,currency,"
+    "kind,adjusted_month,cluster,account,cost_centre,gl_code,pi,user,partition,tres,gpu_model,allocated_tres_seconds,"
+    "waived_tres_seconds,billed_quantity,waived_quantity,billed_unit,priced,rate,amount,waived_amount,"
+    "billable_amount,co2e_kilograms,cause\n"
+)
+# the lines only (no total row), statement_sha256 left empty (filled in by with_checksum)
+NOVEMBER_LINES = """\
+2,,,open,,2026-11,EUR,usage,,lab,biology,,,,carol,debug,gres/gpu,unknown,5400.00,0.00,1.500000,0.000000,gpu_hour,false,,,,,,
+2,,,open,,2026-11,EUR,usage,,lab,chemistry,,,,bob,gpu,gres/gpu,a100,39600.00,36000.00,11.000000,10.000000,gpu_hour,true,1.75,19.25,17.50,1.75,,
+2,,,open,,2026-11,EUR,usage,,lab,physics,,,,alice,gpu,gres/gpu,h100,25200.00,0.00,7.000000,0.000000,gpu_hour,true,2.50,17.50,0.00,17.50,,
+2,,,open,,2026-11,EUR,usage,,lab,physics,,,,dave,debug,gres/gpu,a100,7200.00,0.00,2.000000,0.000000,gpu_hour,true,1.10,2.20,0.00,2.20,,
+2,,,open,,2026-11,EUR,usage,,lab,physics,,,,erin,gpu,gres/gpu,h100,1000.00,0.00,0.277778,0.000000,gpu_hour,true,2.50,0.69,0.00,0.69,,
 """
+
+
+def with_checksum(csv_text: str) -> str:
+    """CSV_TEXT (statement_sha256 empty) with its statement_sha256 filled in, as defined: the
+    sha256 of the lines CSV whose statement_sha256 fields are empty."""
+    digest = sha256(csv_text.encode())
+    return re.sub(r"^(\d+,[^,]*,[^,]*,[a-z]+,),", rf"\g<1>{digest},", csv_text, flags=re.M)
+
+
+NOVEMBER_CSV = with_checksum(HEADER + NOVEMBER_LINES)
 
 
 # ------------------------------------------------------------------------------- pure money
@@ -149,10 +166,17 @@ def test_rounding_is_half_even_to_the_currency_minor_unit_once() -> None:
     assert str(charge(Decimal("0.25"), Decimal(72), "EUR")) == "0.00"
     assert money_quantum("JPY") == Decimal(1) and money_quantum("KWD") == Decimal("0.001")
     assert charge(Decimal("350"), Decimal(4500), "JPY") == Decimal(438)  # 437.5 -> 438 (even)
-    # rounding the exact product once, not hours first: 1000 s = 0.2778 h shown, 0.69 charged
+    # format 1 rounded the exact product once: 1000 s = 0.2778 h shown, 0.69 charged
     assert hours(Decimal(1000)) == Decimal("0.2778")
     assert charge(Decimal("2.50"), Decimal(1000), "EUR") == Decimal("0.69")
-    assert Decimal("2.50") * hours(Decimal(1000)) == Decimal("0.69450")  # would differ if rounded twice
+    # format 2 bills a quantity a ledger can multiply: 1000 s = 0.277778 GPU-hours, x 2.50 =
+    # 0.694445 -> 0.69, money rounded once from the printed quantity and rate
+    assert quantity("gres/gpu", Decimal(1000)) == Decimal("0.277778")
+    assert amount_of(Decimal("2.50"), Decimal("0.277778"), "EUR") == Decimal("0.69")
+    assert amount_of(Decimal("0.25"), Decimal("0.02"), "EUR") == Decimal("0.00")  # 0.005 -> even
+    assert amount_of(Decimal("0.25"), Decimal("0.06"), "EUR") == Decimal("0.02")  # 0.015 -> even
+    # mem is billed per GiB-hour from Slurm's megabytes: 4096 MB for 30 min = 2 GiB-hours
+    assert quantity("mem", Decimal(4096 * 1800)) == Decimal("2.000000")
 
 
 def rate(partition: str, model: str, price: str, valid_from: str = "2026-01-01") -> ChargebackRate:
@@ -182,29 +206,35 @@ def test_the_most_specific_rate_valid_on_the_first_day_wins() -> None:
 
 def test_unpriced_usage_is_listed_never_charged_zero() -> None:
     config = config_from_dict({"chargeback": {"rates": [RATES[0]]}}).chargeback
-    (line,) = price_usage([UsageFigure("lab", "a", "u", "cpu", "unknown", Decimal(7200))], "2026-11", config)
+    (line,) = price_usage(
+        [UsageFigure("lab", "a", "u", "cpu", "unknown", "gres/gpu", Decimal(7200))], "2026-11", config
+    )
     assert (line.priced, line.rate, line.amount, line.billable_amount) == (False, None, None, None)
-    assert (line.gpu_hours, line.unpriced_gpu_hours) == (Decimal("2.0000"), Decimal("2.0000"))
+    assert (line.allocated_tres_seconds, line.billed_quantity, line.billed_unit) == (
+        Decimal("7200.00"),
+        Decimal("2.000000"),
+        "gpu_hour",
+    )
 
 
 def figure(seconds: int, key: str = "alice") -> UsageFigure:
-    return UsageFigure("lab", "physics", key, "gpu", "h100", Decimal(seconds))
+    return UsageFigure("lab", "physics", key, "gpu", "h100", "gres/gpu", Decimal(seconds))
 
 
 def test_adjustment_is_current_minus_frozen_minus_already_adjusted(config: Config) -> None:
     frozen = price_usage([figure(3600)], "2026-10", config.chargeback)
     current = price_usage([figure(5400), figure(3600, "bob")], "2026-10", config.chargeback)
     first = adjustment_lines("2026-10", current, frozen, [])
-    assert [(a.user, a.kind, a.for_month, a.gpu_hours, a.amount) for a in first] == [
-        ("alice", "adjustment", "2026-10", Decimal("0.5000"), Decimal("1.25")),
-        ("bob", "adjustment", "2026-10", Decimal("1.0000"), Decimal("2.50")),
+    assert [(a.user, a.kind, a.adjusted_month, a.allocated_tres_seconds, a.amount) for a in first] == [
+        ("alice", "adjustment", "2026-10", Decimal("1800.00"), Decimal("1.25")),
+        ("bob", "adjustment", "2026-10", Decimal("3600.00"), Decimal("2.50")),
     ]
     # once those are frozen in a later statement nothing is charged twice
     assert adjustment_lines("2026-10", current, frozen, first) == []
     # a record that vanished (moved to another account) is credited back
     (credit,) = adjustment_lines("2026-10", [], frozen, [])
-    assert (credit.gpu_hours, credit.amount, credit.billable_amount) == (
-        Decimal("-1.0000"),
+    assert (credit.billed_quantity, credit.amount, credit.billable_amount) == (
+        Decimal("-1.000000"),
         Decimal("-2.50"),
         Decimal("-2.50"),
     )
@@ -258,13 +288,30 @@ def test_november_statement_golden_csv(engine: Engine, config: Config) -> None:
     result = statement(engine, config, "2026-11")
     assert render_csv(result).decode() == NOVEMBER_CSV
     document = json.loads(render_json(result))
-    assert document["status"] == "open" and document["rounding"] == "ROUND_HALF_EVEN"
+    assert document["statement_status"] == "open" and document["rounding"] == "ROUND_HALF_EVEN"
+    assert (document["format_version"], document["statement_number"], document["statement_date"]) == (
+        2,
+        None,
+        None,
+    )
+    assert document["statement_sha256"] == NOVEMBER_CSV.splitlines()[1].split(",")[4]
+    assert document["csv_sha256"] == sha256(NOVEMBER_CSV.encode())
+    assert document["month_start_at"] == "2026-10-31T23:00:00+00:00"
     assert document["totals"]["amount"] == "39.64"
-    assert document["totals"]["unpriced_gpu_hours"] == "1.5000"
+    (gpu,) = document["totals"]["by_unit"]
+    assert (gpu["billed_unit"], gpu["unpriced_quantity"], gpu["unpriced_line_count"]) == (
+        "gpu_hour",
+        "1.500000",
+        1,
+    )
     assert document["lines"][1]["rate"] == "1.75" and document["lines"][0]["rate"] is None
     assert document["completed_jobs"][2]["cost_per_completed_job"] == "6.80"
     # totals are the sums of the rounded lines
     assert sum(line.amount for line in result.lines if line.amount is not None) == result.totals.amount
+    # each line's amount is its rate x its billed quantity, rounded once
+    for line in result.lines:
+        if line.rate is not None:
+            assert line.amount == amount_of(line.rate, line.billed_quantity, "EUR")
 
 
 def test_gpu_hours_agree_with_the_usage_report(engine: Engine, config: Config) -> None:
@@ -275,21 +322,21 @@ def test_gpu_hours_agree_with_the_usage_report(engine: Engine, config: Config) -
         usage = usage_report(conn, start=start, end=end, now=NOW, by="account", scope=EVERYTHING)
     by_account: dict[str, Decimal] = {}
     for line in result.lines:
-        by_account[line.account] = by_account.get(line.account, Decimal(0)) + line.gpu_hours
+        by_account[line.account] = by_account.get(line.account, Decimal(0)) + line.allocated_tres_seconds
     assert {r["account"]: Decimal(r["allocated_gpu_seconds"]) / 3600 for r in usage} == {
         "biology": Decimal("1.5"),
         "chemistry": Decimal("11"),
         "physics": Decimal(9 * 3600 + 1000) / 3600,
     }
-    assert {a: h for a, h in by_account.items()} == {
-        "biology": Decimal("1.5000"),
-        "chemistry": Decimal("11.0000"),
-        "physics": Decimal("9.2778"),
+    assert {a: s for a, s in by_account.items()} == {
+        "biology": Decimal(5400),
+        "chemistry": Decimal(39600),
+        "physics": Decimal(9 * 3600 + 1000),
     }
     # October gets alice's first hour (2 GPUs) and nothing else
     october = statement(engine, config, "2026-10")
-    assert [(line.user, line.gpu_hours, line.amount) for line in october.lines] == [
-        ("alice", Decimal("2.0000"), Decimal("5.00"))
+    assert [(line.user, line.billed_quantity, line.amount) for line in october.lines] == [
+        ("alice", Decimal("2.000000"), Decimal("5.00"))
     ]
 
 
@@ -297,9 +344,9 @@ def test_waiving_can_be_switched_off(engine: Engine) -> None:
     config = config_from_dict({**SETTINGS, "chargeback": {"rates": RATES, "waive_system_failures": False}})
     load(engine, config, *NOVEMBER)
     bob = next(line for line in statement(engine, config, "2026-11").lines if line.user == "bob")
-    assert (bob.amount, bob.waived_gpu_hours, bob.waived_amount, bob.billable_amount) == (
+    assert (bob.amount, bob.waived_tres_seconds, bob.waived_amount, bob.billable_amount) == (
         Decimal("19.25"),
-        Decimal("0.0000"),
+        Decimal("0.00"),
         Decimal("0.00"),
         Decimal("19.25"),
     )
@@ -320,21 +367,23 @@ def test_billing_tres_mode(engine: Engine) -> None:
         # no billing TRES recorded: unpriced, not free
         job(3, "2026-11-02T00:00:00", 3600, user="carol", alloc_tres={"gres/gpu": 1}),
     )
-    lines = {line.user: line for line in statement(engine, config, "2026-11").lines}
-    alice, bob, carol = lines["alice"], lines["bob"], lines["carol"]
-    assert (alice.rate_unit, alice.gpu_hours, alice.billing_hours, alice.amount) == (
+    lines = {(line.user, line.tres): line for line in statement(engine, config, "2026-11").lines}
+    assert sorted(lines) == [("alice", "billing"), ("bob", "billing"), ("carol", "gres/gpu")]
+    alice, bob, carol = lines["alice", "billing"], lines["bob", "billing"], lines["carol", "gres/gpu"]
+    assert (alice.billed_unit, alice.allocated_tres_seconds, alice.billed_quantity, alice.amount) == (
         "billing_hour",
-        Decimal("2.0000"),
-        Decimal("16.0000"),
+        Decimal("57600.00"),
+        Decimal("16.000000"),
         Decimal("0.80"),
     )
-    assert (bob.gpu_model, bob.gpu_hours, bob.billing_hours, bob.amount) == (
-        "none",
-        Decimal("0.0000"),
-        Decimal("2.0000"),
-        Decimal("0.10"),
+    assert (bob.gpu_model, bob.billed_quantity, bob.amount) == ("none", Decimal("2.000000"), Decimal("0.10"))
+    # GPU usage without a billing TRES is listed as GPU-hours, unpriced
+    assert (carol.priced, carol.amount, carol.billed_quantity, carol.billed_unit) == (
+        False,
+        None,
+        Decimal("1.000000"),
+        "gpu_hour",
     )
-    assert (carol.priced, carol.amount, carol.unpriced_gpu_hours) == (False, None, Decimal("1.0000"))
 
 
 def test_close_adjust_close_sequence(engine: Engine, config: Config) -> None:
@@ -345,6 +394,7 @@ def test_close_adjust_close_sequence(engine: Engine, config: Config) -> None:
         close_month(engine, config, "2026-11", at("2026-11-20T00:00:00"))
     october = close_month(engine, config, "2026-10", at("2026-11-05T06:00:00"), closed_by="fin")
     assert october.csv_sha256 == sha256(october.csv)
+    assert (october.format_version, october.statement_number) == (2, 1)
     assert [(line.user, line.amount) for line in october.lines] == [("alice", Decimal("5.00"))]
     with pytest.raises(MonthAlreadyClosed, match="already closed"):
         close_month(engine, config, "2026-10", at("2026-11-06T00:00:00"))
@@ -361,23 +411,31 @@ def test_close_adjust_close_sequence(engine: Engine, config: Config) -> None:
 
     november = statement(engine, config, "2026-11", at("2026-12-03T00:00:00"))
     adjustments = [
-        (line.kind, line.for_month, line.user, line.gpu_hours, line.rate, line.amount)
+        (line.kind, line.adjusted_month, line.user, line.billed_quantity, line.rate, line.amount)
         for line in november.lines
         if line.kind == "adjustment"
     ]
     assert adjustments == [
-        ("adjustment", "2026-10", "alice", Decimal("1.0000"), Decimal("2.50"), Decimal("2.50")),
-        ("adjustment", "2026-10", "bob", Decimal("4.0000"), Decimal("1.75"), Decimal("7.00")),
+        ("adjustment", "2026-10", "alice", Decimal("1.000000"), Decimal("2.50"), Decimal("2.50")),
+        ("adjustment", "2026-10", "bob", Decimal("4.000000"), Decimal("1.75"), Decimal("7.00")),
     ]
     assert november.totals.amount == Decimal("2.50") + Decimal("2.50") + Decimal("7.00")
     # December is not where October's late data goes while November is open
     assert [line for line in statement(engine, config, "2026-12").lines if line.kind == "adjustment"] == []
 
     closed_nov = close_month(engine, config, "2026-11", at("2026-12-05T00:00:00"))
+    closed_at = at("2026-12-05T00:00:00")
     assert closed_nov.csv == render_csv(
-        replace(november, status="closed", closed_at=at("2026-12-05T00:00:00"))
+        replace(
+            november,
+            status="closed",
+            closed_at=closed_at,
+            statement_number=2,
+            statement_date=closed_at.astimezone(config.zone).date(),
+        )
     )
-    assert "2026-11,adjustment,2026-10,lab,physics,bob,gpu,a100,4.0000" in closed_nov.csv.decode()
+    assert ",2,2026-12-05,closed," in closed_nov.csv.decode()
+    assert "adjustment,2026-10,lab,physics,,,,bob,gpu,gres/gpu,a100,14400.00," in closed_nov.csv.decode()
 
     # December: October's adjustments are frozen in November; not charged again
     december = statement(engine, config, "2026-12", at("2027-01-02T00:00:00"))
@@ -386,7 +444,7 @@ def test_close_adjust_close_sequence(engine: Engine, config: Config) -> None:
     load(engine, config, job(13, "2026-10-21T08:00:00", 3600, user="carol"))
     december = statement(engine, config, "2026-12", at("2027-01-02T00:00:00"))
     assert [
-        (line.for_month, line.user, line.amount) for line in december.lines if line.kind == "adjustment"
+        (line.adjusted_month, line.user, line.amount) for line in december.lines if line.kind == "adjustment"
     ] == [("2026-10", "carol", Decimal("2.50"))]
     # the closed months still export their original bytes
     assert closed_statement(engine, "2026-10").csv == october.csv  # type: ignore[union-attr]
@@ -442,7 +500,7 @@ def test_cli_exports_closes_and_re_exports_identical_bytes(
     assert cli(FINANCE, "chargeback", "--month", "2026-11") == 0
     out, err = capsys.readouterr()
     assert out == NOVEMBER_CSV
-    assert "warning: 1.5000 GPU-hours match no [[chargeback.rates]] entry" in err
+    assert "warning: 1 line(s) (1.500000 gpu_hour) match no [[chargeback.rates]] entry" in err
 
     closed_csv = tmp_path / "nov.csv"
     assert cli(FINANCE, "chargeback", "--month", "2026-11", "--close", "--output", str(closed_csv)) == 0
@@ -462,11 +520,11 @@ def test_cli_exports_closes_and_re_exports_identical_bytes(
     assert f"CSV sha256 {digest}" in err
     assert cli(FINANCE, "chargeback", "--month", "2026-11", "--format", "json", "--output", str(again)) == 0
     _, err = capsys.readouterr()
-    assert json.loads(again.read_bytes())["status"] == "closed"
+    assert json.loads(again.read_bytes())["statement_status"] == "closed"
     assert f"JSON sha256 {sha256(again.read_bytes())}" in err
     assert cli(FINANCE, "chargeback", "--month", "2026-11", "--format", "table") == 0
     out, _ = capsys.readouterr()
-    assert "Chargeback 2026-11, closed" in out and "Cost per completed job" in out
+    assert "Chargeback 2026-11, statement 1 of 2026-12-03, closed" in out and "Cost per completed job" in out
 
     assert cli(FINANCE, "chargeback", "--month", "2026-11", "--close") == 1
     _, err = capsys.readouterr()
@@ -476,10 +534,10 @@ def test_cli_exports_closes_and_re_exports_identical_bytes(
     assert cli(FINANCE, "chargeback", "--month", "2026-12", "--format", "json") == 0
     out, _ = capsys.readouterr()
     (line,) = [line for line in json.loads(out)["lines"] if line["kind"] == "adjustment"]
-    assert (line["for_month"], line["user"], line["gpu_hours"], line["amount"]) == (
+    assert (line["adjusted_month"], line["user"], line["billed_quantity"], line["amount"]) == (
         "2026-11",
         "frank",
-        "2.0000",
+        "2.000000",
         "5.00",
     )
 
@@ -501,9 +559,9 @@ def test_statement_line_json_round_trip() -> None:
     from slurmtel.chargeback import line_from_data, line_to_data
 
     line = StatementLine(
-        "usage", "2026-11", "lab", "a", "u", "gpu", "h100", Decimal("1.0000"), Decimal("0.0000"), True,
-        Decimal("2.50"), "gpu_hour", Decimal("2.50"), Decimal("0.0000"), Decimal("0.00"), Decimal("2.50"),
-        Decimal("0"),
+        "usage", "", "lab", "a", "u", "gpu", "gres/gpu", "h100", Decimal("3600.00"), Decimal("0.00"),
+        Decimal("1.000000"), Decimal("0.000000"), "gpu_hour", True, Decimal("2.50"), Decimal("2.50"),
+        Decimal("0.00"), Decimal("2.50"), "", "alice", "CC-1", "GL-2",
     )  # fmt: skip
     assert line_from_data(json.loads(json.dumps(line_to_data(line)))) == line
 

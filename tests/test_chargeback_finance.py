@@ -115,18 +115,18 @@ def test_late_usage_is_an_adjustment_priced_as_closed_and_naming_its_cause(
     edited = with_settings(chargeback={"rates": EDITED_RATES})
     (line,) = adjustments_of(engine, edited, "2026-12")
     # priced at November's 2.50: 2 h x 2.50 = 5.00
-    assert (line.for_month, line.user, line.gpu_hours, line.rate, line.amount) == (
+    assert (line.adjusted_month, line.user, line.billed_quantity, line.rate, line.amount) == (
         "2026-11",
         "alice",
-        Decimal("2.0000"),
+        Decimal("2.000000"),
         Decimal("2.50"),
         Decimal("5.00"),
     )
-    assert line.cause == "usage of 2026-11 that arrived after it was closed: +2.0000 GPU-hours"
+    assert line.cause == "usage of 2026-11 that arrived after it was closed: +7200.00 gres/gpu-seconds"
     with engine.connect() as conn:
         december = build_statement(conn, edited, "2026-12", DEC_NOW)
     assert (
-        "usage of 2026-11 that arrived after it was closed: +2.0000 GPU-hours"
+        "usage of 2026-11 that arrived after it was closed: +7200.00 gres/gpu-seconds"
         in render_csv(december).decode()
     )
 
@@ -140,7 +140,7 @@ def test_diff_shows_what_re_pricing_a_closed_month_today_would_change(engine: En
         rows = diff_closed_month(conn, edited, "2026-11", DEC_NOW)
         with pytest.raises(ChargebackError, match="2026-12 is not closed"):
             diff_closed_month(conn, edited, "2026-12", DEC_NOW)
-    # alice 7 h: 17.50 -> 21.00; erin 1000 s: 0.69 -> 1000 x 3.00 / 3600 = 0.8333 -> 0.83
+    # alice 7 h: 17.50 -> 21.00; erin 1000 s = 0.277778 h: 0.69 -> 0.277778 x 3.00 = 0.8333 -> 0.83
     assert [
         (r["user"], r["closed_rate"], r["now_rate"], r["closed_billable_amount"], r["now_billable_amount"],
          r["billable_amount_change"])
@@ -178,24 +178,26 @@ def test_subtotals_roll_up_the_tree_and_add_up_exactly(engine: Engine, config: C
         statement = build_statement(conn, config, "2026-11", NOW)
     parents = parse_account_parents(TREE.read_text())
     records = rollup_records(statement, "top", parents)
-    subtotals = {r["rollup_account"]: r for r in records if r["kind"] == "subtotal"}
-    assert sorted(subtotals) == ["biology", "chemistry", "physics"]
+    # subtotals only: one row per rolled-up account and billed unit, no lines, no total row
+    subtotals = {r["rollup_account"]: r for r in records}
+    assert len(records) == 3 and sorted(subtotals) == ["biology", "chemistry", "physics"]
+    assert {r["billed_unit"] for r in records} == {"gpu_hour"}
     # chemistry = bob 19.25 + dave organic 0.69 + dave polymers 0.69 (1000 s x 2.50 each)
     assert subtotals["chemistry"]["amount"] == Decimal("20.63")
     assert subtotals["chemistry"]["billable_amount"] == Decimal("1.75") + Decimal("0.69") + Decimal("0.69")
-    total = records[-1]
-    assert total["kind"] == "total" and total["amount"] == statement.totals.amount
-    for name in ("gpu_hours", "amount", "billable_amount", "waived_amount", "unpriced_gpu_hours"):
-        assert sum(r[name] for r in subtotals.values()) == total[name], name
-    # every line sits in its group, right before its subtotal
+    assert subtotals["chemistry"]["line_count"] == 3
+    for name in ("amount", "billable_amount", "waived_amount"):
+        assert sum(r[name] for r in records) == getattr(statement.totals, name), name
+    (gpu,) = statement.totals.by_unit
+    for name in ("billed_quantity", "unpriced_quantity", "allocated_tres_seconds", "line_count"):
+        assert sum(r[name] for r in records) == getattr(gpu, name), name
     by_parent = rollup_records(statement, "parent", parents)
-    assert {r["account"]: r["rollup_account"] for r in by_parent if r["kind"] == "usage"} == {
-        "biology": "biology",
-        "chemistry": "chemistry",
-        "organic": "chemistry",
-        "physics": "physics",
-        "polymers": "organic",
-    }
+    assert [(r["rollup_account"], r["line_count"]) for r in by_parent] == [
+        ("biology", 1),
+        ("chemistry", 2),  # bob's chemistry and dave's organic
+        ("organic", 1),  # dave's polymers
+        ("physics", 3),
+    ]
 
 
 # --------------------------------------------------------------------- listing, voiding, audit
@@ -222,6 +224,8 @@ def test_void_keeps_the_statement_audits_it_and_lets_the_month_close_again(
         ("2026-11", "closed", "root", second.csv_sha256, "", ""),
     ]
     assert listing[0].billable_amount == Decimal("22.14") and listing[1].billable_amount == Decimal("24.64")
+    # numbered in closing order; the re-closed month gets a new number
+    assert [(r.statement_number, r.format_version) for r in listing] == [(1, 2), (2, 2)]
     assert [(e.action, e.month, e.actor, e.csv_sha256, e.reason) for e in audit] == [
         ("close", "2026-11", "fiona", first.csv_sha256, ""),
         ("void", "2026-11", "fiona", first.csv_sha256, "rate for debug/a100 was wrong"),
@@ -234,6 +238,7 @@ def test_void_keeps_the_statement_audits_it_and_lets_the_month_close_again(
         assert [r.status for r in list_statements(conn)] == ["voided", "voided"]
     close_month(engine, config, "2026-11", at("2026-12-24T00:00:00"), closed_by="fiona")
     # a later closed month was computed against November: November cannot be voided under it
+    load(engine, config, job(43, "2026-12-02T00:00:00", 3600, user="alice"))
     close_month(engine, config, "2026-12", at("2027-01-05T00:00:00"))
     with pytest.raises(ChargebackError, match="later months are closed \\(2026-12\\)"):
         void_month(engine, "2026-11", at("2027-01-06T00:00:00"), "fiona", "again")
@@ -243,21 +248,22 @@ def test_void_keeps_the_statement_audits_it_and_lets_the_month_close_again(
 
 
 COMPLETED_CSV = """\
-month,account,completed_jobs,gpu_hours,amount,billable_amount,unpriced_gpu_hours,cost_per_completed_job,billable_per_completed_job,currency
-2026-11,biology,1,1.5000,,,1.5000,,,EUR
-2026-11,chemistry,1,11.0000,19.25,1.75,0.0000,19.25,1.75,EUR
-2026-11,physics,3,9.2778,20.39,20.39,0.0000,6.80,6.80,EUR
+month,account,completed_jobs,allocated_gpu_seconds,amount,billable_amount,unpriced_line_count,cost_per_completed_job,billable_per_completed_job,currency
+2026-11,biology,1,5400.00,,,1,,,EUR
+2026-11,chemistry,1,39600.00,19.25,1.75,0,19.25,1.75,EUR
+2026-11,physics,3,33400.00,20.39,20.39,0,6.80,6.80,EUR
 """
 
 
-def test_the_csv_is_one_flat_table_and_completed_jobs_their_own(engine: Engine, config: Config) -> None:
+def test_the_csv_holds_only_lines_and_completed_jobs_their_own(engine: Engine, config: Config) -> None:
     load(engine, config, *NOVEMBER)
     with engine.connect() as conn:
         statement = build_statement(conn, config, "2026-11", NOW)
     lines = render_csv(statement).decode().splitlines()
     assert lines[0].split(",") == list(LINE_COLUMNS)
     assert all(line.count(",") == len(LINE_COLUMNS) - 1 for line in lines)
-    assert [line.split(",")[1] for line in lines[1:]] == ["usage"] * 5 + ["total"]
+    kind = LINE_COLUMNS.index("kind")
+    assert [line.split(",")[kind] for line in lines[1:]] == ["usage"] * 5
     assert render_completed_csv(statement).decode() == COMPLETED_CSV
 
 
@@ -269,11 +275,12 @@ def test_readme_documents_every_statement_column() -> None:
     for row in section.splitlines():
         if row.startswith("| `"):
             documented.update(part.strip(" `") for part in row.split("|")[1].split(","))
-    from slurmtel.chargeback import COMPLETED_COLUMNS, DIFF_COLUMNS, ROLLUP_COLUMNS
+    from slurmtel.chargeback import COMPLETED_COLUMNS, DIFF_COLUMNS, ROLLUP_COLUMNS, TOTALS_COLUMNS
     from slurmtel.commands.finance import AUDIT_COLUMNS, LISTING_COLUMNS
 
     for columns in (
         LINE_COLUMNS,
+        TOTALS_COLUMNS,
         COMPLETED_COLUMNS,
         DIFF_COLUMNS,
         ROLLUP_COLUMNS,
@@ -341,8 +348,8 @@ def test_cli_list_void_audit_diff(
     assert cli(ADMIN, "chargeback", "--list", "--format", "csv") == 0
     out, _ = capsys.readouterr()
     header, row = out.splitlines()
-    assert header.startswith("month,status,closed_at,closed_by")
-    assert row.startswith("2026-11,voided,") and row.endswith(",fiona,rates revised")
+    assert header.startswith("statement_number,month,status,format_version,closed_at,closed_by")
+    assert row.startswith("1,2026-11,voided,2,") and row.endswith(",fiona,rates revised")
     assert cli(FINANCE, "chargeback", "--audit", "--format", "json") == 0
     audit = json.loads(capsys.readouterr().out)
     assert [(e["action"], e["actor"], e["reason"]) for e in audit] == [
@@ -357,7 +364,7 @@ def test_cli_by_top_parquet_completed_jobs_and_a_future_month(
     load(engine, config, *NOVEMBER, job(41, "2026-11-09T00:00:00", 1000, user="dave", account="polymers"))
     assert cli(FINANCE, "chargeback", "--month", "2026-11", "--by", "top", "--format", "json") == 0
     rows = json.loads(capsys.readouterr().out)
-    assert {r["rollup_account"]: r["billable_amount"] for r in rows if r["kind"] == "subtotal"} == {
+    assert {r["rollup_account"]: r["billable_amount"] for r in rows} == {
         "biology": "0.00",
         "chemistry": "2.44",
         "physics": "20.39",
@@ -370,9 +377,11 @@ def test_cli_by_top_parquet_completed_jobs_and_a_future_month(
     table = pq.read_table(parquet)
     assert table.column_names == list(LINE_COLUMNS)
     assert str(table.schema.field("amount").type) == "decimal128(38, 2)"
-    assert str(table.schema.field("gpu_hours").type) == "decimal128(38, 4)"
+    assert str(table.schema.field("billed_quantity").type) == "decimal128(38, 6)"
+    assert str(table.schema.field("allocated_tres_seconds").type) == "decimal128(38, 2)"
     assert table.schema.metadata[b"slurmtel.currency"] == b"EUR"
-    assert table.column("amount").to_pylist()[-1] == Decimal("40.33")
+    # lines only: the column sums to the statement's total (39.64 + dave's 1000 s x 2.50)
+    assert sum(a for a in table.column("amount").to_pylist() if a is not None) == Decimal("40.33")
     assert cli(FINANCE, "chargeback", "--month", "2026-11", "--format", "parquet") == 2
     assert "give --output FILE" in capsys.readouterr().err
     assert cli(FINANCE, "chargeback", "--month", "2026-11", "--completed-jobs") == 0
@@ -401,7 +410,7 @@ def test_totals_print_exactly_the_sum_of_the_printed_lines(
     rate = ChargebackRate(price_per_gpu_hour=str(Decimal(cents) / 100), valid_from="2026-01-01")
     pricing = ChargebackConfig(currency=currency, rates=[rate])
     figures = [
-        UsageFigure("lab", f"a{i}", "u", "gpu", "h100", Decimal(s) + Decimal("0.123456"))
+        UsageFigure("lab", f"a{i}", "u", "gpu", "h100", "gres/gpu", Decimal(s) + Decimal("0.123456"))
         for i, s in enumerate(seconds)
     ]
     lines = price_usage(figures, "2026-11", pricing)

@@ -9,6 +9,7 @@ prometheus_client's own parser. The helpers here are shared with tests/test_daem
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -664,10 +665,22 @@ def test_maintenance_creates_partitions_ahead_and_drops_expired_ones(ctx: RunCon
 
 def test_the_chargeback_job_closes_the_previous_month_once_sacct_is_past_it(ctx: RunContext) -> None:
     from slurmtel.store.chargeback import closed_months
+    from slurmtel.store.jobs import write_attempts
     from slurmtel.store.runs import set_cursor
+    from tests.factories import attempt
 
     config = config_from_dict({"chargeback": {"close_day_of_month": 5}})
     c = replace(ctx, config=config, clock=lambda: at("2026-12-06T03:00:00"))
+    november = at("2026-11-10T08:00:00")
+    with c.engine.begin() as conn:
+        write_attempts(
+            conn,
+            [
+                attempt(
+                    job_id_raw=7, submit_at=november, start_at=november, end_at=november + timedelta(hours=1)
+                )
+            ],
+        )
     metrics = DaemonMetrics(["sacct"])
     schedule = Schedule(c, metrics)
     schedule.run_job("chargeback")
@@ -681,6 +694,29 @@ def test_the_chargeback_job_closes_the_previous_month_once_sacct_is_past_it(ctx:
         assert closed_months(conn) == ["2026-11"]
     assert metrics.chargeback_closed._value.get() == 1
     assert metrics.job_runs.labels(job="chargeback", result="ok")._value.get() == 3
+
+
+def test_the_chargeback_job_leaves_a_month_without_usage_to_a_person(
+    ctx: RunContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    from slurmtel.store.chargeback import audit_entries, closed_months
+    from slurmtel.store.runs import set_cursor
+
+    config = config_from_dict({"chargeback": {"close_day_of_month": 5}})
+    c = replace(ctx, config=config, clock=lambda: at("2026-12-06T03:00:00"))
+    with c.engine.begin() as conn:
+        set_cursor(conn, "sacct", "local", at("2026-12-06T02:55:00"))
+    metrics = DaemonMetrics(["sacct"])
+    schedule = Schedule(c, metrics)
+    with caplog.at_level(logging.WARNING, logger="slurmtel"):
+        schedule.run_job("chargeback")
+        schedule.run_job("chargeback")
+    with c.engine.connect() as conn:
+        assert closed_months(conn) == [] and audit_entries(conn) == []
+    refused = [r for r in caplog.records if getattr(r, "event", "") == "chargeback_close_refused"]
+    assert len(refused) == 1  # once per daemon run, not every pass
+    assert "2026-11 has no usage" in refused[0].fields["reason"]  # type: ignore[attr-defined]
+    assert metrics.job_runs.labels(job="chargeback", result="ok")._value.get() == 2
 
 
 def test_config_defaults_for_the_daemon() -> None:

@@ -162,9 +162,9 @@ def fill(engine: Engine, config: Config) -> None:
         statement = {"s": at("2026-10-01T00:00:00"), "e": START, "t": NOW}
         columns = (
             "month, month_start_at, month_end_at, closed_at, closed_by, currency, csv, json, csv_sha256, "
-            "json_sha256, lines, totals, completed_jobs, settings"
+            "json_sha256, lines, totals, completed_jobs, settings, format_version"
         )
-        values = "'2026-10', :s, :e, :t, 'root', 'EUR', '', '', 'x', 'x', '[]', '{}', '[]', '{}'"
+        values = "'2026-10', :s, :e, :t, 'root', 'EUR', '', '', 'x', 'x', '[]', '{}', '[]', '{}', 2"
         conn.execute(text(f"INSERT INTO chargeback_statement ({columns}) VALUES ({values})"), statement)
         conn.execute(
             text(

@@ -123,6 +123,11 @@ def test_own_month_figures(cli) -> None:
         "idle_gpu_seconds": 150,
         "idle_share": 0.5,
         "mean_util_share": 0.4,
+        # ten measured windows of 300 J; no price or carbon intensity configured
+        "gpu_energy_joules": 3000.0,
+        "gpu_energy_amount": None,
+        "gpu_co2e_kilograms": None,
+        "currency": None,
     }
     assert [
         (j["job_id"], j["name"], j["state"], j["allocated_gpu_seconds"], j["idle_share"]) for j in top
@@ -181,3 +186,19 @@ def test_an_unknown_user_warns_in_the_callers_scope(cli) -> None:
     with pytest.raises(SystemExit) as exited:
         cli(ALICE, "--top", "0")
     assert exited.value.code == 2
+
+
+def test_the_months_gpu_energy_priced(cli, tmp_path: Path) -> None:
+    # 3000 J = 0.000833 kWh x 120.00 = 0.09996 -> 0.10; x 600 g/kWh = 0.5 g -> 0.000 kg (to even)
+    (tmp_path / "slurmtel.toml").write_text(
+        '[chargeback]\nprice_per_kwh = "120.00"\ncarbon_grams_per_kwh = "600"\n'
+    )
+    result = me(cli, ALICE, "--month", "2026-11")
+    # money an exact string, the rest numbers (as every JSON of slurmtel gives them)
+    assert (result["gpu_energy_amount"], result["currency"], result["gpu_co2e_kilograms"]) == (
+        "0.10",
+        "EUR",
+        0.0,
+    )
+    code, out, _ = cli(ALICE, "--month", "2026-11")
+    assert code == 0 and "gpu_energy_amount" in out and "0.10" in out

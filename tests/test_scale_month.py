@@ -144,8 +144,11 @@ def test_chargeback_and_usage_agree_on_the_month(engine: Engine, loaded: Config,
     with engine.connect() as conn:
         usage = usage_report(conn, start=START, end=end, now=month.end_at, by="account", scope=EVERYTHING)
         statement = build_statement(conn, loaded, "2026-10", month.end_at)
-    usage_hours = Decimal(sum(r["allocated_gpu_seconds"] for r in usage)) / 3600
-    # each line is rounded once to 0.0001 h and the total is the sum of the lines
-    assert abs(statement.totals.gpu_hours - usage_hours) <= Decimal("0.00005") * len(statement.lines)
-    assert statement.totals.gpu_hours == sum(line.gpu_hours for line in statement.lines)
+    usage_seconds = Decimal(str(sum(r["allocated_gpu_seconds"] for r in usage)))
+    (gpu,) = statement.totals.by_unit
+    assert gpu.billed_unit == "gpu_hour"
+    # each line's seconds are rounded once to the hundredth and the total is the sum of the lines
+    assert abs(gpu.allocated_tres_seconds - usage_seconds) <= Decimal("0.005") * len(statement.lines)
+    assert gpu.allocated_tres_seconds == sum(line.allocated_tres_seconds for line in statement.lines)
+    assert gpu.billed_quantity == sum(line.billed_quantity for line in statement.lines)
     assert statement.totals.amount == sum(line.amount for line in statement.lines if line.amount is not None)

@@ -283,7 +283,14 @@ class ReadApi:
         jobid = self._jobid(request)
         who = self.identity(request)
         clusters = _split(request.query_params.get("clusters"))
-        return job_query(who, jobid, clusters=clusters, now=self.clock(), zone=self.config.zone)
+        return job_query(
+            who,
+            jobid,
+            clusters=clusters,
+            now=self.clock(),
+            zone=self.config.zone,
+            pricing=self.config.chargeback,
+        )
 
     def me(self, request: Request) -> Response:
         from slurmtel.reports.researcher import me_document, me_query
@@ -298,6 +305,7 @@ class ReadApi:
             zone=self.config.zone,
             jobs=q.get("jobs") in ("1", "true", "yes"),
             top=self._positive(q.get("top", "10"), "top"),
+            pricing=self.config.chargeback,
         )
         with self.transaction(query.scope) as conn:
             warnings = (

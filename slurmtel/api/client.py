@@ -107,7 +107,7 @@ class ApiClient:
         )
         if document is None:
             return []
-        return [{k: decode_value(k, v) if k.endswith("_at") else v for k, v in r.items()} for r in document]
+        return [decoded(r) for r in document]
 
     def job_plot(self, jobid: str, clusters: Sequence[str], fmt: str) -> tuple[bytes, bool] | None:
         reply = self.request(
@@ -121,7 +121,7 @@ class ApiClient:
 
     def me(self, *, user: str | None, month: str | None, jobs: bool, top: int) -> dict[str, Any]:
         query = {"user": user or "", "month": month or "", "jobs": "1" if jobs else "", "top": str(top)}
-        return dict(self.json("GET", "/v1/me", query))
+        return dict(decoded(self.json("GET", "/v1/me", query)))
 
     def statement(self, month: str, *, fmt: str, close: bool) -> tuple[bytes, list[str], bool]:
         """(bytes, notices, refused) of MONTH's statement; CLOSE closes it first."""
@@ -135,6 +135,16 @@ class ApiClient:
             for k in sorted((k for k in headers if k.startswith("x-slurmtel-notice-")), key=_notice_order)
         ]
         return reply.body, notices, reply.status == 409
+
+
+def decoded(document: Any, column: str = "") -> Any:
+    """A job's or a month's document as the API carried it, each value back as the type its
+    registered column holds (exact decimals and instants from text): it prints as the head's."""
+    if isinstance(document, dict):
+        return {k: decoded(v, k) for k, v in document.items()}
+    if isinstance(document, list):
+        return [decoded(v, column) for v in document]
+    return decode_value(column, document)
 
 
 def _notice_order(header: str) -> int:

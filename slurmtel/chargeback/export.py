@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 
 from sqlalchemy import Engine
 
 from slurmtel.access import Scope
 from slurmtel.chargeback.closing import build_statement, close_month, closed_statement
+from slurmtel.chargeback.model import Statement
 from slurmtel.chargeback.pricing import check_month, rate_notices
-from slurmtel.chargeback.render import render_csv, render_json
+from slurmtel.chargeback.render import render_csv, render_json, statement_of_closed
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError
 from slurmtel.rows import ClosedStatement
@@ -35,12 +35,15 @@ class ExportedStatement:
     refused: bool = False
 
 
-def unpriced_notice(unpriced_gpu_hours: str) -> str | None:
-    if Decimal(unpriced_gpu_hours or "0") == 0:
+def unpriced_notice(statement: Statement) -> str | None:
+    """The warning beside a statement with lines no rate prices (they are listed, not free)."""
+    units = [u for u in statement.totals.by_unit if u.unpriced_line_count]
+    if not units:
         return None
+    what = ", ".join(f"{u.unpriced_quantity} {u.billed_unit}" for u in units)
     return (
-        f"warning: {unpriced_gpu_hours} GPU-hours match no [[chargeback.rates]] entry: "
-        "they are listed unpriced (priced=false), not charged"
+        f"warning: {sum(u.unpriced_line_count for u in units)} line(s) ({what}) match no "
+        "[[chargeback.rates]] entry: they are listed unpriced (priced=false), not charged"
     )
 
 
@@ -91,7 +94,7 @@ def export_statement(
         stored = close_month(engine, config, month, now, closed_by=closed_by)
         notices.append(f"closed {month} at {stored.closed_at.isoformat()}")
     if stored is not None:
-        unpriced = unpriced_notice(str(stored.totals.get("unpriced_gpu_hours", "0")))
+        unpriced = unpriced_notice(statement_of_closed(stored))
         notices.extend([unpriced] if unpriced else [])
         digest = stored.csv_sha256 if fmt == "csv" else stored.json_sha256
         notices.append(
@@ -100,7 +103,7 @@ def export_statement(
         return ExportedStatement(stored.csv if fmt == "csv" else stored.json, tuple(notices))
     with engine.connect() as conn:
         statement = build_statement(conn, config, month, now, scope)
-    unpriced = unpriced_notice(str(statement.totals.unpriced_gpu_hours))
+    unpriced = unpriced_notice(statement)
     notices.extend([unpriced] if unpriced else [])
     return ExportedStatement(
         render_csv(statement) if fmt == "csv" else render_json(statement), tuple(notices)

@@ -85,6 +85,7 @@ def budget_rows(
 ) -> list[BudgetRow]:
     """The rows of BUDGETS at AT, usage limited to SCOPE."""
     from slurmtel.budget import budget_row, committed_figures, month_slices, period_of, used_figures
+    from slurmtel.chargeback import priced_tres
     from slurmtel.parsers.sacctmgr import with_sub_accounts
     from slurmtel.store.budget import running_attempts, usage_by_month
 
@@ -98,7 +99,10 @@ def budget_rows(
     for kind in sorted({b.period for b in budgets}):
         period = period_of(kind, at, zone)
         slices = month_slices(period, at, zone)
-        by_kind[kind] = (period, usage_by_month(conn, slices, now=at, scope=usage_scope, billing=billing))
+        by_kind[kind] = (
+            period,
+            usage_by_month(conn, slices, now=at, scope=usage_scope, tres=priced_tres(chargeback)),
+        )
     rows = []
     for budget in budgets:
         covered = with_sub_accounts({budget.account}, parents) if parents is not None else {budget.account}

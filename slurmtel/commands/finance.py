@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
 
     from slurmtel.chargeback import ClosedStatement, Statement
 
-FORMATS = ("csv", "json", "table", "parquet")
+FORMATS = ("csv", "json", "table", "parquet", "focus", "focus-parquet")
 
 
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
@@ -40,7 +39,8 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         "--format",
         choices=FORMATS,
         default="csv",
-        help="output format (default csv; parquet needs pyarrow and --output)",
+        help="output format (default csv; parquet needs pyarrow and --output); focus: the lines as FOCUS "
+        "1.2 cost and usage rows, CSV (focus) or Parquet (focus-parquet, needs --output)",
     )
     add_wide_argument(chargeback)
     action = chargeback.add_mutually_exclusive_group()
@@ -64,11 +64,33 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
     action.add_argument(
         "--completed-jobs", action="store_true", help="cost per completed job per account of --month"
     )
-    chargeback.add_argument("--reason", default="", help="why a month is voided (with --void)")
+    action.add_argument(
+        "--totals",
+        action="store_true",
+        help="the statement's totals, one row per billed unit (the statement itself holds only lines)",
+    )
+    action.add_argument(
+        "--verify",
+        metavar="FILE",
+        type=Path,
+        help="check a statement file (CSV or JSON, format 2) against its own statement_sha256",
+    )
+    chargeback.add_argument(
+        "--force",
+        action="store_true",
+        help="with --close: close a month without usage, or earlier than the latest closed one (audited)",
+    )
+    chargeback.add_argument(
+        "--reason", default="", help="why a month is voided (with --void) or force-closed (with --force)"
+    )
     chargeback.add_argument(
         "--by",
         choices=ROLLUP_LEVELS,
-        help="roll the lines up the Slurm account tree with subtotals: account, parent or top-level account",
+        help="subtotals per billed unit and account, parent or top-level account of the Slurm account "
+        "tree, or per PI, cost centre or GL code",
+    )
+    chargeback.add_argument(
+        "--pi", metavar="NAME", help="the statement of one PI: the lines of their accounts and sub-accounts"
     )
     chargeback.add_argument("--output", type=Path, metavar="FILE", help="write to FILE instead of stdout")
     # a --month through slurmtel serve on a login node (api.url); the rest refuse there
@@ -81,6 +103,8 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
         DIFF_COLUMNS,
         LINE_COLUMNS,
         ROLLUP_COLUMNS,
+        TOTALS_COLUMNS,
+        TREE_LEVELS,
         ChargebackError,
         build_statement,
         check_month,
@@ -88,16 +112,27 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
         closed_statement,
         completed_record,
         diff_closed_month,
+        for_pi,
+        line_records,
         render_csv,
         render_json,
         rollup_records,
         statement_of_closed,
-        statement_records,
+        statement_sha256,
+        totals_records,
     )
     from slurmtel.reports.parquet import write_parquet
 
-    if args.format == "parquet" and args.output is None:
-        raise ConfigError("--format parquet writes a file: give --output FILE")
+    if args.verify is not None:
+        return _verify(args.verify)
+    if args.format in ("parquet", "focus-parquet") and args.output is None:
+        raise ConfigError(f"--format {args.format} writes a file: give --output FILE")
+    if args.format.startswith("focus") and (args.totals or args.by or args.completed_jobs or args.diff):
+        raise ConfigError(
+            "--format focus writes a month's lines: not with --totals, --by, --completed-jobs, --diff"
+        )
+    if args.force and not args.close:
+        raise ConfigError("--force goes with --close")
     if config.api.url:
         return _through_api(args, config)
     if args.void:
@@ -105,7 +140,7 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
     if args.list or args.audit:
         return _listing(args, config)
     if not args.month:
-        raise ConfigError("--month YYYY-MM is required (or --list, --audit, --void YYYY-MM)")
+        raise ConfigError("--month YYYY-MM is required (or --list, --audit, --void YYYY-MM, --verify FILE)")
     try:
         month = check_month(args.month)
     except ChargebackError as exc:
@@ -135,35 +170,86 @@ def cmd_chargeback(args: argparse.Namespace, config: Config) -> int:
 
             print(f"slurmtel: {already_closed_notice(stored)}", file=sys.stderr)
             return EXIT_ERROR
-        stored = close_month(ctx.engine, config, month, now, closed_by=identity.user)
-        print(f"slurmtel: closed {month} at {stored.closed_at.isoformat()}", file=sys.stderr)
-    if stored is not None and not args.by and not args.completed_jobs and args.format != "parquet":
-        _warn_unpriced(str(stored.totals.get("unpriced_gpu_hours", "0")))
-        _emit_closed(stored, args)
-        return EXIT_OK
+        stored = close_month(
+            ctx.engine, config, month, now, closed_by=identity.user, force=args.force, reason=args.reason
+        )
+        print(
+            f"slurmtel: closed {month} at {stored.closed_at.isoformat()} as statement "
+            f"{stored.statement_number}",
+            file=sys.stderr,
+        )
     if stored is not None:
         statement = statement_of_closed(stored)
     else:
         with ctx.engine.connect() as conn:
             statement = build_statement(conn, config, month, now, scope)
-    _warn_unpriced(str(statement.totals.unpriced_gpu_hours))
+    if args.pi is not None:
+        statement = for_pi(statement, args.pi)
+        if not statement.lines:
+            print(f"slurmtel: note: no line of {month} belongs to PI '{args.pi}'", file=sys.stderr)
+    _warn_unpriced(statement)
     if args.completed_jobs:
         records = [completed_record(month, statement.currency, c) for c in statement.completed_jobs]
         _emit_records(records, COMPLETED_COLUMNS, args, f"Cost per completed job, {month}")
         return EXIT_OK
-    if args.by:
-        if not config.access.sacctmgr_command:
-            raise ConfigError("--by needs the Slurm account tree: access.sacctmgr_command is empty")
-        parents = common.account_tree(config)
-        records = rollup_records(statement, args.by, parents)
-        _emit_records(records, ROLLUP_COLUMNS, args, f"Chargeback {month} by {args.by}, {statement.currency}")
+    if args.totals:
+        _emit_records(
+            totals_records(statement),
+            TOTALS_COLUMNS,
+            args,
+            f"Chargeback {month} totals, {statement.currency}",
+        )
         return EXIT_OK
-    if args.format == "table":
+    if args.by:
+        parents: dict[str, frozenset[str]] = {}
+        if args.by in TREE_LEVELS:
+            if not config.access.sacctmgr_command:
+                raise ConfigError(
+                    f"--by {args.by} needs the Slurm account tree: access.sacctmgr_command is empty"
+                )
+            parents = common.account_tree(config)
+        records = rollup_records(statement, args.by, parents)
+        _emit_records(
+            records, ROLLUP_COLUMNS, args, f"Chargeback {month} subtotals by {args.by}, {statement.currency}"
+        )
+        return EXIT_OK
+    if args.format.startswith("focus"):
+        from slurmtel.chargeback.focus import focus_records, render_focus_csv, write_focus_parquet
+
+        records = focus_records(statement, config.chargeback.provider_name)
+        if args.format == "focus":
+            _write(args.output, render_focus_csv(records))
+        else:
+            write_focus_parquet(records, args.output, statement.currency)
+    elif args.format == "table":
         _write_table(args.output, lambda out: _table(statement, out))
     elif args.format == "parquet":
-        write_parquet(statement_records(statement), LINE_COLUMNS, args.output, statement.currency)
+        write_parquet(
+            line_records(statement, statement_sha256(statement)),
+            LINE_COLUMNS,
+            args.output,
+            statement.currency,
+        )
+    elif stored is not None and args.pi is None:
+        _emit_closed(stored, args)
     else:
         _write(args.output, render_csv(statement) if args.format == "csv" else render_json(statement))
+    return EXIT_OK
+
+
+def _verify(path: Path) -> int:
+    from slurmtel.chargeback import ChargebackError, verify_statement_file
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"--verify: cannot read {path}: {exc.strerror}") from None
+    try:
+        checksum = verify_statement_file(data)
+    except ChargebackError as exc:
+        print(f"slurmtel: {path}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"slurmtel: {path}: the lines match their statement_sha256 {checksum}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -172,7 +258,9 @@ def _through_api(args: argparse.Namespace, config: Config) -> int:
     with --close; the server decides who may (finance, admins)."""
     from slurmtel.api.client import ApiClient, say
 
-    other = args.list or args.audit or args.void or args.diff or args.completed_jobs or args.by
+    other = args.list or args.audit or args.void or args.diff or args.completed_jobs or args.by or args.totals
+    if args.force:
+        raise ConfigError("--force closes a month on the head node only (it is audited there)")
     if other or args.format not in ("csv", "json"):
         raise ConfigError(
             "through the read API (api.url) chargeback exports a --month as csv or json and closes it "
@@ -232,7 +320,7 @@ def _listing(args: argparse.Namespace, config: Config) -> int:
     ctx = open_context(config)
     with ctx.engine.connect() as conn:
         if args.audit:
-            rows = [asdict(entry) for entry in audit_entries(conn)]
+            rows = [{"action_at": e.at, **asdict(e)} for e in audit_entries(conn)]
             columns: Sequence[str] = AUDIT_COLUMNS
             title = "Chargeback audit"
         else:
@@ -243,11 +331,12 @@ def _listing(args: argparse.Namespace, config: Config) -> int:
 
 
 LISTING_COLUMNS = (
+    "statement_number",
     "month",
     "status",
+    "format_version",
     "closed_at",
     "closed_by",
-    "gpu_hours",
     "billable_amount",
     "currency",
     "csv_sha256",
@@ -256,7 +345,7 @@ LISTING_COLUMNS = (
     "voided_by",
     "reason",
 )
-AUDIT_COLUMNS = ("at", "actor", "action", "month", "csv_sha256", "reason")
+AUDIT_COLUMNS = ("action_at", "actor", "action", "month", "csv_sha256", "reason")
 
 
 def _emit_records(
@@ -278,9 +367,6 @@ def _emit_records(
 
 
 def _emit_closed(stored: ClosedStatement, args: argparse.Namespace) -> None:
-    if args.format == "table":
-        _write_table(args.output, lambda out: _closed_table(stored, out))
-        return
     data = stored.csv if args.format == "csv" else stored.json
     digest = stored.csv_sha256 if args.format == "csv" else stored.json_sha256
     print(
@@ -292,10 +378,10 @@ def _emit_closed(stored: ClosedStatement, args: argparse.Namespace) -> None:
     _write(args.output, data)
 
 
-def _warn_unpriced(unpriced_gpu_hours: str) -> None:
+def _warn_unpriced(statement: Statement) -> None:
     from slurmtel.chargeback.export import unpriced_notice
 
-    notice = unpriced_notice(unpriced_gpu_hours)
+    notice = unpriced_notice(statement)
     if notice:
         print(f"slurmtel: {notice}", file=sys.stderr)
 
@@ -319,15 +405,36 @@ def _write_table(output: Path | None, write: Callable[[TextIO], None]) -> None:
 
 
 def _table(statement: Statement, out: TextIO) -> None:
-    from slurmtel.chargeback import COMPLETED_COLUMNS, LINE_COLUMNS, completed_record, statement_records
+    from slurmtel.chargeback import (
+        COMPLETED_COLUMNS,
+        LINE_COLUMNS,
+        STATEMENT_HEADER_COLUMNS,
+        TOTALS_COLUMNS,
+        completed_record,
+        line_records,
+        totals_records,
+    )
 
-    status = "closed" if statement.status == "closed" else "open (not closed yet)"
+    if statement.status == "closed":
+        status = f"statement {statement.statement_number} of {statement.statement_date}, closed"
+    else:
+        status = "open (not closed yet)"
+    # the header columns are the same on every row: in the title instead
+    title = f"Chargeback {statement.month}, {status}, {statement.currency}"
     render(
-        statement_records(statement),
+        line_records(statement),
         out,
         "table",
-        columns=LINE_COLUMNS,
-        title=f"Chargeback {statement.month}, {status}, {statement.currency}",
+        columns=[c for c in LINE_COLUMNS if c not in STATEMENT_HEADER_COLUMNS],
+        title=title,
+    )
+    out.write("\n")
+    render(
+        totals_records(statement),
+        out,
+        "table",
+        columns=[c for c in TOTALS_COLUMNS if c not in STATEMENT_HEADER_COLUMNS],
+        title="Totals per billed unit",
     )
     out.write("\n")
     render(
@@ -336,21 +443,4 @@ def _table(statement: Statement, out: TextIO) -> None:
         "table",
         columns=COMPLETED_COLUMNS,
         title="Cost per completed job",
-    )
-
-
-def _closed_table(stored: ClosedStatement, out: TextIO) -> None:
-    from slurmtel.chargeback import COMPLETED_COLUMNS, LINE_COLUMNS
-
-    document = json.loads(stored.json)
-    render(
-        [*document["lines"], document["totals"]],
-        out,
-        "table",
-        columns=LINE_COLUMNS,
-        title=f"Chargeback {stored.month}, closed {stored.closed_at.isoformat()}, {document['currency']}",
-    )
-    out.write("\n")
-    render(
-        document["completed_jobs"], out, "table", columns=COMPLETED_COLUMNS, title="Cost per completed job"
     )

@@ -86,7 +86,9 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
     else:
         identity = common.current_identity(config)  # looked up at call time (tests replace it)
         with open_reader(config) as (conn, now):
-            query = job_query(identity, args.jobid, clusters=clusters, now=now, zone=config.zone)
+            query = job_query(
+                identity, args.jobid, clusters=clusters, now=now, zone=config.zone, pricing=config.chargeback
+            )
             reports = job_document(conn, query)
             plot = job_plot(conn, query, fmt) if fmt and reports else None
     if not reports:
@@ -125,6 +127,7 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
         zone=config.zone,
         jobs=args.jobs,
         top=args.top,
+        pricing=config.chargeback,
     )
     with open_reader(config) as (conn, _):
         if args.user:

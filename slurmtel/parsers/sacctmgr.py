@@ -53,6 +53,30 @@ def parse_account_parents(raw: str) -> dict[str, frozenset[str]]:
     return {account: frozenset(p) for account, p in parents.items()}
 
 
+def parse_account_fields(raw: str) -> dict[str, tuple[str, str]]:
+    """account -> (Organization, Description) from the account rows of `sacctmgr -P show account
+    withassoc` (the first row of an account: they repeat per association)."""
+    lines = raw.splitlines()
+    if not lines:
+        return {}
+    header = lines[0].split("|")
+    try:
+        account_at, org_at, descr_at = (header.index(name) for name in ("Account", "Org", "Descr"))
+    except ValueError:
+        raise ParseError(
+            f"sacctmgr show account withassoc: no Account, Org and Descr columns in {lines[0]!r}"
+        ) from None
+    fields: dict[str, tuple[str, str]] = {}
+    for line in lines[1:]:
+        parts = line.split("|")
+        if len(parts) < len(header):
+            continue
+        account = parts[account_at].strip()
+        if account:
+            fields.setdefault(account, (parts[org_at].strip(), parts[descr_at].strip()))
+    return fields
+
+
 def with_sub_accounts(accounts: Iterable[str], parents: dict[str, frozenset[str]]) -> frozenset[str]:
     """ACCOUNTS and every account below them in the tree (a coordinator's reach in Slurm)."""
     children: dict[str, set[str]] = {}

@@ -14,10 +14,12 @@ store/usage.py). Who may run which (slurmtel.access decides; deny by default):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from slurmtel.access import Action
+from slurmtel.errors import ConfigError
 from slurmtel.filters import OUTCOME_CLASSES
 from slurmtel.reports.spec import (
     Parameter,
@@ -130,10 +132,78 @@ USAGE_TABLE_COLUMNS = (
 )
 
 
+# `report usage --tres LIST`: allocated TRES-seconds of every TRES Slurm accounts, per month
+# (DESIGN §4 TRES usage; equal to sreport -T ALL -t seconds per account and user)
+TRES_SUFFIX = "+tres"
+TRES_ROWS = {
+    g + TRES_SUFFIX: row_type(
+        f"TresUsageBy{g.title()}Row", ("cluster", "month", g, "tres", "allocated_tres_seconds")
+    )
+    for g in USAGE_GROUPS
+}
+
+
+def tres_list(q: ReportQuery) -> tuple[str, ...] | None:
+    """--tres as TRES names (() for all), None when not asked; ConfigError for a bad name."""
+    text = q.option("tres").strip()
+    if not text:
+        return None
+    if text == "all":
+        return ()
+    names = tuple(sorted({name.strip() for name in text.split(",") if name.strip()}))
+    for name in names:
+        if not re.fullmatch(r"[a-z]+(/[A-Za-z0-9_.:-]+)?", name):
+            raise ConfigError(f"--tres: '{name}' is not a TRES name (cpu, mem, node, billing, gres/gpu, ...)")
+        if name == "energy":
+            raise ConfigError(
+                "--tres energy: energy is consumed, not allocated: it has no TRES-seconds "
+                "(a job's energy is in `slurmtel job`)"
+            )
+    return names
+
+
+def _usage_rows_key(q: ReportQuery) -> str:
+    return q.option("by") + (TRES_SUFFIX if tres_list(q) is not None else "")
+
+
+def _usage_title(q: ReportQuery, rows: Sequence[Any]) -> str:
+    if tres_list(q) is not None:
+        return (
+            f"TRES usage (allocated TRES-seconds) by {q.option('by')} and month{whose(q)}, {q.window_text()}"
+        )
+    return f"GPU usage by {q.option('by')}{whose(q)}, {q.window_text()}"
+
+
+def _usage_keys(q: ReportQuery) -> tuple[str, ...]:
+    if tres_list(q) is not None:
+        return (q.option("by"), "tres", "allocated_tres_seconds", "month")
+    return (q.option("by"), *USAGE_KEY_FIGURES)
+
+
+def _usage_table(q: ReportQuery) -> tuple[str, ...]:
+    if tres_list(q) is not None:
+        return ("cluster", "month", q.option("by"), "tres", "allocated_tres_seconds")
+    return ("cluster", q.option("by"), *USAGE_TABLE_COLUMNS)
+
+
 def _run_usage(conn: Connection, q: ReportQuery) -> StoreSections:
-    from slurmtel.store.usage import usage_report
+    from slurmtel.store.usage import tres_usage_report, usage_report
 
     by = q.option("by")
+    tres = tres_list(q)
+    if tres is not None:
+        rows = tres_usage_report(
+            conn,
+            start=q.start,
+            end=q.end,
+            now=q.now,
+            by=by,
+            scope=q.scope,
+            zone=q.zone,
+            tres=tres,
+            job_filter=q.job_filter,
+        )
+        return {"usage": rows}
     rows = usage_report(
         conn, start=q.start, end=q.end, now=q.now, by=by, scope=q.scope, job_filter=q.job_filter
     )
@@ -142,16 +212,25 @@ def _run_usage(conn: Connection, q: ReportQuery) -> StoreSections:
 
 USAGE = ReportSpec(
     name="usage",
-    help="GPU-hours, outcomes and queue wait by account, user or partition",
+    help="GPU-hours, outcomes and queue wait by account, user or partition (--tres: every TRES)",
     action=Action.VIEW_AGGREGATES,
-    parameters=(Parameter("by", str, "account", "group rows by", choices=USAGE_GROUPS),),
+    parameters=(
+        Parameter("by", str, "account", "group rows by", choices=USAGE_GROUPS),
+        Parameter(
+            "tres",
+            str,
+            "",
+            "instead: allocated TRES-seconds per month of these TRES (cpu,mem,node,billing,gres/gpu,...) "
+            "or 'all'",
+        ),
+    ),
     sections=(
         Section(
             "usage",
-            row=RowsBy("by", USAGE_ROWS),
-            title=lambda q, rows: f"GPU usage by {q.option('by')}{whose(q)}, {q.window_text()}",
-            table_columns=lambda q: ("cluster", q.option("by"), *USAGE_TABLE_COLUMNS),
-            key_columns=lambda q: (q.option("by"), *USAGE_KEY_FIGURES),
+            row=RowsBy("by", {**USAGE_ROWS, **TRES_ROWS}, key=_usage_rows_key),
+            title=_usage_title,
+            table_columns=_usage_table,
+            key_columns=_usage_keys,
         ),
     ),
     run=_run_usage,

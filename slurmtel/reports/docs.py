@@ -24,7 +24,8 @@ BLOCK = re.compile(r"<!-- columns: (?P<name>[^>]+?) -->\n.*?<!-- /columns -->", 
 
 def outputs() -> dict[str, list[tuple[str, tuple[str, ...]]]]:
     """Output name (as the docs name it) -> its sections, each (section, columns)."""
-    from slurmtel.commands import operations
+    from slurmtel import chargeback
+    from slurmtel.commands import finance, operations
     from slurmtel.commands.view_catalog import VIEWS
     from slurmtel.reports import researcher
     from slurmtel.reports.catalog import REPORTS
@@ -59,6 +60,15 @@ def outputs() -> dict[str, list[tuple[str, tuple[str, ...]]]]:
         ("top_jobs", researcher.TOP_COLUMNS),
     ]
     found["me --jobs"] = [("", researcher.ME_JOBS_COLUMNS)]
+    found["chargeback"] = [
+        ("the statement's lines", chargeback.LINE_COLUMNS),
+        ("--totals", chargeback.TOTALS_COLUMNS),
+        ("--by", chargeback.ROLLUP_COLUMNS),
+        ("--completed-jobs", chargeback.COMPLETED_COLUMNS),
+        ("--diff", chargeback.DIFF_COLUMNS),
+        ("--list", finance.LISTING_COLUMNS),
+        ("--audit", finance.AUDIT_COLUMNS),
+    ]
     found["runs"] = [("", operations.RUNS_COLUMNS)]
     found["quarantine list"] = [("", operations.QUARANTINE_COLUMNS)]
     return found
@@ -78,7 +88,7 @@ def table(sections: Sequence[tuple[str, tuple[str, ...]]]) -> str:
     for names, columns in groups:
         labelled = [n for n in names if n]
         if labelled:
-            label = ", ".join(n if n.startswith("--") else f"`{n}`" for n in labelled)
+            label = ", ".join(f"`{n}`" if re.fullmatch(r"\w+", n) else n for n in labelled)
             lines.append(("Sections " if len(labelled) > 1 else "") + label + ":")
             lines.append("")
         lines.append("| column | unit | table | meaning |")

@@ -17,9 +17,11 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TextIO
 
 from slurmtel.access import Action, Identity, Scope, allowed
+from slurmtel.config import ChargebackConfig
 from slurmtel.errors import AccessDenied, ConfigError
 from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise, duration_text
 from slurmtel.reports.render import escape_controls, render
@@ -41,6 +43,8 @@ class JobQuery:
     now: datetime
     zone: tzinfo
     scope: Scope
+    # price per kWh and grid carbon intensity ([chargeback]): the GPUs' energy as money and CO2e
+    pricing: ChargebackConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class MeQuery:
     scope: Scope
     jobs: bool
     top: int
+    # price per kWh and grid carbon intensity ([chargeback]): the GPUs' energy as money and CO2e
+    pricing: ChargebackConfig | None = None
 
 
 def _scope(identity: Identity, action: Action) -> Scope:
@@ -68,10 +74,16 @@ def _scope(identity: Identity, action: Action) -> Scope:
 
 
 def job_query(
-    identity: Identity, jobid: str, *, clusters: Sequence[str], now: datetime, zone: tzinfo
+    identity: Identity,
+    jobid: str,
+    *,
+    clusters: Sequence[str],
+    now: datetime,
+    zone: tzinfo,
+    pricing: ChargebackConfig | None = None,
 ) -> JobQuery:
     """What IDENTITY may ask of JOBID (AccessDenied without the job-detail right)."""
-    return JobQuery(jobid, tuple(clusters), now, zone, _scope(identity, Action.VIEW_JOBS))
+    return JobQuery(jobid, tuple(clusters), now, zone, _scope(identity, Action.VIEW_JOBS), pricing)
 
 
 def me_query(
@@ -83,6 +95,7 @@ def me_query(
     zone: tzinfo,
     jobs: bool,
     top: int,
+    pricing: ChargebackConfig | None = None,
 ) -> MeQuery:
     """IDENTITY's month, or USER's (admins; coordinators, whose scope then limits the rows):
     AccessDenied for another user's month otherwise, ConfigError for a bad month or top."""
@@ -97,7 +110,7 @@ def me_query(
         start, end = month_bounds(month, zone)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    return MeQuery(who, month, start, end, now, zone, scope, jobs, top)
+    return MeQuery(who, month, start, end, now, zone, scope, jobs, top, pricing)
 
 
 GIB = 2**30
@@ -171,6 +184,10 @@ JOB_COLUMNS = (
     "usage_steps",
     "time_limit_seconds",
     "time_limit_used_share",
+    "gpu_energy_joules",
+    "gpu_energy_amount",
+    "gpu_co2e_kilograms",
+    "currency",
 )
 # one GPU of `slurmtel job`
 GPU_COLUMNS = (
@@ -204,6 +221,8 @@ GPU_TABLE_COLUMNS = (
 )
 # what a narrow GPU table of `slurmtel job` keeps
 GPU_KEY_COLUMNS = ("gpu", "mean_util_share", "idle_share", "memory_used_max_bytes", "power_mean_watts")
+# the GPUs' energy, its price and CO2e, where measured (and priced): a job's and a month's
+ME_ENERGY_COLUMNS = ("gpu_energy_joules", "gpu_energy_amount", "gpu_co2e_kilograms", "currency")
 # the figures of `me`'s summary (user and month are its heading)
 ME_SUMMARY_COLUMNS = (
     "jobs",
@@ -235,6 +254,12 @@ def _share(numerator: float, denominator: float | None) -> float | None:
     return round(numerator / denominator, 4) if denominator else None
 
 
+def energy_text(joules: float) -> str:
+    """Energy as a person reads it: kWh from 1 kWh on, else Wh."""
+    wh = joules / 3600
+    return f"{wh / 1000:.2f} kWh" if wh >= 1000 else f"{wh:.1f} Wh"
+
+
 def _percent_share(percent: float | None) -> float | None:
     """A figure the store keeps in percent as the registered fraction."""
     return None if percent is None else round(percent / 100, 4)
@@ -261,12 +286,44 @@ def gpu_row(g: GpuFigures) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class GpuEnergy:
+    """Measured GPU energy alone (a month's, for `me`)."""
+
+    energy_joules: float | None
+
+
+def gpu_energy_figures(
+    gpus: Sequence[GpuFigures | GpuEnergy], pricing: ChargebackConfig | None
+) -> dict[str, Any]:
+    """The GPUs' measured energy (NVML/DCGM), and with chargeback.price_per_kwh and
+    chargeback.carbon_grams_per_kwh its price and kg CO2e (each rounded once)."""
+    from slurmtel.chargeback import co2e_of, quantity
+    from slurmtel.chargeback.pricing import amount_of
+
+    measured = [g.energy_joules for g in gpus if g.energy_joules is not None]
+    joules = Decimal(str(round(sum(measured), 1))) if measured else None
+    amount = co2e = None
+    if joules is not None and pricing is not None:
+        kwh = quantity("energy", joules)
+        if pricing.price_per_kwh.strip():
+            amount = amount_of(Decimal(pricing.price_per_kwh), kwh, pricing.currency)
+        co2e = co2e_of(kwh, pricing)
+    return {
+        "gpu_energy_joules": joules,
+        "gpu_energy_amount": amount,
+        "gpu_co2e_kilograms": co2e,
+        "currency": pricing.currency if amount is not None and pricing is not None else None,
+    }
+
+
 def attempt_report(
     attempt: AttemptView,
     gpus: Sequence[GpuFigures],
     now: datetime,
     zone: tzinfo,
     host: AttemptEfficiency | None = None,
+    pricing: ChargebackConfig | None = None,
 ) -> dict[str, Any]:
     """One attempt's header, host-side usage (HOST: CPU efficiency, peak memory, time limit),
     per-GPU figures and advice."""
@@ -307,6 +364,7 @@ def attempt_report(
         "usage_steps": host.usage_steps if host else None,
         "time_limit_seconds": attempt.time_limit_seconds,
         "time_limit_used_share": _share(elapsed, attempt.time_limit_seconds) if elapsed is not None else None,
+        **gpu_energy_figures(gpus, pricing),
         "gpu_figures": [gpu_row(g) for g in gpus],
         "advice": advise(
             JobFacts(
@@ -366,6 +424,18 @@ def host_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [("CPUs", cpu), ("host memory", memory), ("time limit", time)]
 
 
+def energy_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The GPUs' energy line of a job's text, with its price and CO2e when configured."""
+    if r.get("gpu_energy_joules") is None:
+        return []
+    parts = [energy_text(float(r["gpu_energy_joules"]))]
+    if r.get("gpu_energy_amount") is not None:
+        parts.append(f"{r['gpu_energy_amount']} {r['currency']}")
+    if r.get("gpu_co2e_kilograms") is not None:
+        parts.append(f"{r['gpu_co2e_kilograms']} kg CO2e")
+    return [("GPU energy", ", ".join(parts) + (" so far" if r["end_at"] is None else ""))]
+
+
 def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzinfo) -> None:
     for i, r in enumerate(reports):
         if i:
@@ -385,6 +455,7 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
             ("nodes", ",".join(r["nodes"])),
             ("queue wait", _duration(r["queue_wait_seconds"])),
             *(host_lines(r) if r["start_at"] else []),
+            *energy_lines(r),
         ]
         for label, value in header:
             out.write(escape_controls(f"  {label:<11} {value}".rstrip()) + "\n")
@@ -395,12 +466,6 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
             out.write("\nAdvice:\n")
             for line in r["advice"]:
                 out.write(f"  * {escape_controls(line)}\n")
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
 def job_document(conn: Connection, q: JobQuery) -> list[dict[str, Any]]:
@@ -415,7 +480,7 @@ def job_document(conn: Connection, q: JobQuery) -> list[dict[str, Any]]:
     keys = [a.key for a in attempts]
     figures = gpu_figures(conn, keys, now=q.now)
     host = attempts_efficiency(conn, keys, now=q.now)
-    return [attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key)) for a in attempts]
+    return [attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key), q.pricing) for a in attempts]
 
 
 def job_plot(conn: Connection, q: JobQuery, fmt: str) -> tuple[bytes, bool] | None:
@@ -446,7 +511,7 @@ def job_plot(conn: Connection, q: JobQuery, fmt: str) -> tuple[bytes, bool] | No
 
 def write_job(reports: Sequence[Mapping[str, Any]], out: TextIO, fmt: str, zone: tzinfo) -> None:
     if fmt == "json":
-        json.dump(reports, out, indent=2, default=_json_default)
+        json.dump(jsonable(reports), out, indent=2)
         out.write("\n")
     else:
         write_job_text(reports, out, zone)
@@ -478,13 +543,35 @@ def _seconds(value: Any) -> float:
     return round(float(value or 0), 3)
 
 
+def jsonable(document: Any, column: str = "") -> Any:
+    """DOCUMENT (a job's attempts, a month) as its JSON carries it, as every report's does:
+    money an exact string, other exact decimals numbers (slurmtel.columns), instants ISO 8601."""
+    from slurmtel.columns import COLUMNS, Kind
+
+    if isinstance(document, Mapping):
+        return {k: jsonable(v, k) for k, v in document.items()}
+    if isinstance(document, list | tuple):
+        return [jsonable(v, column) for v in document]
+    if isinstance(document, Decimal):
+        col = COLUMNS.get(column)
+        return str(document) if col is None or col.kind is Kind.MONEY else float(document)
+    if isinstance(document, datetime):
+        return document.isoformat()
+    return document
+
+
 def _util_share(util_weighted: Any, covered: float) -> float | None:
     # util_weighted is Σ covered seconds × utilisation in percent
     return round(float(util_weighted or 0) / covered / 100, 4) if covered > 0 else None
 
 
-def me_summary(user: str, month: str, usage: Mapping[str, Any]) -> dict[str, Any]:
+def me_summary(
+    user: str, month: str, usage: Mapping[str, Any], pricing: ChargebackConfig | None = None
+) -> dict[str, Any]:
     covered = float(usage["t_covered"])
+    energy = usage.get("t_energy")
+    measured = [] if energy is None else [GpuEnergy(float(energy))]
+    figures = gpu_energy_figures(measured, pricing)
     return {
         "user": user,
         "month": month,
@@ -497,6 +584,8 @@ def me_summary(user: str, month: str, usage: Mapping[str, Any]) -> dict[str, Any
         "idle_gpu_seconds": _seconds(usage["t_idle"]),
         "idle_share": _share(float(usage["t_idle"]), covered),
         "mean_util_share": _util_share(usage["t_util_weighted"], covered),
+        # the GPUs' measured energy, with its price and CO2e when configured
+        **figures,
     }
 
 
@@ -562,7 +651,7 @@ def me_document(conn: Connection, q: MeQuery) -> dict[str, Any]:
         document["jobs"] = [me_job_row(r, zone) for r in user_attempts(conn, **window)]
         return document
     usage = month_summary(conn, **window)
-    document["summary"] = me_summary(user, month, usage)
+    document["summary"] = me_summary(user, month, usage, q.pricing)
     document["top_jobs"] = [me_top_job(r) for r in top_jobs(conn, **window, limit=q.top)]
     return document
 
@@ -579,10 +668,15 @@ def write_me(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
         return
     summary, top = document["summary"], document["top_jobs"]
     if fmt == "json":
-        json.dump({**summary, "top_jobs": top}, out, indent=2)
+        json.dump(jsonable({**summary, "top_jobs": top}), out, indent=2)
         out.write("\n")
         return
-    rows = [{"figure": k, "value": summary[k]} for k in ME_SUMMARY_COLUMNS]
+    # the energy figures only where measured (and priced)
+    rows = [
+        {"figure": k, "value": summary.get(k)}
+        for k in (*ME_SUMMARY_COLUMNS, *ME_ENERGY_COLUMNS)
+        if k in ME_SUMMARY_COLUMNS or summary.get(k) is not None
+    ]
     render(rows, out, "table", columns=["figure", "value"], title=f"GPU use of {user} in {month}{so_far}")
     out.write("\n")
     title = f"Top {len(top)} jobs by GPU-hours in {month}" if top else f"No jobs in {month}"

@@ -161,6 +161,8 @@ class RowsBy:
 
     option: str
     types: Mapping[str, type]
+    # the key into TYPES when it is not the option's value alone (usage: --by and --tres)
+    key: Callable[[ReportQuery], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,10 @@ class Section:
     key_columns: tuple[str, ...] | Callable[[ReportQuery], tuple[str, ...]] = ()
 
     def row_type(self, query: ReportQuery) -> type:
-        return self.row if isinstance(self.row, type) else self.row.types[query.option(self.row.option)]
+        if isinstance(self.row, type):
+            return self.row
+        key = self.row.key(query) if self.row.key is not None else query.option(self.row.option)
+        return self.row.types[key]
 
     def row_types(self) -> tuple[type, ...]:
         """Every row type the section can have (the API's schema, the docs test)."""

@@ -6,6 +6,7 @@ GPU-hours equal the chargeback statement's for the same months. Every query take
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -18,11 +19,11 @@ from slurmtel.store.chargeback import usage_figures
 
 
 def usage_by_month(
-    conn: Connection, slices: list[MonthSlice], *, now: datetime, scope: Scope, billing: bool
+    conn: Connection, slices: list[MonthSlice], *, now: datetime, scope: Scope, tres: Sequence[str]
 ) -> dict[str, list[UsageFigure]]:
-    """YYYY-MM -> chargeback's usage figures of that month's slice (up to NOW)."""
+    """YYYY-MM -> chargeback's usage figures of TRES in that month's slice (up to NOW)."""
     return {
-        s.month: usage_figures(conn, start=s.start_at, end=s.end_at, now=now, scope=scope, billing=billing)
+        s.month: usage_figures(conn, start=s.start_at, end=s.end_at, now=now, scope=scope, tres=tres)
         for s in slices
     }
 

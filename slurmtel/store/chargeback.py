@@ -18,13 +18,76 @@ from sqlalchemy import Connection, text
 
 from slurmtel.access import EVERYTHING, Scope
 from slurmtel.filters import JobFilter
-from slurmtel.rows import ClosedStatement, UsageFigure, line_from_data, line_to_data
+from slurmtel.rows import ClosedStatement, LegacyUsageFigure, UsageFigure, line_from_data, line_to_data
 
 
 def usage_figures(
-    conn: Connection, *, start: datetime, end: datetime, now: datetime, scope: Scope, billing: bool
+    conn: Connection,
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    scope: Scope,
+    tres: Sequence[str] = ("gres/gpu",),
 ) -> list[UsageFigure]:
-    """Per (cluster, account, user, partition, GPU model): exact GPU- and billing-seconds in
+    """Per (cluster, account, user, partition, GPU model, TRES of TRES): Slurm's count of the
+    TRES x the exact seconds in [START, END) (AllocTRES; running attempts up to NOW), and
+    that of system_failure attempts. For energy (joules the attempt consumed, not a count):
+    its joules x the share of its run time inside [START, END).
+
+    gres/gpu is the attempt's allocated GPUs (the GPU-seconds of `report usage`), except
+    beside billing: with Slurm's billing TRES priced, GPU-seconds are counted only for attempts
+    without a billing TRES (their usage is listed, unpriced). Keys whose TRES-seconds are 0 are
+    left out."""
+    sql = """
+        WITH w AS (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)),
+        x AS (
+            SELECT w.cluster, w.account, w.user_name, w.partition,
+                   slurmtel_gpu_model(w.alloc_gpus, w.gpu_model) AS model, w.outcome, t.tres,
+                   CASE WHEN t.tres = 'gres/gpu' THEN
+                            CASE WHEN 'billing' = ANY(CAST(:tres AS text[]))
+                                      AND coalesce(CAST(w.alloc_tres ->> 'billing' AS numeric), 0) > 0
+                                 THEN 0 ELSE w.gpu_seconds END
+                        -- consumed joules of the whole attempt, the month's share by time
+                        WHEN t.tres = 'energy' THEN
+                            coalesce(CAST(w.alloc_tres ->> 'energy' AS numeric), 0)
+                            * slurmtel_window_gpu_seconds(1, w.start_at, w.end_at, :start, :end, :now)
+                            / coalesce(nullif(slurmtel_elapsed_seconds(w.start_at, w.end_at, :now), 0), 1)
+                        ELSE coalesce(CAST(w.alloc_tres ->> t.tres AS numeric), 0)
+                             * slurmtel_window_gpu_seconds(1, w.start_at, w.end_at, :start, :end, :now)
+                   END AS tres_seconds
+            FROM w CROSS JOIN unnest(CAST(:tres AS text[])) AS t(tres)
+        )
+        SELECT cluster, account, user_name, partition, model, tres,
+               sum(tres_seconds) AS tres_seconds,
+               coalesce(sum(tres_seconds) FILTER (WHERE outcome = 'system_failure'), 0) AS sf_seconds
+        FROM x
+        GROUP BY cluster, account, user_name, partition, model, tres
+        HAVING sum(tres_seconds) > 0
+    """
+    params: dict[str, Any] = {"start": start, "end": end, "now": now, "tres": list(tres)}
+    params.update(scope.sql_params())
+    params.update(JobFilter().sql_params())
+    return [
+        UsageFigure(
+            cluster=r.cluster,
+            account=r.account,
+            user=r.user_name,
+            partition=r.partition,
+            gpu_model=r.model,
+            tres=r.tres,
+            tres_seconds=Decimal(r.tres_seconds),
+            system_failure_tres_seconds=Decimal(r.sf_seconds),
+        )
+        for r in conn.execute(text(sql), params)
+    ]
+
+
+def usage_figures_format_1(
+    conn: Connection, *, start: datetime, end: datetime, now: datetime, scope: Scope, billing: bool
+) -> list[LegacyUsageFigure]:
+    """Statement format 1's usage (months closed before format 2 are re-priced with it): per
+    (cluster, account, user, partition, GPU model), exact GPU- and billing-seconds in
     [START, END), and those of system_failure attempts. GPU attempts only unless BILLING."""
     sql = """
         WITH w AS (SELECT * FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters)),
@@ -51,7 +114,7 @@ def usage_figures(
     params.update(scope.sql_params())
     params.update(JobFilter().sql_params())
     return [
-        UsageFigure(
+        LegacyUsageFigure(
             cluster=r.cluster,
             account=r.account,
             user=r.user_name,
@@ -136,7 +199,7 @@ def get_statements(conn: Connection, months: Sequence[str]) -> dict[str, ClosedS
         text(
             """
             SELECT month, closed_at, closed_by, csv, json, csv_sha256, json_sha256, lines, totals,
-                   completed_jobs, settings, month_start_at, month_end_at
+                   completed_jobs, settings, month_start_at, month_end_at, format_version, statement_number
             FROM chargeback_statement WHERE month = ANY(CAST(:months AS text[])) ORDER BY month
             """
         ),
@@ -157,9 +220,16 @@ def get_statements(conn: Connection, months: Sequence[str]) -> dict[str, ClosedS
             settings=r.settings,
             month_start_at=r.month_start_at,
             month_end_at=r.month_end_at,
+            format_version=r.format_version,
+            statement_number=r.statement_number,
         )
         for r in rows
     }
+
+
+def next_statement_number(conn: Connection) -> int:
+    """The next statement number (a sequence: numbers of rolled-back closes are skipped)."""
+    return int(conn.execute(text("SELECT nextval('chargeback_statement_number')")).scalar_one())
 
 
 def insert_statement(conn: Connection, statement: ClosedStatement, *, start: datetime, end: datetime) -> None:
@@ -167,10 +237,11 @@ def insert_statement(conn: Connection, statement: ClosedStatement, *, start: dat
         text(
             """
             INSERT INTO chargeback_statement (month, month_start_at, month_end_at, closed_at, closed_by,
-                currency, csv, json, csv_sha256, json_sha256, lines, totals, completed_jobs, settings)
+                currency, csv, json, csv_sha256, json_sha256, lines, totals, completed_jobs, settings,
+                format_version, statement_number)
             VALUES (:month, :start, :end, :closed_at, :closed_by, :currency, :csv, :json, :csv_sha256,
                 :json_sha256, CAST(:lines AS jsonb), CAST(:totals AS jsonb), CAST(:completed AS jsonb),
-                CAST(:settings AS jsonb))
+                CAST(:settings AS jsonb), :format_version, :statement_number)
             """
         ),
         {
@@ -188,6 +259,8 @@ def insert_statement(conn: Connection, statement: ClosedStatement, *, start: dat
             "totals": json.dumps(dict(statement.totals)),
             "completed": json.dumps([dict(c) for c in statement.completed_jobs]),
             "settings": json.dumps(dict(statement.settings)),
+            "format_version": statement.format_version,
+            "statement_number": statement.statement_number,
         },
     )
 
@@ -199,10 +272,10 @@ def move_to_voided(conn: Connection, month: str, *, voided_at: datetime, voided_
             """
             INSERT INTO chargeback_statement_voided (month, month_start_at, month_end_at, closed_at,
                 closed_by, currency, csv, json, csv_sha256, json_sha256, lines, totals, completed_jobs,
-                settings, voided_at, voided_by, reason)
+                settings, format_version, statement_number, voided_at, voided_by, reason)
             SELECT month, month_start_at, month_end_at, closed_at, closed_by, currency, csv, json,
-                   csv_sha256, json_sha256, lines, totals, completed_jobs, settings,
-                   :voided_at, :voided_by, :reason
+                   csv_sha256, json_sha256, lines, totals, completed_jobs, settings, format_version,
+                   statement_number, :voided_at, :voided_by, :reason
             FROM chargeback_statement WHERE month = :month
             """
         ),
@@ -236,15 +309,16 @@ def insert_audit(
 class StatementListing:
     """One row of `chargeback --list`: a closed or voided statement."""
 
+    statement_number: int | None
     month: str
     status: str  # closed | voided
+    format_version: int
     closed_at: datetime
     closed_by: str
+    billable_amount: Decimal
+    currency: str
     csv_sha256: str
     json_sha256: str
-    currency: str
-    gpu_hours: Decimal
-    billable_amount: Decimal
     voided_at: datetime | None
     voided_by: str
     reason: str
@@ -255,12 +329,13 @@ def list_statements(conn: Connection) -> list[StatementListing]:
     rows = conn.execute(
         text(
             """
-            SELECT month, 'closed' AS status, closed_at, closed_by, csv_sha256, json_sha256, currency,
-                   totals, NULL::timestamptz AS voided_at, '' AS voided_by, '' AS reason
+            SELECT statement_number, month, 'closed' AS status, format_version, closed_at, closed_by,
+                   csv_sha256, json_sha256, currency, totals, NULL::timestamptz AS voided_at,
+                   '' AS voided_by, '' AS reason
             FROM chargeback_statement
             UNION ALL
-            SELECT month, 'voided', closed_at, closed_by, csv_sha256, json_sha256, currency, totals,
-                   voided_at, voided_by, reason
+            SELECT statement_number, month, 'voided', format_version, closed_at, closed_by, csv_sha256,
+                   json_sha256, currency, totals, voided_at, voided_by, reason
             FROM chargeback_statement_voided
             ORDER BY month, closed_at
             """
@@ -268,15 +343,16 @@ def list_statements(conn: Connection) -> list[StatementListing]:
     )
     return [
         StatementListing(
+            statement_number=r.statement_number,
             month=r.month,
             status=r.status,
+            format_version=r.format_version,
             closed_at=r.closed_at,
             closed_by=r.closed_by,
+            billable_amount=Decimal(str(r.totals.get("billable_amount") or "0")),
+            currency=r.currency,
             csv_sha256=r.csv_sha256,
             json_sha256=r.json_sha256,
-            currency=r.currency,
-            gpu_hours=Decimal(str(r.totals.get("gpu_hours") or "0")),
-            billable_amount=Decimal(str(r.totals.get("billable_amount") or "0")),
             voided_at=r.voided_at,
             voided_by=r.voided_by,
             reason=r.reason,

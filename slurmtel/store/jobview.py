@@ -286,7 +286,8 @@ def month_summary(
                    coalesce(sum(g.covered_seconds), 0) AS covered,
                    coalesce(sum(g.idle_seconds), 0) AS idle,
                    coalesce(sum(g.unmeasured_seconds), 0) AS unmeasured,
-                   coalesce(sum(g.util_weighted_sum), 0) AS util_weighted
+                   coalesce(sum(g.util_weighted_sum), 0) AS util_weighted,
+                   sum(g.energy_joules) AS energy
             FROM gpu_attribution g
             JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
             WHERE g.day >= :first AND g.day < :end_day AND a.user_name = :user AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)

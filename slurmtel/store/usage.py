@@ -9,7 +9,8 @@ the database functions slurmtel_windowed_attempts, slurmtel_in_scope and slurmte
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import datetime, tzinfo
 from typing import Any
 
 from slurmtel.access import Scope
@@ -18,8 +19,9 @@ from slurmtel.access import Scope
 from slurmtel.filters import OUTCOME_CLASSES, JobFilter
 from slurmtel.store.reports_admin import as_seconds, no_jit, seconds_value
 from slurmtel.store.sql import Connection, text
+from slurmtel.timeparse import month_bounds, month_of, next_month
 
-__all__ = ["GROUPS", "OUTCOME_CLASSES", "JobFilter", "usage_report"]
+__all__ = ["GROUPS", "OUTCOME_CLASSES", "TRES_GROUPS", "JobFilter", "tres_usage_report", "usage_report"]
 
 GROUPS = {"account": "account", "user": "user_name", "partition": "partition"}
 
@@ -102,3 +104,84 @@ def usage_report(
             }
         )
     return rows
+
+
+# Slurm's AllocTRES energy is the joules a job consumed, not a count held for its run time:
+# it has no TRES-seconds (sreport adds a job's whole energy to every hour the job overlaps)
+NOT_ALLOCATED_TRES = frozenset({"energy"})
+TRES_GROUPS = {**GROUPS, "cluster": "cluster"}
+
+
+def tres_usage_report(
+    conn: Connection,
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    by: str,
+    scope: Scope,
+    zone: tzinfo,
+    tres: Sequence[str] = (),
+    job_filter: JobFilter | None = None,
+) -> list[dict[str, Any]]:
+    """Allocated TRES-seconds of every TRES Slurm accounts in AllocTRES (cpu, mem in MB, node,
+    billing, gres/gpu, gres/gpu:<type>, license/..., any gres/*), or of TRES only, per
+    (cluster, month in ZONE, group, TRES): the TRES's count x the exact overlap of each attempt
+    with [START, END) and the month, running attempts up to NOW. What sreport -T ALL -t seconds
+    reports per account and user, split at month edges as GPU-seconds are."""
+    if by not in TRES_GROUPS:
+        raise ValueError(f"--by must be one of {', '.join(TRES_GROUPS)}")
+    if end <= start:
+        raise ValueError("the window is empty: -E must be after -S")
+    column = TRES_GROUPS[by]
+    sql = f"""
+        SELECT w.cluster, w.{column} AS grp, t.tres,
+               sum(CAST(t.count AS numeric)
+                   * slurmtel_window_gpu_seconds(1, w.start_at, w.end_at, CAST(:start AS timestamptz),
+                                                 CAST(:end AS timestamptz), CAST(:now AS timestamptz)))
+                   AS tres_seconds
+        FROM slurmtel_windowed_attempts(:start, :end, :now, :scope_all, :scope_users, :scope_accounts, :f_accounts, :f_users, :f_partitions, :f_clusters) w
+        CROSS JOIN LATERAL jsonb_each_text(w.alloc_tres) AS t(tres, count)
+        WHERE t.tres <> ALL(CAST(:not_allocated AS text[]))
+          AND (cardinality(CAST(:tres AS text[])) = 0 OR t.tres = ANY(CAST(:tres AS text[])))
+        GROUP BY w.cluster, w.{column}, t.tres
+        HAVING sum(CAST(t.count AS numeric)
+                   * slurmtel_window_gpu_seconds(1, w.start_at, w.end_at, CAST(:start AS timestamptz),
+                                                 CAST(:end AS timestamptz), CAST(:now AS timestamptz))) > 0
+    """
+    rows = []
+    for month, lo, hi in _month_slices(start, end, zone):
+        params: dict[str, Any] = {
+            "start": lo,
+            "end": hi,
+            "now": now,
+            "tres": list(tres),
+            "not_allocated": sorted(NOT_ALLOCATED_TRES),
+        }
+        params.update(scope.sql_params())
+        params.update((job_filter or JobFilter()).sql_params())
+        for r in conn.execute(text(sql), params).mappings():
+            rows.append(
+                {
+                    "cluster": r["cluster"],
+                    "month": month,
+                    by: r["grp"],
+                    "tres": r["tres"],
+                    "allocated_tres_seconds": as_seconds(r["tres_seconds"]),
+                }
+            )
+    rows.sort(key=lambda r: (r["cluster"], r["month"], r[by], r["tres"]))
+    return rows
+
+
+def _month_slices(start: datetime, end: datetime, zone: tzinfo) -> list[tuple[str, datetime, datetime]]:
+    """[START, END) cut at the month edges of ZONE: (YYYY-MM, slice start, slice end)."""
+    slices = []
+    month = month_of(start, zone)
+    while True:
+        lo, hi = month_bounds(month, zone)
+        if lo >= end:
+            break
+        slices.append((month, max(lo, start), min(hi, end)))
+        month = next_month(month)
+    return slices

@@ -11,7 +11,8 @@
 #
 # The same outcomes as ../shared/slurm-lab/scenario.sh - COMPLETED, FAILED, TIMEOUT, CANCELLED
 # (running and pending), REQUEUED, an array, a multi-node job, NODE_FAIL with and without
-# requeue, OUT_OF_MEMORY, GPU queue waits - in about 70-100 s instead of 170 s: the node
+# requeue, OUT_OF_MEMORY, GPU queue waits - and CPU-only jobs on one and two nodes and --mem
+# jobs (every TRES of sreport -T ALL) - in about 70-100 s instead of 170 s: the node
 # failure and the requeue run first, on jobs pinned so that nothing else is on gpu02 when it
 # "fails", while the TIMEOUT job (the long pole: limit 60 s, enforced by slurmctld's 30 s
 # background check, so 60-90 s) runs on gpu01 from the start; the contention phase follows
@@ -154,6 +155,12 @@ sub gpu1-fail         carol FAILED    1 1 - 0 --gres=gpu:1 -t 5 -- 'sleep 2; exi
 sub gpu1-ok           bob   COMPLETED 1 1 - 0 --gres=gpu:1 -t 5 -- 'sleep 6'
 sub gpu1-array        alice COMPLETED 1 1 4 0 --array=1-4%2 --gres=gpu:1 -t 5 -- 'sleep 4'
 sub chem-as-alice     alice COMPLETED 1 1 - 0 -A chemistry --gres=gpu:1 -t 5 -- 'sleep 4'
+# every TRES sreport reports (issue 27): memory asked with --mem (the rest take DefMemPerCPU),
+# several CPUs, CPU-only jobs on one and on two nodes
+sub gpu1-mem          alice COMPLETED 1 1 - 0 --gres=gpu:1 -c 2 --mem=1200M -t 5 -- 'sleep 5'
+sub cpu-mem           bob   COMPLETED 0 1 - 0 -p debug -c 3 --mem=1500M -t 2 -- 'sleep 5'
+sub multinode-cpu     carol COMPLETED 0 2 - 0 -p debug -N 2 --ntasks-per-node=1 --mem=600M -t 2 -- \
+  'srun -N2 sleep 4'
 sub multinode-gpu     carol COMPLETED 2 2 - 0 -N 2 --gpus-per-node=1 -t 5 -- \
   'srun -N2 bash -c "echo \$(hostname) \$SLURMD_NODENAME CUDA_VISIBLE_DEVICES=\$CUDA_VISIBLE_DEVICES; sleep 6"'
 [ "$(state_of "$JID_gpus4_cancel_pend")" = "" ] || die "gpus4-cancel-pend is still in the queue"
