@@ -789,7 +789,7 @@ _add(
 _add(
     "gpu_energy_joules",
     J,
-    "energy of the attempt's (or the month's) GPUs: the sum of their energy_joules",
+    "energy the GPUs of the row's attempts drew (a job's, a month's, a report cost row's): the sum of their energy_joules",
     design="§4 energy",
 )
 _add(

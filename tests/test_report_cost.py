@@ -57,11 +57,13 @@ def cli(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("SLURMTEL_DATABASE_URL", database_url)
     monkeypatch.setattr("slurmtel.commands.common.utc_now", lambda: NOW)
 
-    def run(identity: Identity, cost: dict[str, str] | None, *argv: str) -> int:
+    def run(identity: Identity, cost: dict[str, str] | None, *argv: str, chargeback: str = "") -> int:
         config_file = tmp_path / "slurmtel.toml"
         table = "".join(f'{k} = "{v}"\n' for k, v in (cost or {}).items())
         config_file.write_text(
-            '[site]\ntimezone = "UTC"\n' + (f"[cost]\n{table}" if cost is not None else "")
+            '[site]\ntimezone = "UTC"\n'
+            + (f"[cost]\n{table}" if cost is not None else "")
+            + (f"[chargeback]\n{chargeback}" if chargeback else "")
         )
         monkeypatch.setattr("slurmtel.commands.common.current_identity", lambda config: identity)
         return main(["--config", str(config_file), "--log-level", "WARNING", *argv])
@@ -111,6 +113,10 @@ def test_cluster_by_hand(cli, engine: Engine, config: Config, capsys: pytest.Cap
         "storage_cost": "10.00",
         "support_cost": "3.00",
         "operations_cost": "2.00",
+        # J1's two GPU windows of the day, measured by the agents; no price per kWh configured
+        "gpu_energy_joules": 108000.0,
+        "gpu_energy_amount": None,
+        "gpu_co2e_kilograms": None,
         "cost_per_unit": "25.00",  # 100 / 4
         "cost_per_useful_gpu_hour": "66.67",  # 100 / 1.5 = 66.666..
         "baseline_price_per_gpu_hour": "2.50",
@@ -298,3 +304,26 @@ def test_cost_config_is_validated_by_key() -> None:
     assert settings.target_gpu_hours_per_month == Decimal(500)
     assert settings_of(config, Decimal(7)).target_gpu_hours_per_month == Decimal(7)
     assert sum(settings.monthly.values()) == Decimal(3000)
+
+
+def test_the_measured_energy_is_priced_with_its_co2e(
+    cli, engine: Engine, config: Config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With chargeback.price_per_kwh and carbon_grams_per_kwh, each row prices the energy its
+    GPUs drew (issue 27 item 5): 108,000 J = 0.03 kWh x 0.25 = 0.0075 -> 0.01 EUR; x 350 g =
+    10.5 g -> 0.010 kg (3 places, half-even)."""
+    load_admin_day(engine, config)
+    pricing = 'price_per_kwh = "0.25"\ncarbon_grams_per_kwh = "350"\n'
+    assert (
+        cli(FINANCE, COSTS, "report", "cost", *DAY, "--by", "account", "--format", "json", chargeback=pricing)
+        == 0
+    )
+    by = {r["account"]: r for r in json.loads(capsys.readouterr().out)}
+    physics, total = by["physics"], by[""]
+    assert (physics["gpu_energy_joules"], physics["gpu_energy_amount"], physics["gpu_co2e_kilograms"]) == (
+        108000.0,
+        "0.01",
+        0.01,
+    )
+    assert by["chem"]["gpu_energy_joules"] is None  # nothing measured: not 0
+    assert total["gpu_energy_joules"] == 108000.0

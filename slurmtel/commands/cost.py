@@ -54,6 +54,9 @@ FIGURES = (
     "storage_cost",
     "support_cost",
     "operations_cost",
+    "gpu_energy_joules",
+    "gpu_energy_amount",
+    "gpu_co2e_kilograms",
     "cost_per_unit",
     "cost_per_useful_gpu_hour",
     "baseline_price_per_gpu_hour",
@@ -125,7 +128,7 @@ def cost_document(config: Config, request: ViewRequest, connect: Connect) -> Doc
     """`report cost` for REQUEST: its one section, a row per cluster, partition or account."""
     from slurmtel.cost import cost_rows, settings_of
     from slurmtel.months import months_in
-    from slurmtel.store.cost import completed_jobs, measured_rows
+    from slurmtel.store.cost import completed_jobs, gpu_energy, measured_rows
     from slurmtel.store.reports_admin import window_days
 
     scope = scope_of(request.identity, Action.VIEW_STATEMENTS)
@@ -158,6 +161,7 @@ def cost_document(config: Config, request: ViewRequest, connect: Connect) -> Doc
             resubmission_window_seconds=config.attribution.resubmission_window_seconds,
         )
         completed = completed_jobs(conn, start=day_start, end=period_end)
+        energy = gpu_energy(conn, first_day=first_day, last_day=last_day)
     groups, cluster = build_groups(measured, completed, by)
     months = months_in(day_start, period_end, zone)
     period_hours = Decimal(int((period_end - day_start).total_seconds())) / 3600
@@ -165,6 +169,7 @@ def cost_document(config: Config, request: ViewRequest, connect: Connect) -> Doc
     for row in rows:
         row["period_start_at"] = day_start
         row["period_end_at"] = period_end
+        row.update(energy_figures(row, energy, config))
     title = f"Cost, {window_text(day_start, period_end, zone)} ({months_text(months)}), {settings.currency}"
     keys = KEYS[by]
     cost = section(
@@ -199,6 +204,26 @@ VIEW = View(
     ),
     filters=(),
 )
+
+
+def energy_figures(
+    row: dict[str, Any], energy: dict[tuple[str, str, str], float], config: Config
+) -> dict[str, Any]:
+    """The measured energy of ROW's GPUs (its cluster, partition or account; all of it for the
+    cluster and total rows), priced at chargeback.price_per_kwh with its kg CO2e at
+    chargeback.carbon_grams_per_kwh, as `slurmtel job` prices a job's."""
+    from slurmtel.reports.researcher import GpuEnergy, gpu_energy_figures
+
+    def mine(key: tuple[str, str, str]) -> bool:
+        if row["kind"] == "partition":
+            return (key[0], key[1]) == (row["cluster"], row["partition"])
+        if row["kind"] == "account":
+            return key[2] == row["account"]
+        return True
+
+    measured = [joules for key, joules in energy.items() if mine(key)]
+    figures = gpu_energy_figures([GpuEnergy(sum(measured))] if measured else [], config.chargeback)
+    return {k: figures[k] for k in ("gpu_energy_joules", "gpu_energy_amount", "gpu_co2e_kilograms")}
 
 
 def build_groups(

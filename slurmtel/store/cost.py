@@ -169,3 +169,23 @@ def completed_jobs(conn: Connection, *, start: datetime, end: datetime) -> dict[
     [START, END) classed completed (the count chargeback's cost per completed job uses)."""
     counts = completed_jobs_by(conn, ("cluster", "partition", "account"), start=start, end=end)
     return {(cluster, partition, account): n for (cluster, partition, account), n in counts.items()}
+
+
+def gpu_energy(conn: Connection, *, first_day: date, last_day: date) -> dict[tuple[str, str, str], float]:
+    """(cluster, partition, account) -> joules the GPUs allocated to its attempts drew over the
+    site days FIRST_DAY..LAST_DAY (the attribution rollup's energy_joules: each GPU's counter
+    delta inside the allocation); no entry where nothing was measured."""
+    no_jit(conn)
+    rows = conn.execute(
+        text(
+            """
+            SELECT g.cluster, a.partition, a.account, sum(g.energy_joules) AS joules
+            FROM gpu_attribution g
+            JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
+            WHERE g.day >= :first_day AND g.day <= :last_day AND g.energy_joules IS NOT NULL
+            GROUP BY g.cluster, a.partition, a.account
+            """
+        ),
+        {"first_day": first_day, "last_day": last_day},
+    )
+    return {(r.cluster, r.partition, r.account): float(r.joules) for r in rows}
