@@ -148,7 +148,7 @@ def smtp_server(
                 and data.login == user.encode()
                 and data.password == password.encode()
             )
-            return AuthResult(success=ok)
+            return AuthResult(success=ok, handled=False)
 
         kwargs.update(authenticator=authenticate, auth_required=True, auth_require_tls=security != "none")
     controller = Controller(

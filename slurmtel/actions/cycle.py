@@ -222,9 +222,13 @@ def _node_health(conn: Any, rule: ActionRule, ev: Evaluation) -> list[Decision]:
     if rule.nccl:
         fabric = ev.config.fabric
         report = fabric_report(
-            conn, start=since, end=ev.now, scope=EVERYTHING, baseline_fraction=fabric.baseline_fraction,
+            conn,
+            start=since,
+            end=ev.now,
+            scope=EVERYTHING,
+            baseline_fraction=fabric.baseline_fraction,
             baseline_runs=fabric.baseline_runs,
-        )  # fmt: skip
+        )
         bad_runs = [run for run in report.runs if run.bad]
     decisions = node_health_decisions(rule, ev, nodes, latest, bad_runs)
     recorded = store.recorded_subjects(conn, rule.name, [d.subject for d in decisions])
@@ -305,14 +309,26 @@ def deliveries_of(decision: Decision) -> tuple[tuple[str, str, str], ...]:
 
 
 def record(
-    conn: Any, config: Config, decisions: list[Decision], *, now: datetime, decided_by: str,
-    renderer: Renderer, metrics: ActionMetrics | None = None,
-) -> int:  # fmt: skip
-    """Write DECISIONS (each once: a decision recorded before is left as it is)."""
+    conn: Any,
+    config: Config,
+    decisions: list[Decision],
+    *,
+    now: datetime,
+    decided_by: str,
+    renderer: Renderer,
+    metrics: ActionMetrics | None = None,
+    errors: list[str] | None = None,
+) -> int:
+    """Write DECISIONS (each once: a decision recorded before is left as it is). A decision
+    whose message cannot be rendered (a site template's error) is left out, and said in ERRORS."""
     recorded = 0
     for d in decisions:
         if d.template:
-            message = render(renderer, config, d)
+            try:
+                message = render(renderer, config, d)
+            except Exception as exc:
+                _template_error(d, exc, errors, metrics)
+                continue
             deliveries = deliveries_of(d)
             reason = d.reason
             if d.notes:
@@ -350,11 +366,30 @@ def record(
                 if metrics is not None:
                     metrics.decided.labels(rule=d.rule.name, kind=d.kind).inc()
                 log_event(
-                    log, "action_decided", rule=d.rule.name, step=d.step, kind=d.kind, subject=d.subject,
-                    action_id=action_id, deliveries=len(deliveries),
-                )  # fmt: skip
+                    log,
+                    "action_decided",
+                    rule=d.rule.name,
+                    step=d.step,
+                    kind=d.kind,
+                    subject=d.subject,
+                    action_id=action_id,
+                    deliveries=len(deliveries),
+                )
         store.mark_requests_handled(conn, d.request_ids, now=now)
     return recorded
+
+
+def _template_error(
+    d: Decision, exc: Exception, errors: list[str] | None, metrics: ActionMetrics | None
+) -> None:
+    message = f"rule {d.rule.name}: template {d.template}: {type(exc).__name__}: {exc}"
+    if errors is not None:
+        errors.append(message)
+    if metrics is not None:
+        metrics.rule_errors.labels(rule=d.rule.name).inc()
+    log_event(
+        log, "action_template_failed", logging.ERROR, rule=d.rule.name, template=d.template, message=message
+    )
 
 
 # ------------------------------------------------------------------ delivery
@@ -367,13 +402,23 @@ def recover_orphans(engine: Engine) -> dict[str, int]:
         for d in store.orphaned_deliveries(conn):
             if d.state == "sending" or d.channel == "scancel":
                 # nothing the receiver acts on had left (a scancel is re-checked and is harmless twice)
-                store.set_delivery_state(conn, d.id, from_states=("sending", "committing"), state="pending",
-                                         error="the process sending it stopped before the point of no return")  # fmt: skip
+                store.set_delivery_state(
+                    conn,
+                    d.id,
+                    from_states=("sending", "committing"),
+                    state="pending",
+                    error="the process sending it stopped before the point of no return",
+                )
                 counts["resent"] += 1
             else:
-                store.set_delivery_state(conn, d.id, from_states=("committing",), state="uncertain",
-                                         error="the process stopped waiting for the receiver's answer: "
-                                               "it may have been delivered; not sent again")  # fmt: skip
+                store.set_delivery_state(
+                    conn,
+                    d.id,
+                    from_states=("committing",),
+                    state="uncertain",
+                    error="the process stopped waiting for the receiver's answer: "
+                    "it may have been delivered; not sent again",
+                )
                 counts["uncertain"] += 1
             store.refresh_action_status(conn, d.action_id)
     if any(counts.values()):
@@ -392,9 +437,14 @@ class Deliverer:
     """Delivers due deliveries one by one, each state change committed on its own."""
 
     def __init__(
-        self, engine: Engine, config: Config, *, clock: Callable[[], datetime], holder: str,
+        self,
+        engine: Engine,
+        config: Config,
+        *,
+        clock: Callable[[], datetime],
+        holder: str,
         metrics: ActionMetrics | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.engine = engine
         self.config = config
         self.clock = clock
@@ -448,8 +498,13 @@ class Deliverer:
             with self.engine.begin() as conn:
                 for other in store.action_deliveries(conn, d.action_id):
                     if other.id != d.id and other.state == "pending":
-                        store.set_delivery_state(conn, other.id, from_states=("pending",), state="not_done",
-                                                 result="the cancel was not done")  # fmt: skip
+                        store.set_delivery_state(
+                            conn,
+                            other.id,
+                            from_states=("pending",),
+                            state="not_done",
+                            result="the cancel was not done",
+                        )
                 store.refresh_action_status(conn, d.action_id)
             return self._outcome(d, "not_done", str(exc))
         except channels.DeliveryError as exc:
@@ -463,19 +518,36 @@ class Deliverer:
             else:
                 state = "retry"
                 self._set(
-                    d, from_states=("sending", "committing"), state="pending", error=message,
+                    d,
+                    from_states=("sending", "committing"),
+                    state="pending",
+                    error=message,
                     next_try_at=self.clock() + backoff(self.config, tries),
-                )  # fmt: skip
+                )
             log_event(
-                log, "action_delivery", logging.WARNING, delivery_id=d.id, action_id=d.action_id, rule=d.rule,
-                channel=d.channel, result=state, tries=tries, message=message,
-            )  # fmt: skip
+                log,
+                "action_delivery",
+                logging.WARNING,
+                delivery_id=d.id,
+                action_id=d.action_id,
+                rule=d.rule,
+                channel=d.channel,
+                result=state,
+                tries=tries,
+                message=message,
+            )
             return self._outcome(d, state, message)
         self._set(d, from_states=("sending", "committing"), state="sent", result=result, sent_at=self.clock())
         log_event(
-            log, "action_delivery", delivery_id=d.id, action_id=d.action_id, rule=d.rule, channel=d.channel,
-            result="sent", tries=tries,
-        )  # fmt: skip
+            log,
+            "action_delivery",
+            delivery_id=d.id,
+            action_id=d.action_id,
+            rule=d.rule,
+            channel=d.channel,
+            result="sent",
+            tries=tries,
+        )
         return self._outcome(d, "sent", result)
 
     def _outcome(self, d: Delivery, state: str, detail: str) -> DeliveryOutcome:
@@ -486,9 +558,18 @@ class Deliverer:
     def _email(self, d: Delivery, msgid: str, point_of_no_return: Callable[[], None]) -> str:
         settings = self.config.actions.email
         message = channels.build_email(
-            settings, to=d.target, title=d.title, text=d.body_text, html=d.body_html, msgid=msgid,
-            headers={"X-Slurmtel-Rule": d.rule, "X-Slurmtel-Step": d.step, "X-Slurmtel-Action": str(d.action_id)},
-        )  # fmt: skip
+            settings,
+            to=d.target,
+            title=d.title,
+            text=d.body_text,
+            html=d.body_html,
+            msgid=msgid,
+            headers={
+                "X-Slurmtel-Rule": d.rule,
+                "X-Slurmtel-Step": d.step,
+                "X-Slurmtel-Action": str(d.action_id),
+            },
+        )
         return channels.send_email(settings, message, d.target, point_of_no_return)
 
     def _webhook(self, d: Delivery, msgid: str, point_of_no_return: Callable[[], None]) -> str:
@@ -524,8 +605,12 @@ class Deliverer:
         """The re-check, then scancel (the job id the rule matched)."""
         recheck = recheck_cancel(self.engine, self.config, d, now=self.clock())
         actions = self.config.actions
-        result = channels.run_scancel(actions.scancel_command, d.target, cluster_args(self.config, d.cluster),
-                                      actions.command_timeout_seconds)  # fmt: skip
+        result = channels.run_scancel(
+            actions.scancel_command,
+            d.target,
+            cluster_args(self.config, d.cluster),
+            actions.command_timeout_seconds,
+        )
         return f"{recheck}; {result}"
 
 
@@ -548,9 +633,11 @@ def recheck_cancel(engine: Engine, config: Config, d: Delivery, *, now: datetime
         raise channels.NotDone(f"user {d.user} was put on the exclusion list ({excluded[0].reason})")
     actions = config.actions
     state = channels.job_state(
-        config.sources.slurmctld.squeue_command, d.target, cluster_args(config, d.cluster),
+        config.sources.slurmctld.squeue_command,
+        d.target,
+        cluster_args(config, d.cluster),
         actions.command_timeout_seconds,
-    )  # fmt: skip
+    )
     if state != "RUNNING":
         earlier = " (an earlier try of this scancel may have ended it)" if d.tries else ""
         raise channels.NotDone(f"job {d.job_id} is {state or 'no longer in squeue'} now{earlier}")
@@ -560,19 +647,39 @@ def recheck_cancel(engine: Engine, config: Config, d: Delivery, *, now: datetime
     seconds = rule.cancel_minutes * 60
     with engine.connect() as conn:
         windows = store.gpu_stretches_now(
-            conn, [g["gpu_uuid"] for g in gpus], start=now - timedelta(seconds=seconds + actions.telemetry_max_age_seconds + 3600),
-            end=now, idle_memory_max_bytes=actions.idle_memory_max_bytes,
-        )  # fmt: skip
+            conn,
+            [g["gpu_uuid"] for g in gpus],
+            start=now - timedelta(seconds=seconds + actions.telemetry_max_age_seconds + 3600),
+            end=now,
+            idle_memory_max_bytes=actions.idle_memory_max_bytes,
+        )
     from slurmtel.store.actions import RunningAttempt, RunningGpu
 
     attempt = RunningAttempt(
-        cluster=d.cluster, job_id_raw=d.job_id_raw or 0, submit_at=d.submit_at or now, job_id=d.job_id, name="",
-        user=d.user, account=d.account, partition="", qos="", state=state, start_at=start_at, time_limit_seconds=None,
-        alloc_gpus=int(d.evidence.get("figures", {}).get("gpus") or len(gpus)), gpu_model="", submit_line="", nodes=(),
+        cluster=d.cluster,
+        job_id_raw=d.job_id_raw or 0,
+        submit_at=d.submit_at or now,
+        job_id=d.job_id,
+        name="",
+        user=d.user,
+        account=d.account,
+        partition="",
+        qos="",
+        state=state,
+        start_at=start_at,
+        time_limit_seconds=None,
+        alloc_gpus=int(d.evidence.get("figures", {}).get("gpus") or len(gpus)),
+        gpu_model="",
+        submit_line="",
+        nodes=(),
         billing=0,
         gpus=[
             RunningGpu(
-                node=g.get("node", ""), gpu_uuid=g["gpu_uuid"], gpu_index=None, mapping="", source="recheck",
+                node=g.get("node", ""),
+                gpu_uuid=g["gpu_uuid"],
+                gpu_index=None,
+                mapping="",
+                source="recheck",
                 last_window_end_at=windows.get(g["gpu_uuid"], {}).get("last_window_end_at"),
                 idle_since_at=windows.get(g["gpu_uuid"], {}).get("idle_since_at"),
                 no_process_since_at=windows.get(g["gpu_uuid"], {}).get("no_process_since_at"),
@@ -581,7 +688,7 @@ def recheck_cancel(engine: Engine, config: Config, d: Delivery, *, now: datetime
             )
             for g in gpus
         ],
-    )  # fmt: skip
+    )
     stretches = gpu_stretches(rule, attempt, now, actions.telemetry_max_age_seconds)
     matched = matched_gpus(rule, attempt, stretches, seconds)
     if not matched:
@@ -628,7 +735,10 @@ def run_cycle(
                 report.decisions, report.skipped, report.running_jobs = decisions, skipped, len(attempts)
                 for i, d in enumerate(decisions):
                     if d.template:
-                        report.rendered[i] = render(renderer, config, d)
+                        try:
+                            report.rendered[i] = render(renderer, config, d)
+                        except Exception as exc:
+                            _template_error(d, exc, report.errors, None)
                 report.due = store.due_deliveries(conn, now=now)
             finally:
                 transaction.rollback()
@@ -654,9 +764,15 @@ def run_cycle(
                 report.evaluation_seconds = time.monotonic() - t1
                 report.decisions, report.skipped, report.running_jobs = decisions, skipped, len(attempts)
                 report.recorded = record(
-                    conn, config, decisions, now=now, decided_by=decided_by or f"slurmtel on {holder}",
-                    renderer=renderer, metrics=metrics,
-                )  # fmt: skip
+                    conn,
+                    config,
+                    decisions,
+                    now=now,
+                    decided_by=decided_by or f"slurmtel on {holder}",
+                    renderer=renderer,
+                    metrics=metrics,
+                    errors=report.errors,
+                )
             if metrics is not None:
                 metrics.set_snapshot(snapshot)
                 metrics.evaluation_duration.set(report.evaluation_seconds)
@@ -682,8 +798,14 @@ def run_cycle(
         metrics.duration.set(report.seconds)
         metrics.last_success.set(time.time())
     log_event(
-        log, "actions_run", decided=report.recorded, delivered=sum(o.state == "sent" for o in report.deliveries),
-        failed=sum(o.state in ("failed", "retry") for o in report.deliveries), skipped=len(report.skipped),
-        running_jobs=report.running_jobs, rule_errors=len(report.errors), seconds=round(report.seconds, 3),
-    )  # fmt: skip
+        log,
+        "actions_run",
+        decided=report.recorded,
+        delivered=sum(o.state == "sent" for o in report.deliveries),
+        failed=sum(o.state in ("failed", "retry") for o in report.deliveries),
+        skipped=len(report.skipped),
+        running_jobs=report.running_jobs,
+        rule_errors=len(report.errors),
+        seconds=round(report.seconds, 3),
+    )
     return report

@@ -160,7 +160,7 @@ def _transaction(
             smtp.starttls(context=_tls_context(settings.ca_file))
             smtp.ehlo()
         if settings.username:
-            smtp.login(settings.username, _read_secret(settings.password_file))
+            _login(smtp, settings.username, _read_secret(settings.password_file))
         _expect(smtp.mail(settings.sender), (250,), "MAIL FROM")
         _expect(smtp.rcpt(to), (250, 251), f"RCPT TO <{to}>")
         _expect(smtp.docmd("DATA"), (354,), "DATA")
@@ -187,6 +187,18 @@ def _transaction(
     if code != 250:
         raise DeliveryError(f"end of DATA: {code} {_text(reply)}", permanent=500 <= code < 600)
     return f"{code} {_text(reply)}"
+
+
+def _login(smtp: smtplib.SMTP, user: str, password: str) -> None:
+    """AUTH PLAIN where offered (one try: a wrong password is not sent again by another
+    mechanism), else whatever smtplib finds."""
+    if not smtp.has_extn("auth"):
+        raise DeliveryError("the SMTP server offers no AUTH (actions.email.username is set)", permanent=True)
+    if "PLAIN" in smtp.esmtp_features.get("auth", "").upper().split():
+        smtp.user, smtp.password = user, password
+        smtp.auth("PLAIN", smtp.auth_plain)
+    else:
+        smtp.login(user, password)
 
 
 def _expect(answer: tuple[int, bytes], codes: Sequence[int], what: str) -> None:
@@ -279,9 +291,13 @@ def run_tool(argv: Sequence[str], timeout_seconds: float) -> CommandResult:
     """Run a Slurm client; its exit status and its output (stdout and stderr, one line)."""
     try:
         proc = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout_seconds, check=False,
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout_seconds,
+            check=False,
             env={**os.environ, "SLURM_TIME_FORMAT": "standard"},
-        )  # fmt: skip
+        )
     except FileNotFoundError as exc:
         raise DeliveryError(f"{argv[0]}: not found") from exc
     except subprocess.TimeoutExpired as exc:

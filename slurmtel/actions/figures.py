@@ -145,9 +145,19 @@ _FIGURES = (
 
 FIGURES: dict[str, Figure] = {f.name: f for f in _FIGURES}
 
-_GPU_RULE = ("gpus", "elapsed_seconds", "time_limit_seconds", "gpu_seconds", "matched_gpus", "stretch_seconds",
-             "cost_so_far_amount", "idle_seconds", "no_process_seconds", "idle_util_max_percent",
-             "idle_memory_used_max_bytes")  # fmt: skip
+_GPU_RULE = (
+    "gpus",
+    "elapsed_seconds",
+    "time_limit_seconds",
+    "gpu_seconds",
+    "matched_gpus",
+    "stretch_seconds",
+    "cost_so_far_amount",
+    "idle_seconds",
+    "no_process_seconds",
+    "idle_util_max_percent",
+    "idle_memory_used_max_bytes",
+)
 
 # template -> the figures it may show
 TEMPLATE_FIGURES: dict[str, tuple[str, ...]] = {

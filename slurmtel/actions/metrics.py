@@ -35,9 +35,11 @@ class ActionMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
         self.decided = Counter(
-            "slurmtel_actions_decided", "Actions recorded, by rule and kind (message, cancel, alert)",
-            ["rule", "kind"], registry=r,
-        )  # fmt: skip
+            "slurmtel_actions_decided",
+            "Actions recorded, by rule and kind (message, cancel, alert)",
+            ["rule", "kind"],
+            registry=r,
+        )
         self.deliveries = Counter(
             "slurmtel_action_deliveries",
             "Delivery tries by channel and result: sent, retry (failed, tried again later), failed (given up), "
@@ -57,8 +59,12 @@ class ActionMetrics:
             ["rule"],
             registry=r,
         )
-        self.runs = Counter("slurmtel_action_runs", "Action evaluations by status (ok, error, lease_held)",
-                            ["status"], registry=r)  # fmt: skip
+        self.runs = Counter(
+            "slurmtel_action_runs",
+            "Action evaluations by status (ok, error, lease_held)",
+            ["status"],
+            registry=r,
+        )
         self.duration = Gauge(
             "slurmtel_action_last_run_duration_seconds",
             "Duration of the last evaluation and delivery",
@@ -123,9 +129,10 @@ class _SnapshotCollector(Collector):
             events.add_metric([node, kind], n)
         yield events
         job_gpus = GaugeMetricFamily(
-            "slurmtel_job_gpus_idle", "Idle GPUs of a running job (newest window)",
+            "slurmtel_job_gpus_idle",
+            "Idle GPUs of a running job (newest window)",
             labels=["cluster", "job_id", "partition"],
-        )  # fmt: skip
+        )
         job_seconds = GaugeMetricFamily(
             "slurmtel_job_idle_seconds",
             "The longest current stretch of idle windows among a running job's GPUs",

@@ -183,8 +183,15 @@ def exclusion_reason(
 # ------------------------------------------------------------------ money
 
 
-def cost_so_far(config: Config, *, partition: str, gpu_model: str, gpu_seconds: float, billing_seconds: float,
-                at: datetime) -> Decimal | None:  # fmt: skip
+def cost_so_far(
+    config: Config,
+    *,
+    partition: str,
+    gpu_model: str,
+    gpu_seconds: float,
+    billing_seconds: float,
+    at: datetime,
+) -> Decimal | None:
     """What GPU_SECONDS (or the billing TRES) cost at the rates of AT's month, as chargeback
     prices them; None when no rate prices them."""
     from slurmtel.chargeback import charge, match_rate
@@ -282,9 +289,11 @@ def step_minutes(rule: ActionRule) -> list[tuple[str, int]]:
 
 
 def gpu_rule_decisions(
-    rule: ActionRule, attempts: Iterable[RunningAttempt], taken: Mapping[tuple[str, str], Mapping[str, TakenStep]],
+    rule: ActionRule,
+    attempts: Iterable[RunningAttempt],
+    taken: Mapping[tuple[str, str], Mapping[str, TakenStep]],
     ev: Evaluation,
-) -> list[Decision]:  # fmt: skip
+) -> list[Decision]:
     config, now = ev.config, ev.now
     first = min(minutes for _, minutes in step_minutes(rule)) * 60
     decisions = []
@@ -296,9 +305,16 @@ def gpu_rule_decisions(
             continue
         subject = job_subject(a.cluster, a.job_id_raw, a.submit_at)
         why = exclusion_reason(
-            rule, ev, user=a.user, account=a.account, partition=a.partition, qos=a.qos, name=a.name,
-            submit_line=a.submit_line, length_seconds=a.time_limit_seconds,
-        )  # fmt: skip
+            rule,
+            ev,
+            user=a.user,
+            account=a.account,
+            partition=a.partition,
+            qos=a.qos,
+            name=a.name,
+            submit_line=a.submit_line,
+            length_seconds=a.time_limit_seconds,
+        )
         if why is not None:
             ev.skip(rule, subject, a.job_id, f"excluded: {why}")
             continue
@@ -339,9 +355,11 @@ def gpu_rule_decisions(
                     continue
                 if now - told < timedelta(minutes=rule.grace_minutes):
                     ev.skip(
-                        rule, subject, a.job_id,
+                        rule,
+                        subject,
+                        a.job_id,
                         f"cancel waits: grace until {told + timedelta(minutes=rule.grace_minutes):%H:%M:%S %Z}",
-                    )  # fmt: skip
+                    )
                     continue
         if any(STEP_ORDER[s] >= STEP_ORDER[step] for s in done):
             continue
@@ -363,9 +381,13 @@ def _gpu_decision(
     stretch = min(s.length_seconds or 0.0 for s in matched)
     gpu_seconds = a.alloc_gpus * elapsed
     cost = cost_so_far(
-        config, partition=a.partition, gpu_model=a.gpu_model, gpu_seconds=gpu_seconds,
-        billing_seconds=a.billing * elapsed, at=now,
-    )  # fmt: skip
+        config,
+        partition=a.partition,
+        gpu_model=a.gpu_model,
+        gpu_seconds=gpu_seconds,
+        billing_seconds=a.billing * elapsed,
+        at=now,
+    )
     figures = {
         "gpus": a.alloc_gpus,
         "elapsed_seconds": round(elapsed, 1),
@@ -457,11 +479,27 @@ def _job_context(**fields: Any) -> dict[str, Any]:
 
 
 _JOB_END_NAMES = tuple(
-    n for n in ("elapsed_seconds", "time_limit_seconds", "queue_wait_seconds", "cpus", "cpu_efficiency_share",
-                "mem_peak_bytes", "mem_requested_bytes") if n in FIGURES
-)  # fmt: skip
-_GPU_END_NAMES = ("mean_util_percent", "max_util_percent", "idle_share", "coverage_share", "memory_used_max_bytes",
-                  "power_mean_watts", "energy_joules")  # fmt: skip
+    n
+    for n in (
+        "elapsed_seconds",
+        "time_limit_seconds",
+        "queue_wait_seconds",
+        "cpus",
+        "cpu_efficiency_share",
+        "mem_peak_bytes",
+        "mem_requested_bytes",
+    )
+    if n in FIGURES
+)
+_GPU_END_NAMES = (
+    "mean_util_percent",
+    "max_util_percent",
+    "idle_share",
+    "coverage_share",
+    "memory_used_max_bytes",
+    "power_mean_watts",
+    "energy_joules",
+)
 
 
 def job_end_decisions(
@@ -546,9 +584,14 @@ def _handled_only(rule: ActionRule, subject: str, ids: list[int]) -> Decision:
 
 
 def _job_end_decision(
-    rule: ActionRule, conn: Connection, ev: Evaluation, job: EndedJob, subject: str, addresses: list[str],
+    rule: ActionRule,
+    conn: Connection,
+    ev: Evaluation,
+    job: EndedJob,
+    subject: str,
+    addresses: list[str],
     complete: bool,
-) -> Decision:  # fmt: skip
+) -> Decision:
     from slurmtel.reports.researcher import JobQuery, job_document
 
     config, now = ev.config, ev.now
@@ -574,8 +617,10 @@ def _job_end_decision(
             at=job.end_at or now,
         ),
     )
-    gpu_rows = [{"gpu": g["gpu"], "gpu_uuid": g["gpu_uuid"], **figures_from(g, _GPU_END_NAMES)}
-                for g in document.get("gpu_figures", [])]  # fmt: skip
+    gpu_rows = [
+        {"gpu": g["gpu"], "gpu_uuid": g["gpu_uuid"], **figures_from(g, _GPU_END_NAMES)}
+        for g in document.get("gpu_figures", [])
+    ]
     owner = ",".join(dict.fromkeys(addresses))
     recipients, notes = ev.recipients.resolve(rule, user=job.user, account=job.account, owner_address=owner)
     if addresses and len(recipients) > 0 and any(role == "owner" for _, role in recipients):
@@ -672,9 +717,12 @@ def node_health_decisions(
             )
         if rule.drift and (n["driver_drift"] or n["cuda_drift"]):
             found.append(
-                ("drift", f"drift:{n['driver_version']}/{n['cuda_version']}",
-                 f"driver {n['driver_version']} / CUDA {n['cuda_version']} unlike the cluster's")
-            )  # fmt: skip
+                (
+                    "drift",
+                    f"drift:{n['driver_version']}/{n['cuda_version']}",
+                    f"driver {n['driver_version']} / CUDA {n['cuda_version']} unlike the cluster's",
+                )
+            )
         for condition, step, problem in found:
             decisions.append(_node_decision(rule, ev, subject, step, condition, problem, n, node_figures))
     if rule.nccl:
@@ -708,12 +756,30 @@ def node_health_decisions(
 
 
 def _node_decision(
-    rule: ActionRule, ev: Evaluation, subject: str, step: str, condition: str, problem: str,
-    node: Mapping[str, Any], figures: dict[str, Any],
-) -> Decision:  # fmt: skip
+    rule: ActionRule,
+    ev: Evaluation,
+    subject: str,
+    step: str,
+    condition: str,
+    problem: str,
+    node: Mapping[str, Any],
+    figures: dict[str, Any],
+) -> Decision:
     recipients, notes = ev.recipients.resolve(rule)
-    base = {k: None for k in ("attempts", "failed_attempts", "failed_share", "xid_events", "ecc_single_bit",
-                              "ecc_double_bit", "avg_busbw_gbps", "baseline_busbw_gbps", "busbw_share")}  # fmt: skip
+    base = {
+        k: None
+        for k in (
+            "attempts",
+            "failed_attempts",
+            "failed_share",
+            "xid_events",
+            "ecc_single_bit",
+            "ecc_double_bit",
+            "avg_busbw_gbps",
+            "baseline_busbw_gbps",
+            "busbw_share",
+        )
+    }
     base.update(figures)
     context_node = {k: safe_text(v) if isinstance(v, str) else v for k, v in node.items()}
     context_node.setdefault("majority_driver", None)

@@ -250,8 +250,16 @@ def validate_rule(rule: ActionRule, key: str, webhooks: set[str]) -> None:
     if rule.kind not in RULE_KINDS:
         raise ConfigError(f"{key}.kind must be one of {', '.join(RULE_KINDS)}, not '{rule.kind}'")
     defaults = ActionRule()
-    for name in ("warn_minutes", "final_warning_minutes", "cancel_minutes", "grace_minutes",
-                 "exclude_shorter_than_minutes", "max_jobs_per_run", "lookback_hours", "min_attempts"):  # fmt: skip
+    for name in (
+        "warn_minutes",
+        "final_warning_minutes",
+        "cancel_minutes",
+        "grace_minutes",
+        "exclude_shorter_than_minutes",
+        "max_jobs_per_run",
+        "lookback_hours",
+        "min_attempts",
+    ):
         if getattr(rule, name) < 0:
             raise ConfigError(f"{key}.{name} must not be negative")
     gpu_keys = ("warn_minutes", "final_warning_minutes", "cancel_minutes", "cancel", "grace_minutes", "gpus")
@@ -280,8 +288,17 @@ def validate_rule(rule: ActionRule, key: str, webhooks: set[str]) -> None:
             if getattr(rule, name) != getattr(defaults, name):
                 raise ConfigError(f"{key}.{name} applies only to the gpus_no_process and gpus_idle kinds")
     if rule.kind not in JOB_KINDS:
-        for name in ("clusters", "partitions", "exclude_users", "exclude_accounts", "exclude_partitions",
-                     "exclude_qos", "exclude_job_names", "exclude_shorter_than_minutes", "exclude_interactive"):  # fmt: skip
+        for name in (
+            "clusters",
+            "partitions",
+            "exclude_users",
+            "exclude_accounts",
+            "exclude_partitions",
+            "exclude_qos",
+            "exclude_job_names",
+            "exclude_shorter_than_minutes",
+            "exclude_interactive",
+        ):
             if getattr(rule, name) != getattr(defaults, name):
                 raise ConfigError(f"{key}.{name} applies only to the job kinds ({', '.join(JOB_KINDS)})")
     if rule.kind != KIND_JOB_END and rule.only_when_asked != defaults.only_when_asked:
@@ -319,8 +336,14 @@ def validate_rule(rule: ActionRule, key: str, webhooks: set[str]) -> None:
 
 def validate_actions(actions: ActionsConfig, rules: list[ActionRule] | None = None) -> None:
     """Check [actions] and its rules (RULES: those of rules_file, when it names one)."""
-    for name in ("idle_memory_max_bytes", "telemetry_max_age_seconds", "retry_backoff_seconds",
-                 "retry_backoff_max_seconds", "retry_max_attempts", "command_timeout_seconds"):  # fmt: skip
+    for name in (
+        "idle_memory_max_bytes",
+        "telemetry_max_age_seconds",
+        "retry_backoff_seconds",
+        "retry_backoff_max_seconds",
+        "retry_max_attempts",
+        "command_timeout_seconds",
+    ):
         if getattr(actions, name) <= 0:
             raise ConfigError(f"actions.{name} must be positive")
     if actions.retry_backoff_max_seconds < actions.retry_backoff_seconds:
