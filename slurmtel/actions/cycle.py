@@ -230,7 +230,7 @@ def _node_health(conn: Any, rule: ActionRule, ev: Evaluation) -> list[Decision]:
             baseline_runs=fabric.baseline_runs,
         )
         bad_runs = [run for run in report.runs if run.bad]
-    decisions = node_health_decisions(rule, ev, nodes, latest, bad_runs)
+    decisions = node_health_decisions(rule, ev, nodes, latest, bad_runs, store.newest_failures(conn, since))
     recorded = store.recorded_subjects(conn, rule.name, [d.subject for d in decisions])
     return [d for d in decisions if (d.subject, d.step) not in recorded]
 

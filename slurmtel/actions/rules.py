@@ -685,9 +685,11 @@ def node_health_decisions(
     nodes: Sequence[Mapping[str, Any]],
     latest_events: Mapping[str, Mapping[str, datetime]],
     bad_runs: Sequence[Any],
+    newest_failures: Mapping[str, datetime] | None = None,
 ) -> list[Decision]:
     """Per node: new XID or double-bit ECC events (once a node and UTC day of the newest), a
-    failure share above failed_share (once a day), a driver/CUDA version unlike the cluster's
+    failure share above failed_share (once a node and UTC day of the newest failure), a
+    driver/CUDA version unlike the cluster's
     (once per version), and per acceptance run that failed or fell below its baseline."""
     now = ev.now
     decisions = []
@@ -701,19 +703,30 @@ def node_health_decisions(
         )
         found: list[tuple[str, str, str]] = []
         if rule.xid and n["xid_events"] and "xid" in events:
-            found.append(("xid", f"xid:{events['xid']:%Y-%m-%d}", f"{n['xid_events']} GPU XID error(s)"))
+            found.append(
+                (
+                    "xid",
+                    f"xid:{events['xid'].astimezone(UTC):%Y-%m-%d}",
+                    f"{n['xid_events']} GPU XID error(s)",
+                )
+            )
         if rule.ecc and n["ecc_double_bit"] and "ecc_double_bit" in events:
             found.append(
                 (
                     "ecc",
-                    f"ecc:{events['ecc_double_bit']:%Y-%m-%d}",
+                    f"ecc:{events['ecc_double_bit'].astimezone(UTC):%Y-%m-%d}",
                     f"{n['ecc_double_bit']} double-bit ECC error(s)",
                 )
             )
         attempts, failed = n["attempts"], n["failed_attempts"]
         if attempts >= rule.min_attempts and attempts and failed / attempts >= rule.failed_share:
+            newest = (newest_failures or {}).get(node, now)
             found.append(
-                ("failed", f"failed:{now:%Y-%m-%d}", f"{failed} of {attempts} job attempts failed on it")
+                (
+                    "failed",
+                    f"failed:{newest.astimezone(UTC):%Y-%m-%d}",
+                    f"{failed} of {attempts} job attempts failed on it",
+                )
             )
         if rule.drift and (n["driver_drift"] or n["cuda_drift"]):
             found.append(

@@ -1088,3 +1088,20 @@ def gpu_events_since(conn: Connection, since: datetime) -> list[tuple[str, str, 
         {"since": since},
     )
     return [(r[0], r[1], int(r[2]), r[3]) for r in rows]
+
+
+def newest_failures(conn: Connection, since: datetime) -> dict[str, datetime]:
+    """node -> when the newest failed attempt (user_failure, system_failure) on it ended, of
+    those that ended at or after SINCE."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT n.node, max(a.end_at)
+            FROM job_attempt_outcome a CROSS JOIN LATERAL unnest(a.nodes) AS n(node)
+            WHERE a.end_at >= :since AND slurmtel_failed(a.outcome)
+            GROUP BY n.node
+            """
+        ),
+        {"since": since},
+    )
+    return {r[0]: r[1] for r in rows}
