@@ -202,21 +202,37 @@ def test_a_refused_recipient_fails_at_once_and_retries_give_up(engine: Engine, t
         assert server.mailbox.messages == []
 
 
-def test_an_unreachable_server_is_retried(engine: Engine, tmp_path: Path) -> None:
+def test_an_unreachable_server_is_retried_and_tried_once_a_round(engine: Engine, tmp_path: Path) -> None:
     from tests.mail_server import free_port
 
+    port = free_port()
     config = config_from_dict(
         {
             "actions": {
                 "recipients": {"domain": "example.org"},
-                "email": {"smtp_host": "127.0.0.1", "smtp_port": free_port()},
+                "email": {"smtp_host": "127.0.0.1", "smtp_port": port},
             }
         }
     )
-    idle_job(engine)
+    load(engine, running_job(7, gpus=1), windows("GPU-a1", T0, 140, job="7"), [1], after(70))
+    load(engine, running_job(8, gpus=1, user="bob"), windows("GPU-a2", T0, 140, job="8"), [2], after(70))
     report = cycle(engine, config, after(70))
+    # the first finds the server down; the second waits for the next round untried
     assert [o.state for o in report.deliveries] == ["retry"]
     assert "cannot reach 127.0.0.1" in report.deliveries[0].detail
+    assert sorted((r["state"], r["tries"]) for r in deliveries(engine)) == [("pending", 0), ("pending", 1)]
+    with smtp_server(tmp_path) as server:
+        config = config_from_dict(
+            {
+                "actions": {
+                    "recipients": {"domain": "example.org"},
+                    "email": {"smtp_host": server.host, "smtp_port": server.port},
+                }
+            }
+        )
+        report = cycle(engine, config, after(72))
+        assert sorted(o.state for o in report.deliveries) == ["sent", "sent"]
+        server.mailbox.wait_for(2)
 
 
 def test_hostile_job_names_in_text_html_and_headers(engine: Engine, tmp_path: Path) -> None:

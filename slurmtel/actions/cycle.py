@@ -33,7 +33,6 @@ from slurmtel.actions.render import Renderer
 from slurmtel.actions.rules import (
     Decision,
     Evaluation,
-    GpuStretch,
     Skip,
     budget_decisions,
     gpu_rule_decisions,
@@ -101,6 +100,8 @@ class CycleReport:
     rendered: dict[int, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     recovered: dict[str, int] = field(default_factory=dict)
+    # seconds of each part of the evaluation
+    timings: dict[str, float] = field(default_factory=dict)
     evaluation_seconds: float = 0.0
     seconds: float = 0.0
     running_jobs: int = 0
@@ -125,10 +126,20 @@ def evaluate(
     recipients: Recipients | None = None,
     metrics: ActionMetrics | None = None,
     errors: list[str] | None = None,
+    timings: dict[str, float] | None = None,
 ) -> tuple[list[Decision], list[Skip], FoldStats, list[RunningAttempt], GaugeSnapshot]:
     """Every enabled rule's decisions now (CONN: a transaction; the idle stretches are folded
-    forward in it)."""
+    forward in it). TIMINGS gets the seconds of each part (the fold, each rule, ...)."""
     errors = errors if errors is not None else []
+    timings = timings if timings is not None else {}
+    mark = time.perf_counter()
+
+    def took(part: str) -> None:
+        nonlocal mark
+        now_mark = time.perf_counter()
+        timings[part] = timings.get(part, 0.0) + now_mark - mark
+        mark = now_mark
+
     rules = active_rules(config)
     actions = config.actions
     exclusions = {e.user: e for e in store.exclusions(conn, now=now)}
@@ -143,12 +154,14 @@ def evaluate(
         idle_memory_max_bytes=actions.idle_memory_max_bytes,
         horizon_seconds=longest * 60 + actions.telemetry_max_age_seconds + 3600,
     )
+    took("fold")
     attempts = store.running_gpus(
         conn,
         now=now,
         fresh_after=now - timedelta(seconds=actions.telemetry_max_age_seconds),
         running_states=config.outcomes.running,
     )
+    took("running jobs")
     decisions: list[Decision] = []
 
     def run(rule: ActionRule, work: Callable[[], list[Decision]]) -> None:
@@ -171,11 +184,13 @@ def evaluate(
         if metrics is not None and any(d.kind == "alert" for d in limited):
             metrics.suppressed.labels(rule=rule.name).inc()
         decisions.extend(limited)
+        took(f"rule {rule.name}")
 
     subjects = [
         f"job:{a.cluster}:{a.job_id_raw}:{a.submit_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}" for a in attempts
     ]
     taken = store.taken_steps(conn, [r.name for r in gpu_rules], subjects)
+    took("steps taken")
     for rule in gpu_rules:
         run(rule, lambda rule=rule: gpu_rule_decisions(rule, attempts, taken, ev))  # type: ignore[misc]
     for rule in rules:
@@ -187,7 +202,8 @@ def evaluate(
             run(rule, lambda rule=rule: _budgets(conn, rule, ev))  # type: ignore[misc]
         elif rule.kind == KIND_MONTH_CLOSED:
             run(rule, lambda rule=rule: _statements(conn, rule, ev))  # type: ignore[misc]
-    snapshot = _snapshot(conn, config, attempts, now)
+    snapshot = _snapshot(conn, ev, attempts)
+    took("gauges")
     return decisions, ev.skipped, fold, attempts, snapshot
 
 
@@ -263,16 +279,14 @@ def _statements(conn: Any, rule: ActionRule, ev: Evaluation) -> list[Decision]:
     return statement_decisions(rule, ev, statements, recorded)
 
 
-def _snapshot(conn: Any, config: Config, attempts: list[RunningAttempt], now: datetime) -> GaugeSnapshot:
-    from slurmtel.actions.settings import KIND_IDLE, KIND_NO_PROCESS, ActionRule
+def _snapshot(conn: Any, ev: Evaluation, attempts: list[RunningAttempt]) -> GaugeSnapshot:
+    from slurmtel.actions.settings import KIND_IDLE, KIND_NO_PROCESS
 
     snapshot = GaugeSnapshot()
-    idle_rule, process_rule = ActionRule(kind=KIND_IDLE), ActionRule(kind=KIND_NO_PROCESS)
-    max_age = config.actions.telemetry_max_age_seconds
     for a in attempts:
         key = (a.cluster, a.job_id, a.partition)
-        idle: list[GpuStretch] = [s for s in gpu_stretches(idle_rule, a, now, max_age) if s.length_seconds]
-        no_process = [s for s in gpu_stretches(process_rule, a, now, max_age) if s.length_seconds]
+        idle = [s for s in ev.stretches(KIND_IDLE, a) if s.length_seconds]
+        no_process = [s for s in ev.stretches(KIND_NO_PROCESS, a) if s.length_seconds]
         for s in idle:
             snapshot.node_idle_gpus[s.node] = snapshot.node_idle_gpus.get(s.node, 0) + 1
         for s in no_process:
@@ -280,7 +294,7 @@ def _snapshot(conn: Any, config: Config, attempts: list[RunningAttempt], now: da
         if idle:
             snapshot.job_idle_gpus[key] = len(idle)
             snapshot.job_idle_seconds[key] = max(s.length_seconds or 0.0 for s in idle)
-    for node, kind, count, _ in store.gpu_events_since(conn, now - timedelta(hours=24)):
+    for node, kind, count, _ in store.gpu_events_since(conn, ev.now - timedelta(hours=24)):
         snapshot.node_events[(node, kind)] = count
     return snapshot
 
@@ -451,6 +465,9 @@ class Deliverer:
         self.holder = holder
         self.metrics = metrics
         self.domain = channels.make_msgid_domain()
+        # what could not be reached this round ("email", "webhook:NAME"): its other deliveries
+        # wait for the next round instead of each waiting for its timeout
+        self.unreachable: set[str] = set()
 
     def run(self, limit: int = 1000) -> list[DeliveryOutcome]:
         outcomes: list[DeliveryOutcome] = []
@@ -472,7 +489,13 @@ class Deliverer:
             store.refresh_action_status(conn, d.action_id)
         return done
 
+    @staticmethod
+    def _endpoint(d: Delivery) -> str:
+        return d.channel if d.channel != "webhook" else f"webhook:{d.target}"
+
     def deliver(self, d: Delivery) -> DeliveryOutcome | None:
+        if self._endpoint(d) in self.unreachable:
+            return None
         msgid = d.message_id or channels.message_id(d.id, self.domain)
         with self.engine.begin() as conn:
             if not store.claim_delivery(conn, d.id, holder=self.holder, message_id=msgid, now=self.clock()):
@@ -509,6 +532,8 @@ class Deliverer:
             return self._outcome(d, "not_done", str(exc))
         except channels.DeliveryError as exc:
             message = str(exc)
+            if exc.unreachable:
+                self.unreachable.add(self._endpoint(d))
             if exc.uncertain:
                 state = "uncertain"
                 self._set(d, from_states=("committing",), state=state, error=message)
@@ -689,7 +714,7 @@ def recheck_cancel(engine: Engine, config: Config, d: Delivery, *, now: datetime
             for g in gpus
         ],
     )
-    stretches = gpu_stretches(rule, attempt, now, actions.telemetry_max_age_seconds)
+    stretches = gpu_stretches(rule.kind, attempt, now, actions.telemetry_max_age_seconds)
     matched = matched_gpus(rule, attempt, stretches, seconds)
     if not matched:
         shown = ", ".join(
@@ -729,7 +754,7 @@ def run_cycle(
             try:
                 t1 = time.monotonic()
                 decisions, skipped, report.fold, attempts, _ = evaluate(
-                    conn, config, now=now, recipients=recipients, errors=report.errors
+                    conn, config, now=now, recipients=recipients, errors=report.errors, timings=report.timings
                 )
                 report.evaluation_seconds = time.monotonic() - t1
                 report.decisions, report.skipped, report.running_jobs = decisions, skipped, len(attempts)
@@ -759,7 +784,13 @@ def run_cycle(
             with engine.begin() as conn:
                 t1 = time.monotonic()
                 decisions, skipped, report.fold, attempts, snapshot = evaluate(
-                    conn, config, now=now, recipients=recipients, metrics=metrics, errors=report.errors
+                    conn,
+                    config,
+                    now=now,
+                    recipients=recipients,
+                    metrics=metrics,
+                    errors=report.errors,
+                    timings=report.timings,
                 )
                 report.evaluation_seconds = time.monotonic() - t1
                 report.decisions, report.skipped, report.running_jobs = decisions, skipped, len(attempts)

@@ -50,10 +50,14 @@ from slurmtel.actions.settings import EmailConfig, WebhookConfig
 class DeliveryError(Exception):
     """A delivery that did not happen (or may have: uncertain)."""
 
-    def __init__(self, message: str, *, permanent: bool = False, uncertain: bool = False) -> None:
+    def __init__(
+        self, message: str, *, permanent: bool = False, uncertain: bool = False, unreachable: bool = False
+    ) -> None:
         super().__init__(message)
         self.permanent = permanent
         self.uncertain = uncertain
+        # the server could not be reached at all: the round tries it no more
+        self.unreachable = unreachable
 
 
 class NotDone(Exception):
@@ -135,7 +139,9 @@ def send_email(
         else:
             smtp = smtplib.SMTP(settings.smtp_host, settings.smtp_port, timeout=timeout)
     except (OSError, smtplib.SMTPException) as exc:
-        raise DeliveryError(f"cannot reach {settings.smtp_host}:{settings.smtp_port}: {exc}") from exc
+        raise DeliveryError(
+            f"cannot reach {settings.smtp_host}:{settings.smtp_port}: {exc}", unreachable=True
+        ) from exc
     try:
         return _transaction(smtp, settings, message, to, point_of_no_return)
     finally:
@@ -248,6 +254,12 @@ def send_webhook(
     except (OSError, ValueError) as exc:
         raise DeliveryError(f"webhook {hook.name}: {exc}") from exc
     try:
+        try:
+            conn.connect()
+        except OSError as exc:
+            raise DeliveryError(
+                f"webhook {hook.name}: cannot reach {url.netloc}: {exc}", unreachable=True
+            ) from exc
         try:
             conn.putrequest("POST", path)
             conn.putheader("Content-Type", "application/json")

@@ -113,9 +113,20 @@ class Evaluation:
     recipients: Recipients
     exclusions: Mapping[str, Exclusion]
     skipped: list[Skip] = field(default_factory=list)
+    # (kind, attempt) -> its GPUs' stretches, computed once per evaluation
+    _stretches: dict[tuple[str, int], list[GpuStretch]] = field(default_factory=dict)
 
     def skip(self, rule: ActionRule, subject: str, job_id: str, reason: str) -> None:
         self.skipped.append(Skip(rule.name, subject, job_id, reason))
+
+    def stretches(self, kind: str, attempt: RunningAttempt) -> list[GpuStretch]:
+        key = (kind, id(attempt))
+        found = self._stretches.get(key)
+        if found is None:
+            found = self._stretches[key] = gpu_stretches(
+                kind, attempt, self.now, self.config.actions.telemetry_max_age_seconds
+            )
+        return found
 
 
 def job_subject(cluster: str, job_id_raw: int, submit_at: datetime) -> str:
@@ -228,8 +239,10 @@ class GpuStretch:
 
 
 def gpu_stretches(
-    rule: ActionRule, attempt: RunningAttempt, now: datetime, max_age_seconds: float
+    kind: str, attempt: RunningAttempt, now: datetime, max_age_seconds: float
 ) -> list[GpuStretch]:
+    """ATTEMPT's GPUs and how long each has been idle (KIND gpus_idle) or without a process
+    (gpus_no_process) at NOW."""
     fresh_after = now - timedelta(seconds=max_age_seconds)
     result = []
     for g in attempt.gpus:
@@ -240,8 +253,8 @@ def gpu_stretches(
         )
         idle = _stretch(end, g.idle_since_at, attempt.start_at)
         no_process = _stretch(end, g.no_process_since_at, attempt.start_at)
-        mine = no_process if rule.kind == KIND_NO_PROCESS else idle
-        since = g.no_process_since_at if rule.kind == KIND_NO_PROCESS else g.idle_since_at
+        mine = no_process if kind == KIND_NO_PROCESS else idle
+        since = g.no_process_since_at if kind == KIND_NO_PROCESS else g.idle_since_at
         result.append(
             GpuStretch(
                 gpu=gpu_name(g.node, g.gpu_index, g.gpu_uuid),
@@ -294,13 +307,13 @@ def gpu_rule_decisions(
     taken: Mapping[tuple[str, str], Mapping[str, TakenStep]],
     ev: Evaluation,
 ) -> list[Decision]:
-    config, now = ev.config, ev.now
+    now = ev.now
     first = min(minutes for _, minutes in step_minutes(rule)) * 60
     decisions = []
     for a in attempts:
         if not selected(rule, a.cluster, a.partition):
             continue
-        stretches = gpu_stretches(rule, a, now, config.actions.telemetry_max_age_seconds)
+        stretches = ev.stretches(rule.kind, a)
         if not matched_gpus(rule, a, stretches, first):
             continue
         subject = job_subject(a.cluster, a.job_id_raw, a.submit_at)

@@ -58,6 +58,11 @@ def fold_streaks(
     lo, hi = batch[1], batch[2]
     result = None
     if lo is not None and hi is not None:
+        # a sort of the new windows in memory (one of 100,000 windows spilled to disk at 4 MB);
+        # and hash joins: the stretches table is rewritten every run, so its statistics lag, and
+        # a nested loop over it that the planner thought small took 10 s at 10,000 GPUs
+        conn.execute(text("SET LOCAL work_mem = '64MB'"))
+        conn.execute(text("SET LOCAL enable_nestloop = off"))
         result = conn.execute(
             text(_FOLD),
             {
@@ -67,6 +72,7 @@ def fold_streaks(
                 "mem": int(idle_memory_max_bytes),
             },
         ).one()
+        conn.execute(text("RESET enable_nestloop"))
     conn.execute(
         text(
             "INSERT INTO action_batch (batch_id) SELECT unnest(CAST(:ids AS bigint[])) ON CONFLICT DO NOTHING"
@@ -89,11 +95,20 @@ def _plus(at: datetime, seconds: float) -> datetime:
     return at + timedelta(seconds=seconds)
 
 
-# The fold. A window's "reset" is where the stretch that holds it began: its end when it is
-# not idle (the next stretch starts after it), its start when a gap comes before it; the newest
-# reset of a GPU's new windows is where its current stretch began (the stored one when none).
+# The fold. A GPU's current idle stretch began at the end of its newest window that was not
+# idle, or later, at the newest idle window after it that follows a gap (or, when its new
+# windows hold neither, where its stored stretch began). So the new windows are aggregated per
+# GPU without an order (the newest end, the newest end of a busy window), and only the idle
+# windows after the newest busy one - few, on a cluster whose GPUs mostly work - are sorted
+# to find gaps and the stretch's maxima. The same for windows with no process on the GPU.
 _FOLD = """
-WITH w AS (
+WITH stored AS MATERIALIZED (
+    SELECT gpu_uuid, source, last_window_end_at, idle_since_at, no_process_since_at,
+           idle_util_max_percent, idle_memory_used_max_bytes
+    FROM action_gpu_streak
+),
+raw AS NOT MATERIALIZED (
+    -- windows that end after the GPU's newest folded one (late ones change nothing)
     SELECT s.gpu_uuid, s.source, s.node, s.window_seconds, s.window_start_at AS t0,
            s.window_start_at + make_interval(secs => s.window_seconds) AS t1,
            s.covered_seconds > 0
@@ -102,50 +117,66 @@ WITH w AS (
            s.no_process_seconds IS NOT NULL AS knows_process,
            s.covered_seconds > 0 AND s.no_process_seconds IS NOT NULL
                AND s.no_process_seconds >= s.covered_seconds - 0.001 * s.window_seconds AS no_process,
-           s.util_max_percent, s.memory_used_max_bytes,
-           st.last_window_end_at AS stored_end
+           s.util_max_percent, s.memory_used_max_bytes
     FROM slurmtel_batch_windows(CAST(:ids AS bigint[]), CAST(:lo AS timestamptz), CAST(:hi AS timestamptz)) s
-    LEFT JOIN action_gpu_streak st ON st.gpu_uuid = s.gpu_uuid AND st.source = s.source
+    LEFT JOIN stored st ON st.gpu_uuid = s.gpu_uuid AND st.source = s.source
     WHERE st.last_window_end_at IS NULL
        OR s.window_start_at + make_interval(secs => s.window_seconds) > st.last_window_end_at
 ),
-seq AS (
-    SELECT w.*,
-           coalesce(lag(t1) OVER (PARTITION BY gpu_uuid, source ORDER BY t0, t1), stored_end) AS prev_end
-    FROM w
+per_gpu AS MATERIALIZED (
+    SELECT n.gpu_uuid, n.source, max(n.node) AS node, max(n.window_seconds) AS window_seconds,
+           max(n.t1) AS last_end, count(*) AS windows, bool_or(n.knows_process) AS knows_process,
+           max(n.t1) FILTER (WHERE NOT n.idle) AS last_busy,
+           max(n.t1) FILTER (WHERE NOT n.no_process) AS last_process
+    FROM raw n GROUP BY n.gpu_uuid, n.source
 ),
-marked AS (
-    SELECT seq.*,
-           prev_end IS NULL OR t0 - prev_end > make_interval(secs => 2 * window_seconds) AS gap
-    FROM seq
+-- the windows that may be in a stretch (read again rather than keeping every window)
+new AS MATERIALIZED (
+    SELECT * FROM raw WHERE idle OR no_process
 ),
-resets AS (
-    SELECT marked.*,
-           CASE WHEN NOT idle THEN t1 WHEN gap THEN t0 END AS idle_reset,
-           CASE WHEN NOT no_process THEN t1 WHEN gap THEN t0 END AS process_reset
-    FROM marked
+-- the idle (process-less) windows after the newest one that was not, each with the end of the
+-- window before it (the busy one, or the stored newest one for the first)
+idle_tail AS (
+    SELECT n.gpu_uuid, n.source, n.t0, n.util_max_percent, n.memory_used_max_bytes,
+           n.t0 - coalesce(lag(n.t1) OVER (PARTITION BY n.gpu_uuid, n.source ORDER BY n.t0, n.t1),
+                           p.last_busy, st.last_window_end_at)
+               > make_interval(secs => 2 * n.window_seconds) IS NOT FALSE AS gap
+    FROM new n JOIN per_gpu p ON p.gpu_uuid = n.gpu_uuid AND p.source = n.source
+    LEFT JOIN stored st ON st.gpu_uuid = n.gpu_uuid AND st.source = n.source
+    WHERE n.idle AND n.t0 >= coalesce(p.last_busy, '-infinity')
 ),
-per_gpu AS (
-    SELECT gpu_uuid, source, (array_agg(node ORDER BY t1 DESC))[1] AS node,
-           (array_agg(window_seconds ORDER BY t1 DESC))[1] AS window_seconds,
-           max(t1) AS last_end, max(idle_reset) AS idle_reset, max(process_reset) AS process_reset,
-           bool_or(knows_process) AS knows_process, count(*) AS windows
-    FROM resets GROUP BY gpu_uuid, source
+process_tail AS (
+    SELECT n.gpu_uuid, n.source,
+           n.t0 - coalesce(lag(n.t1) OVER (PARTITION BY n.gpu_uuid, n.source ORDER BY n.t0, n.t1),
+                           p.last_process, st.last_window_end_at)
+               > make_interval(secs => 2 * n.window_seconds) IS NOT FALSE AS gap, n.t0
+    FROM new n JOIN per_gpu p ON p.gpu_uuid = n.gpu_uuid AND p.source = n.source
+    LEFT JOIN stored st ON st.gpu_uuid = n.gpu_uuid AND st.source = n.source
+    WHERE n.no_process AND n.t0 >= coalesce(p.last_process, '-infinity')
+),
+idle_gap AS (
+    SELECT gpu_uuid, source, max(t0) FILTER (WHERE gap) AS since FROM idle_tail GROUP BY gpu_uuid, source
+),
+process_gap AS (
+    SELECT gpu_uuid, source, max(t0) FILTER (WHERE gap) AS since FROM process_tail GROUP BY gpu_uuid, source
 ),
 stretch AS (
-    SELECT p.*, coalesce(p.idle_reset, st.idle_since_at) AS idle_since,
-           CASE WHEN p.knows_process THEN coalesce(p.process_reset, st.no_process_since_at) END AS no_process_since,
-           p.idle_reset IS NULL AND st.gpu_uuid IS NOT NULL AS continues,
+    SELECT p.*, coalesce(ig.since, p.last_busy, st.idle_since_at) AS idle_since,
+           CASE WHEN p.knows_process THEN coalesce(pg.since, p.last_process, st.no_process_since_at) END
+               AS no_process_since,
+           -- no busy window and no gap: the stored stretch goes on, its maxima count too
+           p.last_busy IS NULL AND ig.since IS NULL AND st.gpu_uuid IS NOT NULL AS continues,
            st.idle_util_max_percent AS stored_util, st.idle_memory_used_max_bytes AS stored_memory
     FROM per_gpu p
-    LEFT JOIN action_gpu_streak st ON st.gpu_uuid = p.gpu_uuid AND st.source = p.source
+    LEFT JOIN idle_gap ig ON ig.gpu_uuid = p.gpu_uuid AND ig.source = p.source
+    LEFT JOIN process_gap pg ON pg.gpu_uuid = p.gpu_uuid AND pg.source = p.source
+    LEFT JOIN stored st ON st.gpu_uuid = p.gpu_uuid AND st.source = p.source
 ),
 maxima AS (
-    SELECT s.gpu_uuid, s.source,
-           max(r.util_max_percent) FILTER (WHERE r.t0 >= s.idle_since) AS util_max,
-           max(r.memory_used_max_bytes) FILTER (WHERE r.t0 >= s.idle_since) AS memory_max
-    FROM stretch s JOIN resets r ON r.gpu_uuid = s.gpu_uuid AND r.source = s.source
-    GROUP BY s.gpu_uuid, s.source
+    SELECT t.gpu_uuid, t.source, max(t.util_max_percent) AS util_max, max(t.memory_used_max_bytes) AS memory_max
+    FROM idle_tail t JOIN stretch s ON s.gpu_uuid = t.gpu_uuid AND s.source = t.source
+    WHERE t.t0 >= s.idle_since
+    GROUP BY t.gpu_uuid, t.source
 ),
 written AS (
     INSERT INTO action_gpu_streak AS t (gpu_uuid, source, node, window_seconds, last_window_end_at,
@@ -157,7 +188,7 @@ written AS (
            CASE WHEN s.continues THEN greatest(s.stored_util, m.util_max) ELSE m.util_max END,
            CASE WHEN s.continues THEN greatest(s.stored_memory, m.memory_max) ELSE m.memory_max END,
            now()
-    FROM stretch s JOIN maxima m USING (gpu_uuid, source)
+    FROM stretch s LEFT JOIN maxima m ON m.gpu_uuid = s.gpu_uuid AND m.source = s.source
     ON CONFLICT (gpu_uuid, source) DO UPDATE
     SET node = EXCLUDED.node, window_seconds = EXCLUDED.window_seconds,
         last_window_end_at = EXCLUDED.last_window_end_at, idle_since_at = EXCLUDED.idle_since_at,
@@ -214,85 +245,102 @@ def running_gpus(
     """Every running attempt with GPUs, with the GPUs attribution mapped it to and, per GPU, the
     stretch of the source with the freshest news (windows ending after FRESH_AFTER first, the
     agent before DCGM, which cannot tell process-less GPUs)."""
+    params = {"now": now, "fresh": fresh_after, "running": list(running_states)}
+    attempts: dict[tuple[str, int, datetime], RunningAttempt] = {}
+    for r in conn.execute(text(f"{_RUNNING} SELECT * FROM running"), params):
+        attempts[(r[0], int(r[1]), r[2])] = RunningAttempt(
+            cluster=r[0],
+            job_id_raw=int(r[1]),
+            submit_at=r[2],
+            job_id=r[3],
+            name=r[4],
+            user=r[5],
+            account=r[6],
+            partition=r[7],
+            qos=r[8],
+            state=r[9],
+            start_at=r[10],
+            time_limit_seconds=r[11],
+            alloc_gpus=int(r[12]),
+            gpu_model=r[13],
+            submit_line=r[14],
+            nodes=tuple(r[15] or ()),
+            billing=int(r[16]),
+        )
+    if not attempts:
+        return []
+    # hash joins (as in fold_streaks: the stretches' statistics lag behind the table)
+    conn.execute(text("SET LOCAL enable_nestloop = off"))
     rows = conn.execute(
         text(
-            """
-            WITH running AS (
-                SELECT a.cluster, a.job_id_raw, a.submit_at, a.job_id, a.name, a.user_name, a.account,
-                       a.partition, a.qos, a.state, a.start_at, a.time_limit_seconds, a.alloc_gpus,
-                       a.gpu_model, a.submit_line, a.nodes,
-                       coalesce((a.alloc_tres->>'billing')::bigint, 0) AS billing
-                FROM job_attempt a
-                WHERE a.end_at IS NULL AND a.start_at IS NOT NULL AND a.start_at <= CAST(:now AS timestamptz)
-                  AND a.alloc_gpus > 0 AND a.state = ANY(CAST(:running AS text[]))
-            ),
-            gpus AS (
+            f"""
+            {_RUNNING},
+            gpus AS MATERIALIZED (
                 SELECT g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid,
                        string_agg(DISTINCT g.mapping, '+') AS mapping
                 FROM gpu_attribution g JOIN running r USING (cluster, job_id_raw, submit_at)
                 WHERE g.mapping <> 'unmapped' AND g.gpu_uuid <> ''
                 GROUP BY g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid
+            ),
+            best AS (
+                SELECT DISTINCT ON (s.gpu_uuid) s.gpu_uuid, s.source, s.last_window_end_at, s.idle_since_at,
+                       s.no_process_since_at, s.idle_util_max_percent, s.idle_memory_used_max_bytes
+                FROM action_gpu_streak s
+                WHERE s.gpu_uuid IN (SELECT gpu_uuid FROM gpus)
+                ORDER BY s.gpu_uuid, (s.last_window_end_at > CAST(:fresh AS timestamptz)) DESC,
+                         (s.source = 'agent') DESC, s.last_window_end_at DESC
+            ),
+            indices AS (
+                SELECT DISTINCT ON (i.node, i.gpu_uuid) i.node, i.gpu_uuid, i.gpu_index
+                FROM gpu_inventory i
+                WHERE i.gpu_uuid IN (SELECT gpu_uuid FROM gpus)
+                ORDER BY i.node, i.gpu_uuid, i.last_seen_at DESC
             )
-            SELECT r.*, gp.node AS gpu_node, gp.gpu_uuid, gp.mapping, inv.gpu_index,
+            SELECT gp.cluster, gp.job_id_raw, gp.submit_at, gp.node, gp.gpu_uuid, gp.mapping, inv.gpu_index,
                    st.source, st.last_window_end_at, st.idle_since_at, st.no_process_since_at,
                    st.idle_util_max_percent, st.idle_memory_used_max_bytes
-            FROM running r
-            LEFT JOIN gpus gp USING (cluster, job_id_raw, submit_at)
-            LEFT JOIN LATERAL (
-                SELECT s.* FROM action_gpu_streak s WHERE s.gpu_uuid = gp.gpu_uuid
-                ORDER BY (s.last_window_end_at > CAST(:fresh AS timestamptz)) DESC, (s.source = 'agent') DESC,
-                         s.last_window_end_at DESC
-                LIMIT 1
-            ) st ON true
-            LEFT JOIN LATERAL (
-                SELECT i.gpu_index FROM gpu_inventory i WHERE i.gpu_uuid = gp.gpu_uuid
-                ORDER BY (i.node = gp.node) DESC, i.last_seen_at DESC LIMIT 1
-            ) inv ON true
-            ORDER BY r.cluster, r.job_id_raw, r.submit_at, gp.node, inv.gpu_index, gp.gpu_uuid
+            FROM gpus gp
+            LEFT JOIN best st ON st.gpu_uuid = gp.gpu_uuid
+            LEFT JOIN indices inv ON inv.node = gp.node AND inv.gpu_uuid = gp.gpu_uuid
+            ORDER BY gp.cluster, gp.job_id_raw, gp.submit_at, gp.node, inv.gpu_index, gp.gpu_uuid
             """
         ),
-        {"now": now, "fresh": fresh_after, "running": list(running_states)},
-    ).mappings()
-    attempts: dict[tuple[str, int, datetime], RunningAttempt] = {}
+        params,
+    ).all()
+    conn.execute(text("RESET enable_nestloop"))
     for r in rows:
-        key = (r["cluster"], int(r["job_id_raw"]), r["submit_at"])
-        attempt = attempts.get(key)
+        attempt = attempts.get((r[0], int(r[1]), r[2]))
         if attempt is None:
-            attempt = attempts[key] = RunningAttempt(
-                cluster=r["cluster"],
-                job_id_raw=int(r["job_id_raw"]),
-                submit_at=r["submit_at"],
-                job_id=r["job_id"],
-                name=r["name"],
-                user=r["user_name"],
-                account=r["account"],
-                partition=r["partition"],
-                qos=r["qos"],
-                state=r["state"],
-                start_at=r["start_at"],
-                time_limit_seconds=r["time_limit_seconds"],
-                alloc_gpus=int(r["alloc_gpus"]),
-                gpu_model=r["gpu_model"],
-                submit_line=r["submit_line"],
-                nodes=tuple(r["nodes"] or ()),
-                billing=int(r["billing"]),
+            continue
+        attempt.gpus.append(
+            RunningGpu(
+                node=r[3],
+                gpu_uuid=r[4],
+                gpu_index=None if r[6] is None else int(r[6]),
+                mapping=r[5],
+                source=r[7],
+                last_window_end_at=r[8],
+                idle_since_at=r[9],
+                no_process_since_at=r[10],
+                idle_util_max_percent=_float(r[11]),
+                idle_memory_used_max_bytes=_int(r[12]),
             )
-        if r["gpu_uuid"] is not None:
-            attempt.gpus.append(
-                RunningGpu(
-                    node=r["gpu_node"],
-                    gpu_uuid=r["gpu_uuid"],
-                    gpu_index=None if r["gpu_index"] is None else int(r["gpu_index"]),
-                    mapping=r["mapping"],
-                    source=r["source"],
-                    last_window_end_at=r["last_window_end_at"],
-                    idle_since_at=r["idle_since_at"],
-                    no_process_since_at=r["no_process_since_at"],
-                    idle_util_max_percent=_float(r["idle_util_max_percent"]),
-                    idle_memory_used_max_bytes=_int(r["idle_memory_used_max_bytes"]),
-                )
-            )
+        )
     return list(attempts.values())
+
+
+# the running attempts with GPUs (a CTE both queries of running_gpus start from)
+_RUNNING = """
+    WITH running AS MATERIALIZED (
+        SELECT a.cluster, a.job_id_raw, a.submit_at, a.job_id, a.name, a.user_name, a.account,
+               a.partition, a.qos, a.state, a.start_at, a.time_limit_seconds, a.alloc_gpus,
+               a.gpu_model, a.submit_line, a.nodes,
+               coalesce((a.alloc_tres->>'billing')::bigint, 0) AS billing
+        FROM job_attempt a
+        WHERE a.end_at IS NULL AND a.start_at IS NOT NULL AND a.start_at <= CAST(:now AS timestamptz)
+          AND a.alloc_gpus > 0 AND a.state = ANY(CAST(:running AS text[]))
+    )
+"""
 
 
 def gpu_stretches_now(
