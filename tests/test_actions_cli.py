@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -269,3 +270,12 @@ def test_mailprog_passes_a_job_end_mail_on_when_it_cannot_record_it(
     code = main(["--config", str(config_file), "mailprog", "-s", subject, "alice@lab.example.org"])
     assert code == 0
     assert json.loads(called.read_text())["argv"] == ["-s", subject, "alice@lab.example.org"]
+
+
+def test_the_mailprog_wrapper_is_executable_sh_that_runs_slurmtel_mailprog() -> None:
+    import subprocess
+
+    wrapper = Path(__file__).resolve().parents[1] / "systemd" / "slurmtel-mailprog.sh"
+    assert os.access(wrapper, os.X_OK)
+    subprocess.run(["sh", "-n", str(wrapper)], check=True)
+    assert 'mailprog "$@"' in wrapper.read_text()

@@ -121,8 +121,10 @@ def test_an_idle_job_is_warned_twice_and_cancelled_an_excluded_one_is_not(
         # slurmdbd learns of a start a moment after slurmctld
         wait_for(
             "both jobs RUNNING in sacct",
-            lambda: lab.sacct("-n", "-X", "-P", "-j", f"{idle},{excluded}", "-o", "State").split()
-            == ["RUNNING", "RUNNING"],
+            lambda: (
+                lab.sacct("-n", "-X", "-P", "-j", f"{idle},{excluded}", "-o", "State").split()
+                == ["RUNNING", "RUNNING"]
+            ),
         )
         with smtp_server(tmp_path) as server:
             config = lab_config(lab, server)
