@@ -559,10 +559,15 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 
 
 def config_from_dict(data: Mapping[str, Any], source: str = "<config>") -> Config:
+    config = _validated(_build(Config, data, prefix="", source=source))
     actions = data.get("actions")
     if isinstance(actions, Mapping) and actions.get("rules_file") and "rules" in actions:
-        raise ConfigError(f"{source}: set actions.rules_file or [[actions.rules]], not both")
-    return _validated(_build(Config, data, prefix="", source=source))
+        # the rules in force are the file's; the same tables beside it (what check-config
+        # prints) are fine, others would be silently ignored
+        inline = _build(ActionsConfig, {"rules": actions["rules"]}, prefix="actions.", source=source).rules
+        if inline != config.actions.rules:
+            raise ConfigError(f"{source}: set actions.rules_file or [[actions.rules]], not both")
+    return config
 
 
 def load_action_rules(path: str) -> list[ActionRule]:

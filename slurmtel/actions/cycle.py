@@ -517,18 +517,7 @@ class Deliverer:
                 raise channels.DeliveryError(f"unknown channel {d.channel}", permanent=True)
         except channels.NotDone as exc:
             self._set(d, from_states=("sending",), state="not_done", result=str(exc), sent_at=self.clock())
-            # the cancel's messages say the job was cancelled: not sent
-            with self.engine.begin() as conn:
-                for other in store.action_deliveries(conn, d.action_id):
-                    if other.id != d.id and other.state == "pending":
-                        store.set_delivery_state(
-                            conn,
-                            other.id,
-                            from_states=("pending",),
-                            state="not_done",
-                            result="the cancel was not done",
-                        )
-                store.refresh_action_status(conn, d.action_id)
+            self._cancel_not_done(d)
             return self._outcome(d, "not_done", str(exc))
         except channels.DeliveryError as exc:
             message = str(exc)
@@ -540,6 +529,8 @@ class Deliverer:
             elif exc.permanent or tries >= self.config.actions.retry_max_attempts:
                 state = "failed"
                 self._set(d, from_states=("sending", "committing"), state=state, error=message)
+                if d.channel == "scancel":
+                    self._cancel_not_done(d)
             else:
                 state = "retry"
                 self._set(
@@ -574,6 +565,20 @@ class Deliverer:
             tries=tries,
         )
         return self._outcome(d, "sent", result)
+
+    def _cancel_not_done(self, d: Delivery) -> None:
+        """The messages of a cancel that was not done say the job was cancelled: not sent."""
+        with self.engine.begin() as conn:
+            for other in store.action_deliveries(conn, d.action_id):
+                if other.id != d.id and other.state == "pending":
+                    store.set_delivery_state(
+                        conn,
+                        other.id,
+                        from_states=("pending",),
+                        state="not_done",
+                        result="the cancel was not done",
+                    )
+            store.refresh_action_status(conn, d.action_id)
 
     def _outcome(self, d: Delivery, state: str, detail: str) -> DeliveryOutcome:
         if self.metrics is not None:
@@ -821,8 +826,13 @@ def run_cycle(
                 metrics.runs.labels(status="error").inc()
             raise
         finally:
-            release_session_lock(lease, ACTIONS_LEASE_KEY)
-            lease.commit()
+            try:
+                release_session_lock(lease, ACTIONS_LEASE_KEY)
+                lease.commit()
+            except Exception:
+                # a pooled connection must never keep the lease: closing the session frees it
+                lease.invalidate()
+                raise
     report.seconds = time.monotonic() - t0
     if metrics is not None:
         metrics.runs.labels(status="ok").inc()

@@ -232,10 +232,12 @@ def write_report(report: Any, out: Any) -> None:
             if "idle_seconds" not in g:
                 continue
             mark = "*" if g.get("matched") else " "
+            util = g.get("idle_util_max_percent")
             out.write(
                 escape_controls(
                     f"  {mark} {g.get('gpu')}: idle {_minutes(g.get('idle_seconds'))}, no process "
-                    f"{_minutes(g.get('no_process_seconds'))}, utilisation max {g.get('idle_util_max_percent')} %, "
+                    f"{_minutes(g.get('no_process_seconds'))}, utilisation max "
+                    f"{'-' if util is None else f'{util:.1f} %'}, "
                     f"memory max {_gib(g.get('idle_memory_used_max_bytes'))}, measured to {g.get('measured_to')} "
                     f"({g.get('source')})"
                 )

@@ -189,6 +189,8 @@ written AS (
            CASE WHEN s.continues THEN greatest(s.stored_memory, m.memory_max) ELSE m.memory_max END,
            now()
     FROM stretch s LEFT JOIN maxima m ON m.gpu_uuid = s.gpu_uuid AND m.source = s.source
+    -- rows locked in one order: a dry run's fold beside the daemon's waits, never deadlocks
+    ORDER BY s.gpu_uuid, s.source
     ON CONFLICT (gpu_uuid, source) DO UPDATE
     SET node = EXCLUDED.node, window_seconds = EXCLUDED.window_seconds,
         last_window_end_at = EXCLUDED.last_window_end_at, idle_since_at = EXCLUDED.idle_since_at,

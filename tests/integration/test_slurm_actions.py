@@ -16,6 +16,7 @@ comparison rolled up.
 from __future__ import annotations
 
 import os
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -63,9 +64,11 @@ def lab_config(lab: SlurmLab, server: Any) -> Config:
     return lab.config({"actions": actions})
 
 
-def idle_windows(node: str, uuid: str, job: int, start: datetime, end: datetime) -> list[GpuSummary]:
+def idle_windows(
+    node: str, uuid: str, job: int, start: datetime, end: datetime, *, busy: bool = False
+) -> list[GpuSummary]:
     """Idle 60 s windows of UUID for JOB from START until one reaches END (the job's process on
-    the GPU, at 0 %)."""
+    the GPU, at 0 %); with BUSY, at 90 % with 40 GiB in use."""
     out = []
     t = start
     while t < end:
@@ -79,11 +82,11 @@ def idle_windows(node: str, uuid: str, job: int, start: datetime, end: datetime)
                 util_metric="gr_engine_active",
                 sample_count=WINDOW,
                 covered_seconds=float(WINDOW),
-                util_mean_percent=0.0,
-                util_max_percent=0.0,
-                idle_seconds=float(WINDOW),
+                util_mean_percent=90.0 if busy else 0.0,
+                util_max_percent=95.0 if busy else 0.0,
+                idle_seconds=0.0 if busy else float(WINDOW),
                 no_process_seconds=0.0,
-                memory_used_max_bytes=512 * 2**20,
+                memory_used_max_bytes=(40 * 2**30) if busy else 512 * 2**20,
                 job_ids=(str(job),),
             )
         )
@@ -108,6 +111,80 @@ def state(lab: SlurmLab, job: int) -> str:
     return lab.run(["squeue", "-h", "-j", str(job), "-o", "%T"], check=False).strip()
 
 
+class Rig:
+    """Real jobs in the lab, stored as the daemon stores them (sacct, the controller's GPU
+    indices), and their GPUs' windows synthesised minute by minute after the jobs' start."""
+
+    def __init__(self, lab: SlurmLab, engine: Engine, config: Config, jobs: list[int]) -> None:
+        self.lab, self.engine, self.config = lab, engine, config
+        wait_for("the jobs RUNNING", lambda: all(state(lab, job) == "RUNNING" for job in jobs))
+        # slurmdbd learns of a start a moment after slurmctld
+        wait_for(
+            "the jobs RUNNING in sacct",
+            lambda: (
+                lab.sacct("-n", "-X", "-P", "-j", ",".join(map(str, jobs)), "-o", "State").split()
+                == ["RUNNING"] * len(jobs)
+            ),
+        )
+        ctx: RunContext = live_ctx(config, engine)
+        started = utc_now()
+        collect(ctx, started - timedelta(minutes=10), started + timedelta(minutes=1))
+        outcome = collect_controller(ctx)
+        assert outcome.status == "ok", outcome.message
+        with engine.begin() as conn:
+            for node, gpus in NODES.items():
+                inventory = [
+                    GpuInventory(node=node, gpu_uuid=uuid_of(node, i), index=i, model="NVIDIA H100",
+                                 observed_at=started - timedelta(hours=1))
+                    for i in range(gpus)
+                ]  # fmt: skip
+                write_inventory(conn, inventory, source="agent")
+            resolve_allocation_uuids(conn)
+            starts = dict(
+                conn.execute(
+                    text(
+                        "SELECT job_id_raw, start_at FROM job_attempt WHERE cluster = :c "
+                        "AND job_id_raw = ANY(CAST(:jobs AS bigint[]))"
+                    ),
+                    {"c": lab.cluster, "jobs": jobs},
+                ).all()
+            )
+        assert set(starts) == set(jobs)
+        self.gpus = {job: held_gpus(engine, lab.cluster, job) for job in jobs}
+        self.start = min(starts.values())
+        self.written = {job: starts[job].replace(microsecond=0) for job in jobs}
+
+    def at(self, minutes: float) -> datetime:
+        return self.start + timedelta(minutes=minutes, seconds=30)
+
+    def windows_to(self, now: datetime, busy: tuple[int, ...] = ()) -> None:
+        """Each job's windows up to NOW: idle, or busy for the jobs in BUSY."""
+        with self.engine.begin() as conn:
+            for job, held in self.gpus.items():
+                for node, uuid in held:
+                    windows = idle_windows(node, uuid, job, self.written[job], now, busy=job in busy)
+                    write_summaries(conn, windows, source="agent", node=node)
+                # the next windows follow on
+                self.written[job] = windows[-1].window_start_at + timedelta(seconds=WINDOW)
+
+    def round(self, now: datetime, *, deliver: bool = True) -> Any:
+        """Attribution, then one action round (evaluation and delivery) at NOW."""
+        run_attribution(self.engine, self.config, now=now)
+        return run_cycle(
+            self.engine,
+            self.config,
+            now=now,
+            clock=lambda: now,
+            recipients=Recipients(self.config, coordinators=dict),
+            deliver=deliver,
+        )
+
+    def at_minute(self, minutes: float) -> Any:
+        now = self.at(minutes)
+        self.windows_to(now)
+        return self.round(now)
+
+
 def test_an_idle_job_is_warned_twice_and_cancelled_an_excluded_one_is_not(
     slurm_lab: SlurmLab, engine: Engine, tmp_path: Path
 ) -> None:
@@ -117,64 +194,11 @@ def test_an_idle_job_is_warned_twice_and_cancelled_an_excluded_one_is_not(
     idle = lab.sbatch("alice", "--gres=gpu:2", "-t", "30", "-J", f"idle-{tag}", wrap="sleep 1500")
     excluded = lab.sbatch("bob", "--gres=gpu:1", "-t", "30", "-J", f"bob-{tag}", wrap="sleep 1500")
     try:
-        wait_for("both jobs RUNNING", lambda: state(lab, idle) == state(lab, excluded) == "RUNNING")
-        # slurmdbd learns of a start a moment after slurmctld
-        wait_for(
-            "both jobs RUNNING in sacct",
-            lambda: (
-                lab.sacct("-n", "-X", "-P", "-j", f"{idle},{excluded}", "-o", "State").split()
-                == ["RUNNING", "RUNNING"]
-            ),
-        )
         with smtp_server(tmp_path) as server:
             config = lab_config(lab, server)
-            ctx: RunContext = live_ctx(config, engine)
-            started = utc_now()
-            collect(ctx, started - timedelta(minutes=10), started + timedelta(minutes=1))
-            outcome = collect_controller(ctx)
-            assert outcome.status == "ok", outcome.message
-            with engine.begin() as conn:
-                for node, gpus in NODES.items():
-                    inventory = [
-                        GpuInventory(node=node, gpu_uuid=uuid_of(node, i), index=i, model="NVIDIA H100",
-                                     observed_at=started - timedelta(hours=1))
-                        for i in range(gpus)
-                    ]  # fmt: skip
-                    write_inventory(conn, inventory, source="agent")
-                resolve_allocation_uuids(conn)
-                starts = dict(
-                    conn.execute(
-                        text(
-                            "SELECT job_id_raw, start_at FROM job_attempt WHERE cluster = :c AND job_id_raw IN (:a, :b)"
-                        ),
-                        {"c": lab.cluster, "a": idle, "b": excluded},
-                    ).all()
-                )
-            assert set(starts) == {idle, excluded}
-            gpus = {job: held_gpus(engine, lab.cluster, job) for job in (idle, excluded)}
-            assert len(gpus[idle]) == 2 and len(gpus[excluded]) == 1, gpus
-            start = min(starts.values())
-            written = {job: starts[job].replace(microsecond=0) for job in gpus}
-
-            def at_minute(minutes: int) -> Any:
-                """Windows up to START + MINUTES, attribution, then one evaluation and delivery then."""
-                now = start + timedelta(minutes=minutes, seconds=30)
-                with engine.begin() as conn:
-                    for job, held in gpus.items():
-                        for node, uuid in held:
-                            windows = idle_windows(node, uuid, job, written[job], now)
-                            write_summaries(conn, windows, source="agent", node=node)
-                        # the next windows follow on
-                        written[job] = windows[-1].window_start_at + timedelta(seconds=WINDOW)
-                run_attribution(engine, config, now=now)
-                return run_cycle(
-                    engine,
-                    config,
-                    now=now,
-                    clock=lambda: now,
-                    recipients=Recipients(config, coordinators=dict),
-                )
-
+            rig = Rig(lab, engine, config, [idle, excluded])
+            assert len(rig.gpus[idle]) == 2 and len(rig.gpus[excluded]) == 1, rig.gpus
+            at_minute = rig.at_minute
             first = at_minute(61)
             assert [(d.step, d.job_id) for d in first.decisions] == [("warning", str(idle))]
             assert any(
@@ -218,3 +242,64 @@ def test_an_idle_job_is_warned_twice_and_cancelled_an_excluded_one_is_not(
     finally:
         lab.run(["scancel", str(idle), str(excluded)], check=False)
     wait_for("the lab's jobs gone", lambda: state(lab, idle) == "" and state(lab, excluded) == "")
+
+
+def test_the_check_before_scancel_stops_a_cancel_that_no_longer_holds(
+    slurm_lab: SlurmLab, engine: Engine, tmp_path: Path
+) -> None:
+    """Two idle jobs of alice reach the cancel: between the decision and the scancel one of
+    them starts to work and the other is ended by alice herself. Neither is cancelled by
+    slurmtel, the one that works still runs, and no "cancelled" mail goes out."""
+    lab = slurm_lab
+    wait_idle(lab)
+    tag = f"{tmp_path.name}-{os.getpid()}"
+    works = lab.sbatch("alice", "--gres=gpu:1", "-t", "30", "-J", f"works-{tag}", wrap="sleep 1500")
+    ended = lab.sbatch("alice", "--gres=gpu:1", "-t", "30", "-J", f"ended-{tag}", wrap="sleep 1500")
+    try:
+        with smtp_server(tmp_path) as server:
+            config = lab_config(lab, server)
+            rig = Rig(lab, engine, config, [works, ended])
+            rig.at_minute(106)
+            decided_at = rig.at(122)
+            rig.windows_to(decided_at)
+            decided = rig.round(decided_at, deliver=False)
+            assert sorted((d.job_id, d.kind) for d in decided.decisions) == [
+                (str(works), "cancel"),
+                (str(ended), "cancel"),
+            ]
+            # meanwhile: one job's GPUs work again, alice ends the other
+            lab.run(["runuser", "-u", "alice", "--", "scancel", str(ended)])
+            wait_for(f"job {ended} gone", lambda: state(lab, ended) in ("", "CANCELLED", "COMPLETING"))
+            later = rig.at(124)
+            rig.windows_to(later, busy=(works,))
+            report = rig.round(later)
+            outcomes = {(o.channel, o.target): o for o in report.deliveries}
+            assert outcomes[("scancel", str(works))].state == "not_done"
+            assert "the GPUs no longer meet the rule" in outcomes[("scancel", str(works))].detail
+            assert outcomes[("scancel", str(ended))].state == "not_done"
+            assert f"job {ended} is" in outcomes[("scancel", str(ended))].detail
+            assert state(lab, works) == "RUNNING"
+            mails = server.mailbox.wait_for(2)  # the two final warnings, nothing after
+            time.sleep(1)
+            assert len(server.mailbox.messages) == 2
+            assert all("Final warning" in m.message["Subject"] for m in mails)
+        with engine.connect() as conn:
+            cancels = (
+                conn.execute(text("SELECT status FROM action_log WHERE step = 'cancel' ORDER BY id"))
+                .scalars()
+                .all()
+            )
+            notices = (
+                conn.execute(
+                    text(
+                        "SELECT d.state FROM action_delivery d JOIN action_log l ON l.id = d.action_id "
+                        "WHERE l.step = 'cancel' AND d.channel = 'email'"
+                    )
+                )
+                .scalars()
+                .all()
+            )
+        assert cancels == ["not_done", "not_done"] and notices == ["not_done", "not_done"]
+    finally:
+        lab.run(["scancel", str(works), str(ended)], check=False)
+    wait_for("the lab's jobs gone", lambda: state(lab, works) == "" and state(lab, ended) == "")
