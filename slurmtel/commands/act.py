@@ -163,6 +163,7 @@ def report_document(report: Any) -> dict[str, Any]:
                 ),
             }
             for i, d in enumerate(report.decisions)
+            if d.template
         ],
         "skipped": [
             {"rule": s.rule, "subject": s.subject, "job_id": s.job_id, "reason": s.reason}
@@ -211,9 +212,11 @@ def write_report(report: Any, out: Any) -> None:
         f"{report.running_jobs} running jobs with GPUs\n"
     )
     verb = "would" if report.dry_run else "decided:"
-    if not report.decisions:
+    # (a MailProg request whose summary was decided before is only marked answered)
+    shown = [(i, d) for i, d in enumerate(report.decisions) if d.template]
+    if not shown:
         out.write("  no rule has anything to do now\n")
-    for i, d in enumerate(report.decisions):
+    for i, d in shown:
         what = {"message": "send", "cancel": "cancel the job and tell", "alert": "alert"}.get(d.kind, d.kind)
         target = (d.job_id and f"job {d.job_id} ({d.user})") or d.node or d.account or d.subject
         out.write(escape_controls(f"\n{d.rule.name} / {d.step}: {target}") + "\n")
