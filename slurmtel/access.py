@@ -28,6 +28,10 @@ class Action(Enum):
     CLOSE_STATEMENTS = "close_statements"
     # cluster-wide operational views: nodes, queue, capacity, quarantine, runs
     VIEW_OPERATIONS = "view_operations"
+    # the record of messages and actions (a user's: those about their own jobs)
+    VIEW_ACTIONS = "view_actions"
+    # running the action rules by hand, the exclusion list
+    MANAGE_ACTIONS = "manage_actions"
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ EVERYTHING = Scope(everything=True)
 _ROLE_ACTIONS: dict[Role, frozenset[Action]] = {
     Role.ADMIN: frozenset(Action),
     Role.FINANCE: frozenset({Action.VIEW_AGGREGATES, Action.VIEW_STATEMENTS, Action.CLOSE_STATEMENTS}),
-    Role.USER: frozenset({Action.VIEW_JOBS, Action.VIEW_AGGREGATES}),
+    Role.USER: frozenset({Action.VIEW_JOBS, Action.VIEW_AGGREGATES, Action.VIEW_ACTIONS}),
     Role.NOBODY: frozenset(),
 }
 

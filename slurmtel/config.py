@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from slurmtel.actions.settings import ActionRule, ActionsConfig, validate_actions
 from slurmtel.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = Path("/etc/slurmtel/slurmtel.toml")
@@ -569,6 +570,7 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    actions: ActionsConfig = field(default_factory=ActionsConfig)
     # where the config was read from (None = built-in defaults); not a TOML key
     path: Path | None = field(default=None, compare=False, metadata={"toml": False})
 
@@ -812,7 +814,33 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 
 
 def config_from_dict(data: Mapping[str, Any], source: str = "<config>") -> Config:
-    return _validated(_build(Config, data, prefix="", source=source))
+    config = _validated(_build(Config, data, prefix="", source=source))
+    actions = data.get("actions")
+    if isinstance(actions, Mapping) and actions.get("rules_file") and "rules" in actions:
+        # the rules in force are the file's; the same tables beside it (what check-config
+        # prints) are fine, others would be silently ignored
+        inline = _build(ActionsConfig, {"rules": actions["rules"]}, prefix="actions.", source=source).rules
+        if inline != config.actions.rules:
+            raise ConfigError(f"{source}: set actions.rules_file or [[actions.rules]], not both")
+    return config
+
+
+def load_action_rules(path: str) -> list[ActionRule]:
+    """The [[rules]] tables of actions.rules_file PATH (unknown keys are errors, as in the config)."""
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"actions.rules_file: cannot read {file}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"actions.rules_file: {file}: invalid TOML: {exc}") from exc
+    unknown = sorted(set(data) - {"rules"})
+    if unknown:
+        raise ConfigError(f"{file}: unknown key '{unknown[0]}' (the file holds [[rules]] tables only)")
+    rules = data.get("rules", [])
+    if not isinstance(rules, list):
+        raise ConfigError(f"{file}: 'rules' must be [[rules]] tables")
+    return [_build(ActionRule, r, prefix=f"rules[{i}].", source=str(file)) for i, r in enumerate(rules)]
 
 
 def iter_keys(cls: type = Config, prefix: str = "") -> Iterator[str]:
@@ -1243,4 +1271,10 @@ def _validated(config: Config) -> Config:
     _validate_daemon(config.daemon)
     _validate_api(config.api)
     _validate_cost(config.cost)
+    if config.actions.rules_file:
+        rules = load_action_rules(config.actions.rules_file)
+        validate_actions(config.actions, rules)
+        config = dataclasses.replace(config, actions=dataclasses.replace(config.actions, rules=rules))
+    else:
+        validate_actions(config.actions)
     return config

@@ -25,6 +25,7 @@ HEAD_MODULES = frozenset(
         "hostlist",
         "starlette",
         "uvicorn",
+        "jinja2",
     }
 )
 EXIT_MISSING = 1

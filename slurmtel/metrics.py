@@ -34,6 +34,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from slurmtel import __version__
+from slurmtel.actions.metrics import ActionMetrics
 from slurmtel.auth.hook import JOB_END_PATH as HOOK_PATH
 from slurmtel.auth.hook import MAX_CONCURRENT_CHECKS, HookPolicy, PeerRateLimit, check_hook_request
 from slurmtel.auth.identity import Denied, RequestView
@@ -150,6 +151,8 @@ class DaemonMetrics:
         self.chargeback_closed = Counter(
             "slurmtel_chargeback_months_closed", "Months the daemon closed", registry=r
         )
+        # [actions]: deliveries, decisions, and the per-node and per-job gauges of config/alerts
+        self.actions = ActionMetrics(r)
         build = Gauge("slurmtel_build_info", "slurmtel version", ["version"], registry=r)
         build.labels(version=__version__).set(1)
         Gauge("slurmtel_start_time_seconds", "When the daemon started", registry=r).set(self.started_at)

@@ -23,6 +23,8 @@ job's GPU utilisation is there within a minute too, not only its sacct record.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +56,8 @@ TELEMETRY_JOBS = tuple(SOURCE_JOB_PREFIX + name for name in ("agent", "dcgm", "p
 # triggers attribution (the follow-up may wait for a pull that was running)
 FOLLOW_UP_SLACK_SECONDS = 30.0
 CHARGEBACK_JOB = "chargeback"
+# the [actions] rules: after each attribution run (and on the attribution interval, for retries)
+ACTIONS_JOB = "actions"
 CHARGEBACK_CHECK_SECONDS = 3600
 DATABASE_UNAVAILABLE = DatabaseUnavailable.kind
 
@@ -101,6 +105,8 @@ class Schedule:
         self._add(MAINTENANCE_JOB, config.daemon.maintenance_interval_seconds, self._maintain)
         if config.chargeback.close_day_of_month:
             self._add(CHARGEBACK_JOB, CHARGEBACK_CHECK_SECONDS, self._close_previous_month)
+        if config.actions.enabled:
+            self._add(ACTIONS_JOB, config.attribution.interval_seconds, self._act)
         # one thread per job: a slow sacct never delays another job
         self.scheduler = BackgroundScheduler(
             timezone=UTC, executors={"default": ThreadPoolExecutor(max_workers=len(self.states) + 1)}
@@ -362,6 +368,8 @@ class Schedule:
             raise
         seconds = time.monotonic() - t0
         self.metrics.attribution_run(ok=True, seconds=seconds, attempts=result.attempts)
+        # the rules act on what this run folded in
+        self._poke(ACTIONS_JOB, 0.0)
         log_event(
             log,
             "attribution_run",
@@ -370,6 +378,20 @@ class Schedule:
             rows=result.rows,
             batches=result.batches,
             seconds=seconds,
+        )
+        return None
+
+    def _act(self) -> Failure:
+        """Evaluate the [actions] rules, record and deliver (slurmtel.actions.cycle)."""
+        from slurmtel.actions.cycle import run_cycle
+
+        run_cycle(
+            self.ctx.engine,
+            self.ctx.config,
+            now=self.ctx.clock(),
+            decided_by=f"slurmtel run on {socket.gethostname()} (pid {os.getpid()})",
+            metrics=self.metrics.actions,
+            clock=self.ctx.clock,
         )
         return None
 

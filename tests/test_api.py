@@ -120,6 +120,31 @@ def load_data(engine: Engine, config: Config, people: People) -> None:
     day = admin_day()
     day.attempts = [dataclasses.replace(a, user=rename.get(a.user, a.user)) for a in day.attempts]
     load_admin_day(engine, config, day)
+    # the record of [actions]: a warning about each of the three users' jobs, a node alert
+    from sqlalchemy import text
+
+    with engine.begin() as conn:
+        for job, user, account in (
+            ("101", people.researcher, "physics"),
+            ("102", people.coordinator, "chem"),
+            ("103", people.other, "bio"),
+            ("", "", ""),
+        ):
+            conn.execute(
+                text(
+                    "INSERT INTO action_log (rule, rule_kind, subject, step, kind, job_id, user_name, account, "
+                    "node, decided_at, decided_by, reason, status) VALUES ('idle-gpus', 'gpus_idle', :subject, "
+                    "'warning', 'message', :job, :user, :account, :node, :at, 'test', 'why', 'sent')"
+                ),
+                {
+                    "subject": f"job:lab:{job}" if job else "node:lab:gpu01",
+                    "job": job,
+                    "user": user,
+                    "account": account,
+                    "node": "" if job else "gpu01",
+                    "at": NOW - timedelta(days=1),
+                },
+            )
 
 
 class Server:
@@ -234,6 +259,7 @@ def endpoints(people: People) -> list[tuple[str, str, dict[str, str]]]:
         ("plot", "/v1/jobs/101/plot.png", {}),
         ("me", "/v1/me", {"month": "2026-11"}),
         ("me --jobs", "/v1/me", {"month": "2026-11", "jobs": "1"}),
+        ("actions", "/v1/actions", {}),
         ("statement", "/v1/chargeback/2026-10", {}),
         ("whoami", "/v1/whoami", {}),
     ]
@@ -258,6 +284,8 @@ def expected_status(label: str, who: str, people: People) -> int:
         return 200
     if label == "statement":
         return 200 if role in ("finance", "admin") else 403
+    if label == "actions":
+        return 403 if role == "finance" else 200
     if role == "finance":
         return 403  # finance sees statements and aggregates, no single job
     if label in ("own job", "plot"):
@@ -306,6 +334,8 @@ def test_every_endpoint_answers_each_identity_as_allowed_decides(
                 assert users <= {people.coordinator, people.other}, f"{label} as {who}: {users}"
     # the matrix ran over data: the admin saw rows in the reports with attempts behind them
     assert seen["report usage"] > 0 and seen["report failures"] > 0 and seen["own job"] > 0
+    # the admin saw the node alert and the three warnings; no one else the node alert
+    assert seen["actions"] == 4
 
 
 @pytest.mark.timeout(600)

@@ -30,6 +30,10 @@ CASES = {
         ["--jobs", "500", "--requests", "20", "--threads", "2", "--cli-repeat", "1"],
         ["req/s", "p95", "direct query", "login-node CLI", "slurmtel job", "report usage", "target"],
     ),
+    "actions.py": (
+        ["--gpus", "16", "--jobs", "4", "--hours", "1.2", "--steps", "1"],
+        ["attribution", "action round", "ratio", "where", "target"],
+    ),
     "cli_start.py": (
         ["--jobs", "300", "--repeat", "1"],
         ["bare interpreter", "slurmtel --version", "floor", "slurmtel job", "report usage", "target"],

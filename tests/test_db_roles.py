@@ -44,9 +44,11 @@ DAY = date(2026, 11, 1)
 START, END, NOW = at("2026-11-01T00:00:00"), at("2026-11-02T00:00:00"), at("2026-11-02T06:00:00")
 
 # the decisions of migration 0010: rows per user (own user and account) ...
-OWN_ROWS = ("job_attempt", "pending_job", "retry_link")
+OWN_ROWS = ("job_attempt", "pending_job", "retry_link", "action_log")
 # ... rows per attempt (visible with their attempt) ...
 OF_ATTEMPT = ("gpu_attribution", "gpu_allocation", "attempt_node_day")
+# ... rows visible with their action (migration 0017) ...
+OF_ACTION = ("action_delivery",)
 # ... and rows only a scope of everything sees
 EVERYTHING_ONLY = (
     "quarantine",
@@ -61,8 +63,11 @@ EVERYTHING_ONLY = (
     "node_day_allocation",
     "gpu_attribution_part",
     "attribution_progress",
+    "action_gpu_streak",
+    "action_exclusion",
+    "action_mail_request",
 )
-PROTECTED = OWN_ROWS + OF_ATTEMPT + EVERYTHING_ONLY
+PROTECTED = OWN_ROWS + OF_ATTEMPT + OF_ACTION + EVERYTHING_ONLY
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +184,48 @@ def fill(engine: Engine, config: Config) -> None:
                 "VALUES (:t, 'root', 'close', '2026-10', 'x')"
             ),
             statement,
+        )
+        # actions (migration 0017): alice's job, bob's job, a node alert of no user
+        for user, account, subject in (
+            ("alice", "physics", "job:lab:101"),
+            ("bob", "chem", "job:lab:102"),
+            ("", "", "node:lab:gpu01"),
+        ):
+            action = conn.execute(
+                text(
+                    "INSERT INTO action_log (rule, rule_kind, subject, step, kind, user_name, account, decided_at, "
+                    "decided_by, reason, status) VALUES ('r', 'gpus_idle', :subject, 'warning', 'message', :user, "
+                    ":account, :t, 'test', 'why', 'pending') RETURNING id"
+                ),
+                {"subject": subject, "user": user, "account": account, "t": NOW},
+            ).scalar_one()
+            conn.execute(
+                text(
+                    "INSERT INTO action_delivery (action_id, channel, target, state, next_try_at) "
+                    "VALUES (:id, 'email', 'someone@example.org', 'pending', :t)"
+                ),
+                {"id": action, "t": NOW},
+            )
+        conn.execute(
+            text(
+                "INSERT INTO action_gpu_streak (gpu_uuid, source, node, window_seconds, last_window_end_at, "
+                "idle_since_at) VALUES ('GPU-A0', 'agent', 'gpu01', 30, :t, :t)"
+            ),
+            {"t": NOW},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO action_exclusion (user_name, starts_at, ends_at, reason, created_by, created_at) "
+                "VALUES ('alice', :s, :t, 'deadline', 'root', :s)"
+            ),
+            {"s": START, "t": NOW},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO action_mail_request (cluster, job_id, recipient, mail_type, mail_subject, received_at) "
+                "VALUES ('lab', '101', 'alice@example.org', 'Ended', 'Slurm Job_id=101', :t)"
+            ),
+            {"t": NOW},
         )
     with engine.connect() as conn:
         empty = [t for t in PROTECTED if count(conn, t) == 0]
@@ -307,6 +354,9 @@ def test_a_user_sees_only_their_own_rows(engine: Engine, reader: Engine, config:
             assert keys(conn, table) == owner_keys(engine, table, "a.user_name = 'alice'") != set(), table
         for table in (*EVERYTHING_ONLY, "retry_link"):
             assert count(conn, table) == 0, table
+        # the actions on her own jobs and their deliveries; no node alert
+        assert [r[0] for r in conn.execute(text("SELECT subject FROM action_log"))] == ["job:lab:101"]
+        assert count(conn, "action_delivery") == 1
 
 
 def test_a_coordinator_sees_their_accounts(engine: Engine, reader: Engine, config: Config) -> None:
@@ -327,6 +377,10 @@ def test_a_coordinator_sees_their_accounts(engine: Engine, reader: Engine, confi
         for table in OF_ATTEMPT:
             assert keys(conn, table) == owner_keys(engine, table, where), table
         assert count(conn, "retry_link") == 1  # bob's
+        assert sorted(r[0] for r in conn.execute(text("SELECT subject FROM action_log"))) == [
+            "job:lab:101",
+            "job:lab:102",
+        ]
         assert {r[0] for r in conn.execute(text("SELECT DISTINCT account FROM pending_job"))} == {
             "physics",
             "chem",

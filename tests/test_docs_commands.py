@@ -20,12 +20,13 @@ def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPa
 
 
 def command_paths() -> dict[tuple[str, ...], argparse.ArgumentParser]:
-    """('report', 'idle') -> its parser, for every leaf command of the CLI."""
+    """('report', 'idle') -> its parser, for every command of the CLI (a group too: `act` has
+    options of its own beside its subcommands)."""
     paths: dict[tuple[str, ...], argparse.ArgumentParser] = {}
 
     def walk(prefix: tuple[str, ...], parser: argparse.ArgumentParser) -> None:
         children = subparsers(parser)
-        if not children:
+        if prefix:
             paths[prefix] = parser
         for name, child in children.items():
             walk((*prefix, name), child)

@@ -110,6 +110,7 @@ def me(cli, identity: Identity, *argv: str) -> dict:
 def test_own_month_figures(cli) -> None:
     result = me(cli, ALICE, "--month", "2026-11")
     top = result.pop("top_jobs")
+    assert result.pop("actions") == []
     assert result == {
         "user": "alice",
         "month": "2026-11",

@@ -48,6 +48,7 @@ HEAD_IMPORTS = (
     "hostlist",
     "starlette",
     "uvicorn",
+    "jinja2",
 )
 # import name -> distribution, where they differ (importlib.metadata knows only installed ones)
 DISTRIBUTION = {

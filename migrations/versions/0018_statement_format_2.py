@@ -23,7 +23,7 @@ allocated_tres_seconds of a TRES (gres/gpu's / 3600 are the GPU-hours).
 from alembic import op
 
 revision = "0018"
-down_revision = "0015"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 

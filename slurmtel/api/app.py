@@ -316,6 +316,33 @@ class ReadApi:
             document = me_document(conn, query)
         return json_response({**document, "warnings": warnings})
 
+    def actions(self, request: Request) -> Response:
+        """The record of messages and actions (`slurmtel act log`), in the caller's scope."""
+        from slurmtel.store.actions import action_log
+
+        who = self.identity(request)
+        scope = self.scope(who, Action.VIEW_ACTIONS)
+        q = request.query_params
+        unknown = sorted(set(q.keys()) - {"start", "end", "user", "job", "rule", "limit"})
+        if unknown:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"actions takes no parameter {', '.join(unknown)}")
+        now = self.clock()
+        start, end = self._window(q.get("start") or "now-30days", q.get("end"), now)
+        limit = self._positive(q.get("limit", "100"), "limit")
+        until = end if q.get("end") else None
+        with self.transaction(scope) as conn:
+            rows = action_log(
+                conn,
+                scope=scope,
+                since=start,
+                until=until,
+                user=q.get("user") or None,
+                job_id=q.get("job") or None,
+                rule=q.get("rule") or None,
+                limit=limit,
+            )
+        return json_response(rows)
+
     def statement(self, request: Request) -> Response:
         return self._statement(request, close=False)
 
@@ -416,6 +443,7 @@ def build_app(api: ReadApi) -> Starlette:
         Route("/v1/jobs/{job_id}", _guarded(api.job)),
         Route("/v1/jobs/{job_id}/plot.{fmt}", _guarded(api.job_plot)),
         Route("/v1/me", _guarded(api.me)),
+        Route("/v1/actions", _guarded(api.actions)),
         Route("/v1/chargeback/{month}", _guarded(api.statement)),
         Route("/v1/chargeback/{month}/close", _guarded(api.close), methods=["POST"]),
     ]

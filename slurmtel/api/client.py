@@ -123,6 +123,28 @@ class ApiClient:
         query = {"user": user or "", "month": month or "", "jobs": "1" if jobs else "", "top": str(top)}
         return dict(decoded(self.json("GET", "/v1/me", query)))
 
+    def actions(
+        self,
+        *,
+        start: str | None,
+        end: str | None,
+        user: str | None,
+        job: str | None,
+        rule: str | None,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        """The record of messages and actions the server lets the caller see (`act log`)."""
+        query = {
+            "start": start or "",
+            "end": end or "",
+            "user": user or "",
+            "job": job or "",
+            "rule": rule or "",
+            "limit": str(limit),
+        }
+        rows = self.json("GET", "/v1/actions", {k: v for k, v in query.items() if v})
+        return [{k: decode_value(k, v) if k.endswith("_at") else v for k, v in r.items()} for r in rows]
+
     def statement(self, month: str, *, fmt: str, close: bool) -> tuple[bytes, list[str], bool]:
         """(bytes, notices, refused) of MONTH's statement; CLOSE closes it first."""
         path = f"/v1/chargeback/{urllib.parse.quote(month)}" + ("/close" if close else "")

@@ -237,6 +237,18 @@ def openapi_document() -> dict[str, Any]:
             _query("top", "top jobs listed (default 10)", {"type": "integer", "minimum": 1}),
         ],
     )
+    paths["/v1/actions"] = _simple(
+        "actions",
+        "the record of messages and actions (slurmtel act log): a user's own jobs', admins' all",
+        [
+            _query("start", "from (sacct's forms; default 30 days ago)"),
+            _query("end", "to (default now)"),
+            _query("user", "only this user's"),
+            _query("job", "only this job id's"),
+            _query("rule", "only this rule's"),
+            _query("limit", "at most this many (default 100)", {"type": "integer", "minimum": 1}),
+        ],
+    )
     month = _path("month", "YYYY-MM")
     fmt = _query("format", "csv (default) or json", {"enum": ["csv", "json"]})
     paths["/v1/chargeback/{month}"] = _simple(

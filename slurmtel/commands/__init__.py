@@ -23,6 +23,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "budget": ("report",),
     "cost": ("report",),
     "fabric": ("report",),
+    "act": ("act", "mailprog"),
     "daemon": ("run", "check-config"),
     "serve": ("serve",),
 }

@@ -178,7 +178,14 @@ def _register_secrets(config: Config) -> None:
                     if "password" in key.lower():
                         for secret in [value] if isinstance(value, str) else value:
                             add_secret(secret)
-    for token_file in (config.sources.agent.token_file, config.daemon.job_end_token_file):
+    secret_files = [
+        config.sources.agent.token_file,
+        config.daemon.job_end_token_file,
+        # [actions]: the SMTP password and the webhooks' tokens
+        config.actions.email.password_file,
+        *(hook.token_file for hook in config.actions.webhooks),
+    ]
+    for token_file in secret_files:
         if token_file:
             with contextlib.suppress(OSError):  # unreadable: its user reports it
                 add_secret(Path(token_file).read_text().strip())

@@ -653,7 +653,42 @@ def me_document(conn: Connection, q: MeQuery) -> dict[str, Any]:
     usage = month_summary(conn, **window)
     document["summary"] = me_summary(user, month, usage, q.pricing)
     document["top_jobs"] = [me_top_job(r) for r in top_jobs(conn, **window, limit=q.top)]
+    document["actions"] = me_actions(conn, q)
     return document
+
+
+# the warnings and actions `me` lists: those of the last ME_ACTIONS_DAYS, at most ME_ACTIONS_LIMIT
+ME_ACTIONS_DAYS = 30
+ME_ACTIONS_LIMIT = 20
+ME_ACTIONS_COLUMNS = ("decided_at", "job_id", "rule", "step", "status", "title")
+
+
+def me_actions(conn: Connection, q: MeQuery) -> list[dict[str, Any]]:
+    """The warnings, cancellations and summaries about the user's jobs ([actions]), newest first."""
+    from datetime import timedelta
+
+    from slurmtel.store.actions import action_log
+
+    rows = action_log(
+        conn,
+        scope=q.scope,
+        user=q.user,
+        since=q.now - timedelta(days=ME_ACTIONS_DAYS),
+        limit=ME_ACTIONS_LIMIT,
+    )
+    return [
+        {
+            "decided_at": r["decided_at"].isoformat(),
+            "job_id": r["job_id"],
+            "rule": r["rule"],
+            "step": r["step"],
+            "status": r["status"],
+            "title": r["title"],
+            "reason": r["reason"],
+        }
+        for r in rows
+        if r["job_id"]
+    ]
 
 
 def write_me(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
@@ -668,7 +703,7 @@ def write_me(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
         return
     summary, top = document["summary"], document["top_jobs"]
     if fmt == "json":
-        json.dump(jsonable({**summary, "top_jobs": top}), out, indent=2)
+        json.dump(jsonable({**summary, "top_jobs": top, "actions": document.get("actions") or []}), out, indent=2)
         out.write("\n")
         return
     # the energy figures only where measured (and priced)
@@ -688,3 +723,13 @@ def write_me(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
         title=title,
         first=("job_id", "allocated_gpu_seconds", "idle_share"),
     )
+    actions = document.get("actions") or []
+    if actions:
+        out.write("\n")
+        render(
+            actions,
+            out,
+            "table",
+            columns=ME_ACTIONS_COLUMNS,
+            title=f"Warnings and actions about your jobs, last {ME_ACTIONS_DAYS} days (slurmtel act log)",
+        )
