@@ -815,6 +815,64 @@ for _name, _meaning in (
     _add(_name, M, _meaning, "Decimal, rounded once to the currency's minor unit", STATEMENT)
 
 
+# --- actions (slurmtel.actions: DESIGN §11) -----------------------------------------------
+ACT = "§11"
+_add(
+    "matched_gpus",
+    INT,
+    "GPUs of the job in the rule's condition (idle, no process) for at least its time",
+    design=ACT,
+)
+_add(
+    "stretch_seconds",
+    S,
+    "how long the matched GPUs have been in the rule's condition: the shortest of their stretches",
+    design=ACT,
+)
+_add(
+    "idle_stretch_seconds",
+    S,
+    "how long the GPU has been idle without a break (its windows below the idle threshold, memory near zero)",
+    design=ACT,
+)
+_add("no_process_stretch_seconds", S, "how long the GPU has had no process without a break", design=ACT)
+_add(
+    "idle_stretch_util_max_share",
+    SH,
+    "the highest utilisation of any window of the GPU's idle stretch",
+    design=ACT,
+)
+_add(
+    "idle_stretch_memory_used_max_bytes",
+    B,
+    "the most GPU memory used in any window of the GPU's idle stretch",
+    design=ACT,
+)
+_add(
+    "cost_so_far_amount",
+    M,
+    "what the job's allocation costs so far at the statement's rates",
+    "Decimal, rounded once",
+    ACT,
+)
+_add("failed_attempts_share", SH, "failed_attempts / attempts on the node", design=ACT)
+_add("budget_used_share", SH, "used / budget of the period so far", design=ACT)
+_add(
+    "total_billable_amount",
+    M,
+    "an account's billable amount on a statement: the sum of its lines",
+    "Decimal, rounded once",
+    ACT,
+)
+_add("subjects", INT, "jobs (nodes, accounts) a rule would have acted on at once", design=ACT)
+_add(
+    "max_jobs_per_run",
+    INT,
+    "the most jobs a rule acts on in one evaluation ([[actions.rules]] max_jobs_per_run)",
+    design=ACT,
+)
+
+
 # --- the API -------------------------------------------------------------------------------
 
 

@@ -150,7 +150,7 @@ def test_nccl_acceptance_regressions_are_told(acceptance: Engine) -> None:  # no
     assert any("at 8 % of its baseline bandwidth" in r for r in reasons), reasons
     assert any("failed" in r for r in reasons), reasons
     slow = next(d for d in report.decisions if "baseline" in d.reason)
-    assert slow.evidence["figures"]["busbw_share"] < 0.1
+    assert slow.evidence["figures"]["busbw_ratio"] < 0.1
 
 
 # ------------------------------------------------------------------ budgets
@@ -165,7 +165,7 @@ def test_budgets_passed_are_told_to_coordinators_and_finance_once_a_threshold(en
     # physics used 13 of 15 GPU-hours (alice 2, dave 10, erin 1)
     assert (decision.account, decision.step) == ("physics", "0.8")
     assert decision.recipients == [("finance@example.org", "finance"), ("pat@example.org", "coordinators")]
-    assert decision.evidence["figures"]["used_share"] == round(13 / 15, 4)
+    assert decision.evidence["figures"]["budget_used_share"] == round(13 / 15, 4)
     assert cycle(engine, config, NOW + timedelta(hours=1)).decisions == []
     # a smaller budget: 1.0 passed, sent once; 0.8 is not sent after it
     smaller = make_config(

@@ -115,10 +115,10 @@ def test_an_idle_gpu_is_warned_with_its_evidence(engine: Engine) -> None:
     assert evidence["figures"]["stretch_seconds"] == pytest.approx(70 * 60)
     shown = {g["gpu"]: g for g in evidence["gpus"]}
     assert shown["gpu01/1"]["matched"] and not shown["gpu01/0"]["matched"]
-    assert shown["gpu01/1"]["idle_seconds"] == pytest.approx(4200)
-    assert shown["gpu01/1"]["idle_util_max_percent"] == 0.0
-    assert shown["gpu01/1"]["idle_memory_used_max_bytes"] == 2**30
-    assert shown["gpu01/0"]["idle_seconds"] == 0.0
+    assert shown["gpu01/1"]["idle_stretch_seconds"] == pytest.approx(4200)
+    assert shown["gpu01/1"]["idle_stretch_util_max_share"] == 0.0
+    assert shown["gpu01/1"]["idle_stretch_memory_used_max_bytes"] == 2**30
+    assert shown["gpu01/0"]["idle_stretch_seconds"] == 0.0
     # nothing recorded by a dry run
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM action_log")).scalar_one() == 0

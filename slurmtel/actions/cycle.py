@@ -257,14 +257,17 @@ def _budgets(conn: Any, rule: ActionRule, ev: Evaluation) -> list[Decision]:
 
     config = ev.config
     chargeback = config.chargeback
+    warnings: list[str] = []
     budgets = configured_budgets(chargeback, ev.now, config.zone)
     if chargeback.budgets_from_slurm:
         budgets = merge_budgets(
-            budgets, slurm_budgets(read_slurm_budgets(config), chargeback.budget_slurm_period)
+            budgets, slurm_budgets(read_slurm_budgets(config, warnings), chargeback.budget_slurm_period)
         )
     if not budgets:
         return []
-    rows = budget_rows(conn, config, budgets, read_account_parents(config), ev.now, EVERYTHING)
+    rows = budget_rows(conn, config, budgets, read_account_parents(config, warnings), ev.now, EVERYTHING)
+    for line in warnings:
+        log_event(log, "action_budget_input", logging.WARNING, rule=rule.name, message=line)
     subjects = [f"budget:{r.account}:{r.period}:{r.period_start_at.astimezone(UTC):%Y-%m-%d}" for r in rows]
     taken = store.taken_steps(conn, [rule.name], subjects)
     return budget_decisions(rule, ev, rows, taken)

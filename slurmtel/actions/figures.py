@@ -1,14 +1,13 @@
-"""Every figure a message shows, declared once: its name in messages and evidence, the column
-it is taken from (and where that column is computed), its unit and what it means.
+"""Every figure a message shows, declared once: a registered column (slurmtel.columns: its
+kind, unit and meaning; tests/test_actions_templates.py checks each is), the field it is read
+from and where that field is computed.
 
 A template may show a figure only through these names (`figures.<name>` for the job, node,
 account or month; `gpu.<name>` for each GPU): tests/test_actions_templates.py reads every
 shipped template and fails on a figure that is not declared here or not listed for that
-template in TEMPLATE_FIGURES. Names carry their unit (`_seconds`, `_bytes`, `_percent`,
-`_share` for a fraction, `_amount` for money in `currency`); counts are plain nouns (`gpus`).
-Where the source column is a percentage of a ratio (`idle_percent`), the figure is the fraction
-(`idle_share`, scale 0.01). Messages print them with the filters of slurmtel.actions.render
-(the one place that turns seconds, bytes and shares into text).
+template in TEMPLATE_FIGURES. Where the source field is a percentage, the figure is the
+registered fraction (scale 0.01). Messages print them with the filters of
+slurmtel.actions.render (the one place that turns seconds, bytes and shares into text).
 """
 
 from __future__ import annotations
@@ -33,114 +32,67 @@ STATEMENT = "chargeback statement lines (slurmtel.rows.StatementLine)"
 
 @dataclass(frozen=True)
 class Figure:
+    """A figure a message shows: a registered column (slurmtel.columns: its kind, unit and
+    meaning), the field it is read from and where that is computed."""
+
     name: str
     column: str
     source: str
-    unit: str
-    meaning: str
     # figure = column x scale (a percentage read as a fraction: 0.01)
     scale: float = 1.0
 
 
 _FIGURES = (
     # a running job's GPUs (gpus_* rules)
-    Figure("gpus", "alloc_gpus", ATTEMPT, "GPUs", "GPUs the job holds"),
-    Figure(
-        "elapsed_seconds",
-        "elapsed_seconds",
-        JOB_VIEW,
-        "s",
-        "time since the job started (to its end once ended)",
-    ),
-    Figure("time_limit_seconds", "time_limit_seconds", JOB_VIEW, "s", "the job's time limit"),
-    Figure("gpu_seconds", "gpu_seconds", ATTEMPT, "GPU-s", "allocated GPU-seconds so far (GPUs x elapsed)"),
-    Figure(
-        "matched_gpus", "idle_since_at", STREAK, "GPUs", "GPUs in the rule's condition for at least its time"
-    ),
-    Figure(
-        "stretch_seconds",
-        "idle_since_at",
-        STREAK,
-        "s",
-        "how long the matched GPUs have been so (the shortest of them: every one has been so at least this long)",
-    ),
-    Figure(
-        "cost_so_far_amount",
-        "amount",
-        PRICING,
-        "currency",
-        "what the job's allocation costs so far at the rates",
-    ),
+    Figure("gpus", "alloc_gpus", ATTEMPT),
+    Figure("elapsed_seconds", "elapsed_seconds", JOB_VIEW),
+    Figure("time_limit_seconds", "time_limit_seconds", JOB_VIEW),
+    Figure("allocated_gpu_seconds", "gpu_seconds", ATTEMPT),
+    Figure("matched_gpus", "idle_since_at", STREAK),
+    Figure("stretch_seconds", "idle_since_at", STREAK),
+    Figure("cost_so_far_amount", "amount", PRICING),
     # per GPU of a running job
-    Figure(
-        "idle_seconds",
-        "idle_since_at",
-        STREAK,
-        "s",
-        "the GPU's current stretch of idle windows (inside the job)",
-    ),
-    Figure(
-        "no_process_seconds",
-        "no_process_since_at",
-        STREAK,
-        "s",
-        "the GPU's current stretch with no process on it",
-    ),
-    Figure(
-        "idle_util_max_percent", "util_max_percent", STREAK, "%", "highest utilisation in the idle stretch"
-    ),
-    Figure(
-        "idle_memory_used_max_bytes",
-        "memory_used_max_bytes",
-        STREAK,
-        "bytes",
-        "highest memory use in the idle stretch",
-    ),
+    Figure("idle_stretch_seconds", "idle_since_at", STREAK),
+    Figure("no_process_stretch_seconds", "no_process_since_at", STREAK),
+    Figure("idle_stretch_util_max_share", "util_max_percent", STREAK, 0.01),
+    Figure("idle_stretch_memory_used_max_bytes", "memory_used_max_bytes", STREAK),
     # an ended job (job_end): the figures of `slurmtel job`
-    Figure("queue_wait_seconds", "queue_wait_seconds", JOB_VIEW, "s", "start - eligible"),
-    Figure("cpus", "cpus", JOB_VIEW, "CPUs", "CPUs allocated"),
-    Figure(
-        "cpu_efficiency_share", "cpu_efficiency_percent", JOB_VIEW, "1", "CPU time / (CPUs x elapsed)", 0.01
-    ),
-    Figure("mem_peak_bytes", "mem_peak_bytes", JOB_VIEW, "bytes", "peak host memory (RSS) of the job"),
-    Figure("mem_requested_bytes", "mem_requested_bytes", JOB_VIEW, "bytes", "host memory requested"),
-    Figure("mean_util_percent", "mean_util_percent", JOB_GPU_VIEW, "%", "time-weighted mean utilisation"),
-    Figure("max_util_percent", "max_util_percent", JOB_GPU_VIEW, "%", "highest window utilisation"),
-    Figure("idle_share", "idle_percent", JOB_GPU_VIEW, "1", "idle / measured time", 0.01),
-    Figure("coverage_share", "coverage_percent", JOB_GPU_VIEW, "1", "measured / allocated time", 0.01),
-    Figure(
-        "memory_used_max_bytes", "max_memory_gib", JOB_GPU_VIEW, "bytes", "highest GPU memory use", 2.0**30
-    ),
-    Figure("power_mean_watts", "power_mean_watts", JOB_GPU_VIEW, "W", "mean power draw"),
-    Figure("energy_joules", "energy_joules", JOB_GPU_VIEW, "J", "energy used (counter delta)"),
+    Figure("queue_wait_seconds", "queue_wait_seconds", JOB_VIEW),
+    Figure("cpus", "cpus", JOB_VIEW),
+    Figure("cpu_efficiency_share", "cpu_efficiency_share", JOB_VIEW),
+    Figure("mem_peak_bytes", "mem_peak_bytes", JOB_VIEW),
+    Figure("mem_requested_bytes", "mem_requested_bytes", JOB_VIEW),
+    Figure("mean_util_share", "mean_util_share", JOB_GPU_VIEW),
+    Figure("max_util_share", "max_util_share", JOB_GPU_VIEW),
+    Figure("idle_share", "idle_share", JOB_GPU_VIEW),
+    Figure("covered_share", "covered_share", JOB_GPU_VIEW),
+    Figure("memory_used_max_bytes", "memory_used_max_bytes", JOB_GPU_VIEW),
+    Figure("power_mean_watts", "power_mean_watts", JOB_GPU_VIEW),
+    Figure("energy_joules", "energy_joules", JOB_GPU_VIEW),
     # node health (admins)
-    Figure("attempts", "attempts", NODES, "attempts", "job attempts that ran on the node in the lookback"),
-    Figure("failed_attempts", "failed_attempts", NODES, "attempts", "of them user_failure or system_failure"),
-    Figure("failed_share", "failed_attempts", NODES, "1", "failed_attempts / attempts"),
-    Figure("xid_events", "xid_events", NODES, "events", "XID events in the lookback"),
-    Figure("ecc_single_bit", "ecc_single_bit", NODES, "events", "single-bit ECC events"),
-    Figure("ecc_double_bit", "ecc_double_bit", NODES, "events", "double-bit ECC events"),
-    Figure("avg_busbw_gbps", "avg_busbw_gbps", FABRIC, "GB/s", "the run's average bus bandwidth"),
-    Figure("baseline_busbw_gbps", "baseline_busbw_gbps", FABRIC, "GB/s", "median of the earlier ok runs"),
-    Figure("busbw_share", "busbw_ratio", FABRIC, "1", "avg / baseline"),
-    # budgets (coordinators, finance)
-    Figure("budget", "budget", BUDGET, "unit", "the period's budget (GPU-hours or money: see unit)"),
-    Figure("used", "used", BUDGET, "unit", "used in the period so far"),
-    Figure("committed", "committed", BUDGET, "unit", "what running jobs will use by their time limits"),
-    Figure("remaining", "remaining", BUDGET, "unit", "budget - used - committed"),
-    Figure("used_share", "used", BUDGET, "1", "used / budget"),
+    Figure("attempts", "attempts", NODES),
+    Figure("failed_attempts", "failed_attempts", NODES),
+    Figure("failed_attempts_share", "failed_attempts", NODES),
+    Figure("xid_events", "xid_events", NODES),
+    Figure("ecc_single_bit_errors", "ecc_single_bit_errors", NODES),
+    Figure("ecc_double_bit_errors", "ecc_double_bit_errors", NODES),
+    Figure("avg_busbw_gbytes_per_second", "avg_busbw_gbytes_per_second", FABRIC),
+    Figure("baseline_busbw_gbytes_per_second", "baseline_busbw_gbytes_per_second", FABRIC),
+    Figure("busbw_ratio", "busbw_ratio", FABRIC),
+    # budgets (coordinators, finance): a GPU-time budget's _gpu_seconds, a money budget's _amount
+    *(
+        Figure(f"{f}_gpu_seconds", f"{f}_gpu_seconds", BUDGET)
+        for f in ("budget", "used", "committed", "remaining")
+    ),
+    *(Figure(f"{f}_amount", f"{f}_amount", BUDGET) for f in ("budget", "used", "committed", "remaining")),
+    Figure("budget_used_share", "used", BUDGET),
     # a closed month's statement (PIs, coordinators)
-    Figure("gpu_hours", "gpu_hours", STATEMENT, "GPU-h", "allocated GPU-hours of the line"),
-    Figure("billable_amount", "billable_amount", STATEMENT, "currency", "what the line bills"),
-    Figure("total_gpu_hours", "gpu_hours", STATEMENT, "GPU-h", "the account's GPU-hours in the statement"),
-    Figure(
-        "total_billable_amount", "billable_amount", STATEMENT, "currency", "the account's billable amount"
-    ),
+    Figure("billed_quantity", "billed_quantity", STATEMENT),
+    Figure("billable_amount", "billable_amount", STATEMENT),
+    Figure("total_billable_amount", "billable_amount", STATEMENT),
     # a rule that would have acted on too many
-    Figure(
-        "subjects", "subject", "action_log", "jobs", "jobs (nodes, accounts) the rule would have acted on"
-    ),
-    Figure("max_jobs_per_run", "max_jobs_per_run", "[[actions.rules]]", "jobs", "the rule's limit"),
+    Figure("subjects", "subject", "action_log"),
+    Figure("max_jobs_per_run", "max_jobs_per_run", "[[actions.rules]]"),
 )
 
 FIGURES: dict[str, Figure] = {f.name: f for f in _FIGURES}
@@ -149,14 +101,19 @@ _GPU_RULE = (
     "gpus",
     "elapsed_seconds",
     "time_limit_seconds",
-    "gpu_seconds",
+    "allocated_gpu_seconds",
     "matched_gpus",
     "stretch_seconds",
     "cost_so_far_amount",
-    "idle_seconds",
-    "no_process_seconds",
-    "idle_util_max_percent",
-    "idle_memory_used_max_bytes",
+    "idle_stretch_seconds",
+    "no_process_stretch_seconds",
+    "idle_stretch_util_max_share",
+    "idle_stretch_memory_used_max_bytes",
+)
+_BUDGET = (
+    *(f"{f}_gpu_seconds" for f in ("budget", "used", "committed", "remaining")),
+    *(f"{f}_amount" for f in ("budget", "used", "committed", "remaining")),
+    "budget_used_share",
 )
 
 # template -> the figures it may show
@@ -171,17 +128,17 @@ TEMPLATE_FIGURES: dict[str, tuple[str, ...]] = {
         "gpus",
         "elapsed_seconds",
         "time_limit_seconds",
-        "gpu_seconds",
+        "allocated_gpu_seconds",
         "cost_so_far_amount",
         "queue_wait_seconds",
         "cpus",
         "cpu_efficiency_share",
         "mem_peak_bytes",
         "mem_requested_bytes",
-        "mean_util_percent",
-        "max_util_percent",
+        "mean_util_share",
+        "max_util_share",
         "idle_share",
-        "coverage_share",
+        "covered_share",
         "memory_used_max_bytes",
         "power_mean_watts",
         "energy_joules",
@@ -189,16 +146,16 @@ TEMPLATE_FIGURES: dict[str, tuple[str, ...]] = {
     "node_health-alert": (
         "attempts",
         "failed_attempts",
-        "failed_share",
+        "failed_attempts_share",
         "xid_events",
-        "ecc_single_bit",
-        "ecc_double_bit",
-        "avg_busbw_gbps",
-        "baseline_busbw_gbps",
-        "busbw_share",
+        "ecc_single_bit_errors",
+        "ecc_double_bit_errors",
+        "avg_busbw_gbytes_per_second",
+        "baseline_busbw_gbytes_per_second",
+        "busbw_ratio",
     ),
-    "budget-threshold": ("budget", "used", "committed", "remaining", "used_share"),
-    "month_closed-statement": ("gpu_hours", "billable_amount", "total_gpu_hours", "total_billable_amount"),
+    "budget-threshold": _BUDGET,
+    "month_closed-statement": ("billed_quantity", "billable_amount", "total_billable_amount"),
     "rule-too_many": ("subjects", "max_jobs_per_run"),
 }
 

@@ -87,6 +87,11 @@ def money(value: Any, currency: str = "") -> str:
     return f"{Decimal(str(value)):,} {currency}".strip()
 
 
+def gpu_hours(seconds: Any) -> str:
+    """GPU time (registered in seconds) as GPU-hours, the unit budgets are set in."""
+    return "-" if seconds is None else f"{float(seconds) / 3600:,.1f} GPU-hours"
+
+
 def energy(joules: Any) -> str:
     if joules is None:
         return "-"
@@ -109,6 +114,7 @@ class Renderer:
                 number=number,
                 money=money,
                 energy=energy,
+                gpu_hours=gpu_hours,
                 when=self.when,
                 controls=safe_text,
             )

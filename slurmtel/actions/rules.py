@@ -32,7 +32,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from slurmtel.access import EVERYTHING
-from slurmtel.actions.figures import FIGURES, figure, figures_from, jsonable
+from slurmtel.actions.figures import FIGURES, TEMPLATE_FIGURES, figure, figures_from, jsonable
 from slurmtel.actions.recipients import Recipient, Recipients
 from slurmtel.actions.render import safe_text
 from slurmtel.actions.settings import (
@@ -405,7 +405,7 @@ def _gpu_decision(
         "gpus": a.alloc_gpus,
         "elapsed_seconds": round(elapsed, 1),
         "time_limit_seconds": a.time_limit_seconds,
-        "gpu_seconds": round(gpu_seconds, 1),
+        "allocated_gpu_seconds": round(gpu_seconds, 1),
         "matched_gpus": len(matched),
         "stretch_seconds": round(stretch, 1),
         "cost_so_far_amount": cost,
@@ -418,10 +418,12 @@ def _gpu_decision(
             "source": s.source,
             "measured_to": s.measured_to,
             "matched": s in matched,
-            "idle_seconds": None if s.idle_seconds is None else round(s.idle_seconds, 1),
-            "no_process_seconds": None if s.no_process_seconds is None else round(s.no_process_seconds, 1),
-            "idle_util_max_percent": s.util_max_percent,
-            "idle_memory_used_max_bytes": s.memory_max_bytes,
+            "idle_stretch_seconds": None if s.idle_seconds is None else round(s.idle_seconds, 1),
+            "no_process_stretch_seconds": None
+            if s.no_process_seconds is None
+            else round(s.no_process_seconds, 1),
+            "idle_stretch_util_max_share": figure("idle_stretch_util_max_share", s.util_max_percent),
+            "idle_stretch_memory_used_max_bytes": s.memory_max_bytes,
         }
         for s in stretches
     ]
@@ -505,10 +507,10 @@ _JOB_END_NAMES = tuple(
     if n in FIGURES
 )
 _GPU_END_NAMES = (
-    "mean_util_percent",
-    "max_util_percent",
+    "mean_util_share",
+    "max_util_share",
     "idle_share",
-    "coverage_share",
+    "covered_share",
     "memory_used_max_bytes",
     "power_mean_watts",
     "energy_joules",
@@ -620,7 +622,7 @@ def _job_end_decision(
     figures = figures_from(document, _JOB_END_NAMES)
     figures.update(
         gpus=gpus,
-        gpu_seconds=round(gpu_seconds, 1),
+        allocated_gpu_seconds=round(gpu_seconds, 1),
         cost_so_far_amount=cost_so_far(
             config,
             partition=job.partition,
@@ -711,8 +713,11 @@ def node_health_decisions(
         subject = f"node:{cluster}:{node}"
         events = latest_events.get(node, {})
         node_figures = figures_from(
-            {**n, "failed_share": (n["failed_attempts"] / n["attempts"]) if n["attempts"] else None},
-            ("attempts", "failed_attempts", "failed_share", "xid_events", "ecc_single_bit", "ecc_double_bit"),
+            n,
+            ("attempts", "failed_attempts", "xid_events", "ecc_single_bit_errors", "ecc_double_bit_errors"),
+        )
+        node_figures["failed_attempts_share"] = (
+            round(n["failed_attempts"] / n["attempts"], 4) if n["attempts"] else None
         )
         found: list[tuple[str, str, str]] = []
         if rule.xid and n["xid_events"] and "xid" in events:
@@ -723,12 +728,12 @@ def node_health_decisions(
                     f"{n['xid_events']} GPU XID error(s)",
                 )
             )
-        if rule.ecc and n["ecc_double_bit"] and "ecc_double_bit" in events:
+        if rule.ecc and n["ecc_double_bit_errors"] and "ecc_double_bit" in events:
             found.append(
                 (
                     "ecc",
                     f"ecc:{events['ecc_double_bit'].astimezone(UTC):%Y-%m-%d}",
-                    f"{n['ecc_double_bit']} double-bit ECC error(s)",
+                    f"{n['ecc_double_bit_errors']} double-bit ECC error(s)",
                 )
             )
         attempts, failed = n["attempts"], n["failed_attempts"]
@@ -771,9 +776,9 @@ def node_health_decisions(
                 "reasons": "; ".join(run.reasons),
             }
             run_figures = {
-                "avg_busbw_gbps": run.avg_busbw_gbps,
-                "baseline_busbw_gbps": run.baseline_busbw_gbps,
-                "busbw_share": figure("busbw_share", ratio),
+                "avg_busbw_gbytes_per_second": run.avg_busbw_gbytes_per_second,
+                "baseline_busbw_gbytes_per_second": run.baseline_busbw_gbytes_per_second,
+                "busbw_ratio": ratio,
             }
             decisions.append(
                 _node_decision(rule, ev, subject, f"run:{run.run_id}", "nccl", problem, n, run_figures)
@@ -797,13 +802,13 @@ def _node_decision(
         for k in (
             "attempts",
             "failed_attempts",
-            "failed_share",
+            "failed_attempts_share",
             "xid_events",
-            "ecc_single_bit",
-            "ecc_double_bit",
-            "avg_busbw_gbps",
-            "baseline_busbw_gbps",
-            "busbw_share",
+            "ecc_single_bit_errors",
+            "ecc_double_bit_errors",
+            "avg_busbw_gbytes_per_second",
+            "baseline_busbw_gbytes_per_second",
+            "busbw_ratio",
         )
     }
     base.update(figures)
@@ -851,13 +856,9 @@ def budget_decisions(
         if any(float(step) >= threshold for step in done):
             continue
         recipients, notes = ev.recipients.resolve(rule, account=row.account)
-        figures = {
-            "budget": row.budget,
-            "used": row.used,
-            "committed": row.committed,
-            "remaining": row.remaining,
-            "used_share": round(used_share, 4),
-        }
+        record = row.record()
+        figures = {name: record[name] for name in TEMPLATE_FIGURES["budget-threshold"] if name in record}
+        figures["budget_used_share"] = round(used_share, 4)
         unit = row.currency if row.unit == "amount" else "GPU-hours"
         context = {
             "account": safe_text(row.account),
@@ -913,11 +914,10 @@ def statement_decisions(
             if (subject, step) in recorded:
                 continue
             shown = []
-            total_hours, total_amount = Decimal(0), Decimal(0)
+            total_amount = Decimal(0)
             for line in account_lines:
-                hours = Decimal(str(line.get("gpu_hours") or 0))
                 amount = line.get("billable_amount")
-                total_hours += hours
+                quantity = line.get("billed_quantity")
                 if amount is not None:
                     total_amount += Decimal(str(amount))
                 shown.append(
@@ -926,14 +926,19 @@ def statement_decisions(
                         "partition": safe_text(str(line.get("partition", ""))),
                         "gpu_model": safe_text(str(line.get("gpu_model", ""))),
                         "kind": line.get("kind", "usage"),
-                        "for_month": line.get("for_month", s["month"]),
+                        # format 2 names what a line bills; a format-1 statement billed GPU-hours
+                        "tres": safe_text(str(line.get("tres") or "gres/gpu")),
+                        "billed_unit": safe_text(str(line.get("billed_unit") or "gpu_hour")),
+                        "adjusted_month": line.get("adjusted_month") or line.get("for_month") or "",
                         "figures": {
-                            "gpu_hours": hours,
+                            "billed_quantity": Decimal(
+                                str(quantity if quantity is not None else line.get("gpu_hours") or 0)
+                            ),
                             "billable_amount": None if amount is None else Decimal(str(amount)),
                         },
                     }
                 )
-            figures = {"total_gpu_hours": total_hours, "total_billable_amount": total_amount}
+            figures = {"total_billable_amount": total_amount}
             recipients, notes = ev.recipients.resolve(rule, account=account)
             context = {
                 "month": s["month"],

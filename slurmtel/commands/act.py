@@ -232,16 +232,16 @@ def write_report(report: Any, out: Any) -> None:
         for note in d.notes:
             out.write(escape_controls(f"  note: {note}") + "\n")
         for g in d.evidence.get("gpus", []) if isinstance(d.evidence.get("gpus"), list) else []:
-            if "idle_seconds" not in g:
+            if "idle_stretch_seconds" not in g:
                 continue
             mark = "*" if g.get("matched") else " "
-            util = g.get("idle_util_max_percent")
+            util = g.get("idle_stretch_util_max_share")
             out.write(
                 escape_controls(
-                    f"  {mark} {g.get('gpu')}: idle {_minutes(g.get('idle_seconds'))}, no process "
-                    f"{_minutes(g.get('no_process_seconds'))}, utilisation max "
-                    f"{'-' if util is None else f'{util:.1f} %'}, "
-                    f"memory max {_gib(g.get('idle_memory_used_max_bytes'))}, measured to {g.get('measured_to')} "
+                    f"  {mark} {g.get('gpu')}: idle {_minutes(g.get('idle_stretch_seconds'))}, no process "
+                    f"{_minutes(g.get('no_process_stretch_seconds'))}, utilisation max "
+                    f"{'-' if util is None else f'{100 * util:.1f} %'}, "
+                    f"memory max {_gib(g.get('idle_stretch_memory_used_max_bytes'))}, measured to {g.get('measured_to')} "
                     f"({g.get('source')})"
                 )
                 + "\n"

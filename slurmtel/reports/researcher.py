@@ -703,7 +703,9 @@ def write_me(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
         return
     summary, top = document["summary"], document["top_jobs"]
     if fmt == "json":
-        json.dump(jsonable({**summary, "top_jobs": top, "actions": document.get("actions") or []}), out, indent=2)
+        json.dump(
+            jsonable({**summary, "top_jobs": top, "actions": document.get("actions") or []}), out, indent=2
+        )
         out.write("\n")
         return
     # the energy figures only where measured (and priced)
