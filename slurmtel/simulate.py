@@ -648,6 +648,7 @@ def sim_inventory(sim: Simulation, *, at: datetime) -> list[GpuInventory]:
             cuda_version="12.4",
             vbios_version="96.00.99.00.01",
             mig_mode="disabled",
+            power_limit_watts=700.0,
         )
         for node in sim.nodes
         for i in range(node.gpus)
