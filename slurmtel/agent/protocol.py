@@ -170,7 +170,8 @@ def format_datetime(value: datetime) -> str:
 
 def record_to_dict(record: AgentRecord) -> dict[str, Any]:
     """The record's fields by name, JSON-ready (datetimes ISO 8601 UTC, tuples as lists)."""
-    names, values, converted = _field_plan(type(record))
+    cls: type = type(record)
+    names, values, converted = _field_plan(cls)
     result = dict(zip(names, values(record), strict=True))
     for name in converted:
         value = result[name]
