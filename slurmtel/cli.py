@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
+import slurmtel.config
 from slurmtel import __version__
 from slurmtel.commands import command_modules
 from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
-from slurmtel.config import load_config
+from slurmtel.config import implicit_demo_config, load_config
 from slurmtel.errors import ConfigError, SlurmtelError, Terminated
 from slurmtel.logs import configure_logging, redact
 from slurmtel.reports.render import WIDE, ZONE
@@ -43,8 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
+    # after `slurmtel demo`, its config when no other is given (never for the demo itself)
+    demo_config = None if args.config or not args.finds_demo_config else implicit_demo_config()
     try:
-        config = load_config(args.config)
+        config = load_config(args.config or demo_config)
         if not getattr(args, "through_api", False) and config.api_client_only():
             # a login node: what cannot ask the API runs on the head, and nothing here starts
             # a database of its own
@@ -52,6 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         _error(exc)
         return EXIT_USAGE
+    if demo_config is not None:
+        # which world the figures are of: the demo's, found because nothing else was given
+        etc = slurmtel.config.DEFAULT_CONFIG_PATH
+        _error(f"note: using the demo's config {demo_config} (no --config, $SLURMTEL_CONFIG or {etc})")
     level = args.log_level or config.logging.level
     configure_logging(level)
     if level.upper() != "DEBUG":
@@ -202,11 +209,12 @@ def _global_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"slurmtel {__version__}")
     # the CLI's own entry point, for a command that runs others (the demo's views): a command
     # module importing slurmtel.cli would be an import cycle (tests/test_layers.py)
-    parser.set_defaults(run_cli=main)
+    parser.set_defaults(run_cli=main, finds_demo_config=True)
     parser.add_argument(
         "--config",
         default=None,
-        help="config file (default: $SLURMTEL_CONFIG, else /etc/slurmtel/slurmtel.toml if present)",
+        help="config file (default: $SLURMTEL_CONFIG, else /etc/slurmtel/slurmtel.toml if present, "
+        "else the config `slurmtel demo` left in your state directory, if any)",
     )
     parser.add_argument(
         "--log-level",

@@ -340,6 +340,10 @@ for _name, _meaning in (
         "when the budget runs out at the period's burn rate so far; empty when it will not within the period",
     ),
     ("closed_at", "when the statement was closed"),
+    (
+        "so_far_at",
+        "the instant a running job's or an open period's figures are taken to (the site clock's now)",
+    ),
     ("action_at", "when the audited action happened"),
 ):
     _add(_name, AT, _meaning, design="§4")

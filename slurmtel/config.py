@@ -1,7 +1,9 @@
 """The one configuration object.
 
 Loaded once from TOML (``--config``, ``$SLURMTEL_CONFIG``, else ``/etc/slurmtel/slurmtel.toml``
-when it exists, else built-in defaults) and passed explicitly to everything that needs it.
+when it exists, else built-in defaults; the ``slurmtel`` command also finds the config
+``slurmtel demo`` left in the user's own state directory: see implicit_demo_config) and passed
+explicitly to everything that needs it.
 Unknown keys are errors that name the key. Secrets (the database URL) may come from a file or
 the environment and are never logged.
 """
@@ -597,8 +599,7 @@ class Config:
         system = Path("/var/lib/slurmtel")
         if system.is_dir() and os.access(system, os.W_OK):
             return system
-        xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        return Path(xdg) / "slurmtel"
+        return user_state_dir()
 
     def database_url(self) -> str | None:
         """The configured server URL, or None for the embedded PostgreSQL. ConfigError (one line,
@@ -811,6 +812,36 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         raise ConfigError(f"{file}: invalid TOML: {exc}") from exc
     config = config_from_dict(data, source=str(file))
     return _validated(dataclasses.replace(config, path=file))
+
+
+def user_state_dir() -> Path:
+    """The caller's own state directory: $XDG_STATE_HOME/slurmtel, else ~/.local/state/slurmtel."""
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "slurmtel"
+
+
+def demo_config_path() -> Path:
+    """Where `slurmtel demo` leaves its config when the caller's state directory is their own."""
+    return user_state_dir() / "demo" / "slurmtel.toml"
+
+
+def implicit_demo_config() -> Path | None:
+    """The demo's config, for a `slurmtel` command given no other: so the commands a new user
+    types after `slurmtel demo` read the demo's world, and never where a real config exists.
+
+    None (load_config's order applies) when $SLURMTEL_CONFIG is set, /etc/slurmtel/slurmtel.toml
+    exists (readable or not), $SLURMTEL_DATABASE_URL names a database (the demo's config would
+    pair the demo's stand-ins and clock with it), or the state directory is the system's
+    (/var/lib/slurmtel: a head running on built-in defaults keeps them after a demo); else the
+    demo's config in the caller's own state directory, when it is there. The agent never looks."""
+    if os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG_PATH.exists():
+        return None
+    if os.environ.get(ENV_DATABASE_URL, "").strip():
+        return None
+    if Config().state_dir() != user_state_dir():
+        return None
+    path = demo_config_path()
+    return path if path.is_file() else None
 
 
 def config_from_dict(data: Mapping[str, Any], source: str = "<config>") -> Config:

@@ -130,6 +130,9 @@ class GpuInventory:
     mig_profile: str = ""
     # share of the parent GPU a MIG instance represents (slices / 7, or SM share); 1.0 for a GPU
     gpu_fraction: float = 1.0
+    # the power cap NVML enforces (W; nvidia-smi's Current/Enforced Power Limit); None = unknown
+    # (a MIG instance, an agent or capture from before it was read)
+    power_limit_watts: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,8 @@ class GpuFigures:
     gpu_index: int | None = None
     # the highest window mean power of the GPU during the attempt
     power_max_watts: float | None = None
+    # the GPU's power cap (its inventory; None where no source gave it)
+    power_limit_watts: float | None = None
 
     @property
     def mapped(self) -> bool:

@@ -50,6 +50,25 @@ class SimJob:
     time_limit_minutes: int = 1440
     exit_code: int = 0
     cluster: str = "sim"
+    # the job's steps with their usage, as sacct without -X shows them; () = the template's
+    steps: tuple[SimStep, ...] = ()
+    # StdOut as sbatch -o gives it (%j: the job id); "" = Slurm's default, slurm-%j.out in the
+    # user's home (the working directory)
+    stdout: str = ""
+
+
+@dataclass(frozen=True)
+class SimStep:
+    """One job step as sacct prints it: its tasks' usage (TotalCPU, TRESUsageIn max/total mem).
+    A running step has none yet: slurmdbd records a step's usage when it ends."""
+
+    name: str
+    tasks: int
+    cpu_seconds: float
+    # the largest task's peak RSS (TRESUsageInMax mem) and the step's tasks together (TRESUsageInTot)
+    mem_task_bytes: int
+    mem_total_bytes: int
+    running: bool = False
 
 
 def _template(with_steps: bool) -> tuple[dict[str, Any], bytes]:
@@ -97,6 +116,9 @@ def _job_object(template: bytes, sim: SimJob) -> dict[str, Any]:
         limit=_set_number(sim.time_limit_minutes),
     )
     job["working_directory"] = f"/home/{sim.user}"
+    stdout = sim.stdout or f"/home/{sim.user}/slurm-%j.out"
+    job["stdout"] = stdout
+    job["stdout_expanded"] = stdout.replace("%x", sim.name).replace("%j", str(sim.job_id_raw))
     job["submit_line"] = f"sbatch --gpus={sim.gpus} {sim.name}.sh"
     requested = [
         {"type": "cpu", "name": "", "id": 1, "count": sim.cpus},
@@ -115,10 +137,68 @@ def _job_object(template: bytes, sim: SimJob) -> dict[str, Any]:
         if sim.gpus:
             allocated.append({"type": "gres", "name": f"gpu:{sim.gpu_model}", "id": 1002, "count": sim.gpus})
         job["tres"]["allocated"] = allocated
+        if sim.steps and job["steps"]:
+            job["steps"] = [_sim_step(job["steps"][0], sim, step, n) for n, step in enumerate(sim.steps)]
         for step in job["steps"]:
-            step["step"]["id"] = f"{sim.job_id_raw}.batch"
             step["nodes"]["range"] = job["nodes"]
+            if not sim.steps:
+                step["step"]["id"] = f"{sim.job_id_raw}.batch"
     return job
+
+
+def _sim_step(template: dict[str, Any], sim: SimJob, spec: SimStep, number: int) -> dict[str, Any]:
+    """SPEC as sacct --json prints a step: the batch step first, then srun steps 0, 1, ...; a
+    running step with no usage (empty TRESUsage lists, TotalCPU 0), as a running job's steps show."""
+    step: dict[str, Any] = orjson.loads(orjson.dumps(template))
+    step["step"]["id"] = f"{sim.job_id_raw}.{'batch' if number == 0 else number - 1}"
+    step["step"]["name"] = spec.name
+    step["tasks"]["count"] = spec.tasks
+    nodes = list(sim.nodes) if number else list(sim.nodes[:1])
+    step["nodes"].update(count=len(nodes), list=nodes)
+    start = _epoch(sim.start_at)
+    end = 0 if spec.running or sim.end_at is None else _epoch(sim.end_at)
+    step["time"].update(
+        start=_set_number(start), end=_set_number(end or None), elapsed=max(0, end - start) if end else 0
+    )
+    step["state"] = ["RUNNING"] if spec.running else [sim.state if number else _batch_state(sim.state)]
+    cpu = 0.0 if spec.running else spec.cpu_seconds
+    seconds, micros = int(cpu), int(cpu % 1 * 1_000_000)
+    step["time"]["total"] = {"seconds": seconds, "microseconds": micros}
+    step["time"]["user"] = {"seconds": int(cpu * 0.9), "microseconds": 0}
+    step["time"]["system"] = {"seconds": seconds - int(cpu * 0.9), "microseconds": 0}
+    if spec.running:
+        step["tres"]["requested"] = {"max": [], "min": [], "average": [], "total": []}
+        return step
+
+    def mem(count: int, task: bool) -> list[dict[str, Any]]:
+        item: dict[str, Any] = {"type": "mem", "name": "", "id": 2, "count": count}
+        cpu_item: dict[str, Any] = {
+            "type": "cpu",
+            "name": "",
+            "id": 1,
+            "count": int(cpu * 1000 / max(1, spec.tasks)),
+        }
+        if task:
+            item.update(task=0, node=nodes[0] if nodes else "")
+            cpu_item.update(task=0, node=nodes[0] if nodes else "")
+        return [cpu_item, item]
+
+    average = spec.mem_total_bytes // max(1, spec.tasks)
+    step["tres"]["requested"] = {
+        "max": mem(spec.mem_task_bytes, True),
+        "min": mem(min(average, spec.mem_task_bytes), True),
+        "average": mem(average, False),
+        "total": mem(spec.mem_total_bytes, False),
+    }
+    return step
+
+
+def _batch_state(state: str) -> str:
+    """A batch step's state when its job ended in STATE (sacct shows a cancelled or timed-out
+    job's batch step CANCELLED, a failed one's FAILED)."""
+    return {"TIMEOUT": "CANCELLED", "NODE_FAIL": "CANCELLED", "OUT_OF_MEMORY": "OUT_OF_MEMORY"}.get(
+        state, state
+    )
 
 
 def render_sacct_json(
@@ -282,6 +362,54 @@ class SimAttempt:
     profile: str
     # seconds after start before the job's processes touch the GPUs
     setup_seconds: int
+    # an acceptance job: the shipped nccl-tests capture its StdOut holds (slurmtel/data/nccl)
+    nccl_log: str = ""
+
+
+@dataclass(frozen=True)
+class SimAcceptance:
+    """An admin's nccl-tests acceptance job on whole NODES, queued at SUBMIT_AT to start at
+    ELIGIBLE_AT (sbatch --begin) or later: while it waits, its nodes start no other job (a
+    reservation), so it starts once they are empty. Its StdOut is the capture LOG."""
+
+    submit_at: datetime
+    eligible_at: datetime
+    nodes: tuple[str, ...]
+    log: str
+
+
+ACCEPTANCE_USER, ACCEPTANCE_ACCOUNT = "hpcadmin", "ops"
+ACCEPTANCE_JOB_NAME = "nccl-allreduce"
+# real nccl-tests logs of 2 nodes x 4 GPUs (CSCS, CC0; slurmtel/data/PROVENANCE.md): the fabric
+# as it should be, and the same run with a broken network path (busbw 5 instead of 123 GB/s)
+NCCL_LOG_GOOD = "cscs_alps_gh200_2node_srun_v2.17.1_cxi_hook.txt"
+NCCL_LOG_SLOW = "cscs_alps_gh200_2node_srun_v2.17.1_no_cxi_hook_slow.txt"
+_NCCL_LOG_HOSTS = ("nid005471", "nid005487")
+_NCCL_LOG_GPU = "NVIDIA GH200 120GB"
+ACCEPTANCE_MINUTES = 4
+
+
+def acceptance_runs(
+    nodes: Sequence[SimNode], start: datetime, outages: Sequence[SimOutage]
+) -> list[SimAcceptance]:
+    """The admins' acceptance runs: every pair of nodes when the week starts (the baseline), and
+    after each maintenance window the pair of the node that was down, queued with the
+    maintenance. The firmware update broke that node's network path: its run is the slow one."""
+    pairs = [tuple(n.name for n in nodes[i : i + 2]) for i in range(0, len(nodes) - 1, 2)]
+    runs = [SimAcceptance(start, start, pair, NCCL_LOG_GOOD) for pair in pairs]
+    for outage in outages:
+        pair = next((p for p in pairs if outage.node in p), None)
+        if pair is not None:
+            runs.append(SimAcceptance(outage.start_at, outage.end_at, pair, NCCL_LOG_SLOW))
+    return runs
+
+
+def nccl_acceptance_log(attempt: SimAttempt) -> bytes:
+    """What an acceptance attempt printed: its capture, with the simulated host and GPU names."""
+    text = resources.files("slurmtel").joinpath(f"data/nccl/{attempt.nccl_log}").read_text()
+    for real, simulated in zip(_NCCL_LOG_HOSTS, attempt.job.nodes, strict=True):
+        text = text.replace(real, simulated)
+    return text.replace(_NCCL_LOG_GPU, "NVIDIA H100 80GB HBM3").encode()
 
 
 @dataclass(frozen=True)
@@ -332,12 +460,15 @@ def simulate_cluster(
     jobs_per_hour: float = 4.5,
     first_job_id: int = 5000,
     until: datetime | None = None,
+    acceptance_dir: str = "",
 ) -> Simulation:
     """Simulate DAYS of a small GPU cluster from START, minute by minute.
 
     UNTIL (default: START + DAYS) runs the same cluster on past its DAYS: the simulation up to
     any instant is the same whatever UNTIL is (the same seed, the same maintenance window), so
     a world simulated further goes on from where a shorter one stopped (the demo's stand-ins).
+    With ACCEPTANCE_DIR, the admins also run nccl-tests acceptance jobs (acceptance_runs), their
+    StdOut in that folder; they draw nothing from the random stream the other jobs use.
     """
     rng = random.Random(seed)
     nodes = nodes or demo_nodes()
@@ -353,8 +484,23 @@ def simulate_cluster(
     finished: list[SimAttempt] = []
     next_id = first_job_id
     accounts = list(USERS)
+    to_submit = acceptance_runs(nodes, start, outages) if acceptance_dir else []
+    waiting: list[tuple[SimJob, SimAcceptance]] = []  # acceptance jobs queued, not started
     now = start
     while now < end:
+        # acceptance jobs: queued at their time, ahead of everything else
+        for run in [r for r in to_submit if r.submit_at <= now]:
+            to_submit.remove(run)
+            per_node = next(n.gpus for n in nodes if n.name == run.nodes[0])
+            job = SimJob(
+                job_id_raw=next_id, user=ACCEPTANCE_USER, account=ACCEPTANCE_ACCOUNT, partition="gpu",
+                name=ACCEPTANCE_JOB_NAME, state="PENDING", submit_at=now, eligible_at=run.eligible_at,
+                start_at=None, end_at=None, gpus=per_node * len(run.nodes), nodes=(),
+                cpus=8 * per_node * len(run.nodes), time_limit_minutes=30, cluster=cluster,
+                stdout=f"{acceptance_dir}/%x-%j.out",
+            )  # fmt: skip
+            next_id += 1
+            waiting.append((job, run))
         # arrivals
         for _ in range(_poisson(rng, jobs_per_hour / 60)):
             account = rng.choice(accounts)
@@ -398,6 +544,24 @@ def simulate_cluster(
                 remaining = max(60.0, (planned_end - now).total_seconds())
                 queue.insert(0, (job, per_node, remaining, True))
         running = still
+        # acceptance jobs start as soon as their whole nodes are up and empty
+        for job, run in list(waiting):
+            if job.eligible_at and job.eligible_at > now:
+                continue
+            spec = {n.name: n for n in nodes}
+            if any(n in down_now or len(free[n]) < spec[n].gpus for n in run.nodes):
+                continue
+            placement = {n: tuple(sorted(free[n])) for n in run.nodes}
+            for n in run.nodes:
+                free[n].clear()
+            attempt = SimAttempt(
+                job=dataclasses.replace(job, start_at=now, nodes=run.nodes, state="RUNNING"),
+                placement=placement, profile="busy", setup_seconds=30, nccl_log=run.log,
+            )  # fmt: skip
+            running.append((attempt, now + timedelta(minutes=ACCEPTANCE_MINUTES), "COMPLETED"))
+            waiting.remove((job, run))
+        # nodes a queued acceptance job waits for start nothing else
+        reserved = {n for _, run in waiting for n in run.nodes}
         # scheduling: FIFO, the first 5 waiting jobs may start out of order (backfill)
         started = 0
         for item in list(queue):
@@ -407,7 +571,7 @@ def simulate_cluster(
             need = job.gpus // per_node
             usable = [
                 n.name for n in nodes
-                if job.partition in partitions_of[n.name] and n.name not in down_now
+                if job.partition in partitions_of[n.name] and n.name not in down_now and n.name not in reserved
                 and not _draining(outages, n.name, now) and len(free[n.name]) >= per_node
             ]  # fmt: skip
             if len(usable) < need:
@@ -440,6 +604,9 @@ def simulate_cluster(
     pending = tuple(
         SimPending(job, "Resources" if i == 0 else rng.choice(reasons))
         for i, (job, *_rest) in enumerate(queue)
+    ) + tuple(
+        SimPending(job, "BeginTime" if job.eligible_at and job.eligible_at > end else "Reservation")
+        for job, _ in waiting
     )
     attempts = tuple(sorted(finished, key=lambda a: (a.job.job_id_raw, a.job.submit_at)))
     return Simulation(cluster, nodes, start, end, attempts, outages, pending)
@@ -481,6 +648,7 @@ def sim_inventory(sim: Simulation, *, at: datetime) -> list[GpuInventory]:
             cuda_version="12.4",
             vbios_version="96.00.99.00.01",
             mig_mode="disabled",
+            power_limit_watts=700.0,
         )
         for node in sim.nodes
         for i in range(node.gpus)
@@ -509,12 +677,17 @@ def sim_summaries(
     for index in range(spec.gpus):
         uuid_ = gpu_uuid(sim.cluster, node, index)
         spans = sorted(busy[index], key=lambda s: s[0])
+        # the spans of one GPU do not overlap: walk them with the windows, the first that has
+        # not ended yet at `first` (as a search from the start would find, only cheaper)
+        first = 0
         t = sim.start_at
         while t < sim.end_at:
             if any(lo <= t < hi for lo, hi in down):
                 t += step  # the node is down: the agent reports nothing
                 continue
-            span = next((s for s in spans if s[0] <= t < s[1]), None)
+            while first < len(spans) and spans[first][1] <= t:
+                first += 1
+            span = next((s for s in spans[first : first + 2] if s[0] <= t < s[1]), None)
             yield sim_window(rng, node, uuid_, t, span, window_seconds)
             t += step
 
@@ -559,8 +732,9 @@ def _utilisation(rng: random.Random, profile: str, rank: int, t: datetime) -> fl
     return min(100.0, max(5.0, rng.gauss(86, 8)))
 
 
-def sim_sacct_json(sim: Simulation, *, until: datetime) -> bytes:
-    """What `sacct --json -a -D -X` prints for every attempt submitted before UNTIL, as of UNTIL."""
+def sim_sacct_json(sim: Simulation, *, until: datetime, steps: bool = True) -> bytes:
+    """What `sacct --json -a -D` prints for every attempt submitted before UNTIL, as of UNTIL:
+    with each started attempt's steps (sim_steps), or without (STEPS false: `-X`)."""
     jobs = []
     for attempt in sim.attempts:
         job = attempt.job
@@ -570,9 +744,59 @@ def sim_sacct_json(sim: Simulation, *, until: datetime) -> bytes:
             job = dataclasses.replace(job, state="PENDING", start_at=None, end_at=None, nodes=())
         elif job.end_at is None or job.end_at > until:
             job = dataclasses.replace(job, state="RUNNING", end_at=None)
+        if steps and job.start_at is not None:
+            job = dataclasses.replace(job, steps=sim_steps(dataclasses.replace(attempt, job=job)))
         jobs.append(job)
     jobs += [p.job for p in sim.pending_at_end if p.job.submit_at < until]
-    return render_sacct_json(jobs, cluster=sim.cluster)
+    return render_sacct_json(jobs, cluster=sim.cluster, with_steps=steps)
+
+
+# CPU time / (CPUs x elapsed) of a job's main step, by how it uses its GPUs (a share between
+# the two, the job's own): a job stalled on input has too few data-loader workers busy
+_CPU_SHARE = {"busy": (0.55, 0.9), "one_gpu": (0.2, 0.4), "dataloader": (0.06, 0.2), "idle": (0.02, 0.08)}
+# mem requested per CPU (MiB), as the simulated jobs ask for it (sbatch --mem-per-cpu=4G)
+MEM_PER_CPU_MIB = 4096
+
+
+def sim_steps(attempt: SimAttempt) -> tuple[SimStep, ...]:
+    """The steps sacct shows for a started attempt: its batch script and one srun step, with
+    usage drawn from the job's id (no random stream: the same every time it is printed), or
+    none while they run. An OUT_OF_MEMORY job's peak is what it asked for."""
+    job = attempt.job
+    if job.start_at is None:
+        return ()
+    running = job.end_at is None
+    elapsed = 0.0 if running else (job.end_at - job.start_at).total_seconds()  # type: ignore[operator]
+    draw = zlib.crc32(f"{job.cluster}.{job.job_id_raw}.usage".encode()) / 2**32
+    low, high = _CPU_SHARE.get(attempt.profile, (0.5, 0.9))
+    requested = job.cpus * MEM_PER_CPU_MIB * 2**20
+    peak_share = 1.0 if job.state == "OUT_OF_MEMORY" else 0.08 + 0.8 * ((draw * 7) % 1)
+    tasks = max(1, len(job.nodes))
+    total = int(requested * peak_share)
+    batch = SimStep("batch", 1, elapsed * 0.02, 350 * 2**20, 350 * 2**20, running)
+    name = "all_reduce_perf" if attempt.nccl_log else "python"
+    main = SimStep(
+        name, tasks, elapsed * job.cpus * (low + (high - low) * draw), total // tasks, total, running
+    )
+    return (batch, main)
+
+
+_ACCOUNT_TREE_HEADER = (
+    "Account|Descr|Org|Cluster|ParentName|User|Share|Priority|GrpJobs|GrpNodes|GrpCPUs|GrpMem|"
+    "GrpSubmit|GrpWall|GrpCPUMins|MaxJobs|MaxNodes|MaxCPUs|MaxSubmit|MaxWall|MaxCPUMins|QOS|Def QOS"
+)
+
+
+def sim_account_tree(cluster: str) -> str:
+    """`sacctmgr -P show account withassoc` for the simulated accounts (each under root, its
+    users beneath it), in the columns of Slurm 22.05's (tests/fixtures/slurmctld/slurm-22.05)."""
+    lines = [_ACCOUNT_TREE_HEADER]
+    accounts = {**{a: list(u) for a, u in USERS.items()}, ACCEPTANCE_ACCOUNT: [ACCEPTANCE_USER]}
+    for account, users in sorted(accounts.items()):
+        row = f"{account}|{account}|demo|{cluster}|{{parent}}|{{user}}|1|||||||||||||||normal|"
+        lines.append(row.format(parent="root", user=""))
+        lines += [row.format(parent="", user=user) for user in users]
+    return "\n".join(lines) + "\n"
 
 
 def _slurm_time(at: datetime | None) -> str:
@@ -709,6 +933,8 @@ class World:
     cluster: str
     clock_file: str
     captures: str
+    # the acceptance jobs' StdOut folder ("" = no acceptance jobs: a world.json from before them)
+    acceptance: str = ""
 
     def to_json(self) -> bytes:
         data = dataclasses.asdict(self)
@@ -723,8 +949,9 @@ class World:
 
     def simulate(self, until: datetime) -> Simulation:
         return simulate_cluster(
-            start=self.start_at, days=self.days, seed=self.seed, cluster=self.cluster, until=until
-        )
+            start=self.start_at, days=self.days, seed=self.seed, cluster=self.cluster, until=until,
+            acceptance_dir=self.acceptance,
+        )  # fmt: skip
 
 
 def write_captures(
@@ -740,6 +967,7 @@ def write_captures(
     for kind in kinds:
         if kind == "sacct":
             files = [("sacct.json", sim_sacct_json(sim, until=at))]
+            write_acceptance_logs(sim, at)
         else:
             files = [
                 ("scontrol-job.txt", sim_scontrol_jobs(sim, at=at).encode()),
@@ -747,6 +975,20 @@ def write_captures(
             ]
         for name, content in [*files, (f"{kind}.at", stamp.encode() + b"\n")]:
             write_atomically(folder / name, content)
+
+
+def write_acceptance_logs(sim: Simulation, at: datetime) -> None:
+    """The StdOut of every acceptance attempt that ended by AT, as the job left it (once)."""
+    from pathlib import Path
+
+    for attempt in sim.attempts:
+        job = attempt.job
+        if not attempt.nccl_log or job.end_at is None or job.end_at > at:
+            continue
+        path = Path(job.stdout.replace("%x", job.name).replace("%j", str(job.job_id_raw)))
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, nccl_acceptance_log(attempt))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -43,6 +43,17 @@ def pytest_configure(config: pytest.Config) -> None:
     missing = [d for d in ("/usr/local/sbin", "/usr/sbin", "/sbin") if d not in path and os.path.isdir(d)]
     if missing:
         os.environ["PATH"] = os.pathsep.join([*path, *missing])
+    # a state directory of the session's own: a demo the developer ran (its config in
+    # ~/.local/state/slurmtel/demo, which `slurmtel` finds when given no other) never leaks into a test
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="slurmtel-test-state-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    state = os.environ.get("XDG_STATE_HOME", "")
+    if Path(state).name.startswith("slurmtel-test-state-"):
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

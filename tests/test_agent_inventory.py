@@ -39,6 +39,8 @@ def test_h100() -> None:
             cuda_version="13.1",
             vbios_version="96.00.A5.00.01",
             mig_mode="disabled",
+            # GPU Power Readings: Current Power Limit (the enforced cap; nvmlDeviceGetEnforcedPowerLimit)
+            power_limit_watts=700.0,
         )
     ]
 
@@ -58,6 +60,7 @@ def test_h200_from_the_extracted_query() -> None:
         cuda_version="13.1",
         vbios_version="96.00.A5.00.03",
         mig_mode="disabled",
+        power_limit_watts=700.0,
     )
 
 
@@ -68,6 +71,7 @@ def test_l40s_has_no_mig() -> None:
     assert gpu.memory_total_bytes == 46068 * MIB
     assert gpu.mig_mode == ""
     assert (gpu.parent_gpu_uuid, gpu.gpu_fraction) == ("", 1.0)
+    assert gpu.power_limit_watts == 350.0
 
 
 def test_h100_mig_instances_with_their_uuids_and_profiles() -> None:
@@ -92,6 +96,9 @@ def test_h100_mig_instances_with_their_uuids_and_profiles() -> None:
         )
         assert mig.minor_number is None
         assert mig.mig_mode == ""
+        # NVML answers the cap for the GPU, not for an instance
+        assert mig.power_limit_watts is None
+    assert parent.power_limit_watts == 700.0
 
 
 def test_h200_mig_compute_instances_count_their_compute_slices() -> None:
@@ -121,6 +128,8 @@ def test_a100_mig_from_xml() -> None:
         cuda_version="12.2",
         vbios_version="92.00.36.00.02",
         mig_mode="enabled",
+        # <gpu_power_readings><current_power_limit>
+        power_limit_watts=500.0,
     )
     # nvidia-smi -q -x names no MIG UUID: the fake gives the legacy form MIG-<GPU UUID>/<GI>/<CI>;
     # 14 SMs = one A100 compute slice
@@ -129,6 +138,13 @@ def test_a100_mig_from_xml() -> None:
         for i, gi in enumerate((3, 4, 5, 6))
     ]
     assert {m.parent_gpu_uuid for m in migs} == {parent.gpu_uuid}
+
+
+def test_the_older_power_readings_name_the_enforced_limit() -> None:
+    """Before the GPU Power Readings section (driver 530), `nvidia-smi -q -x` printed
+    <power_readings> with <power_limit> and <enforced_power_limit> (the Tesla T4 capture)."""
+    (gpu,) = inventory("tesla-t4.xml")
+    assert gpu.power_limit_watts == 70.0
 
 
 def test_multi_gpu_node_keeps_nvml_order() -> None:

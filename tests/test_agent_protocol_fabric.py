@@ -213,3 +213,25 @@ def test_an_old_agent_is_read_as_before(ctx: RunContext, tmp_path: Path, engine:
     decoded = decode_summaries_response(page)
     assert len(decoded.summaries) == 3 and decoded.port_counters == [] and decoded.topologies == []
     assert datetime.fromisoformat(json.loads(page)["items"][0]["record"]["window_start_at"]).tzinfo == UTC
+
+
+@pytest.mark.parametrize("record", NEW, ids=lambda r: type(r).__name__)
+def test_record_to_dict_converts_every_field_as_one_by_one_would(record: object) -> None:
+    """record_to_dict looks only at the fields whose type may need converting (a week of
+    windows spooled at once, `slurmtel demo`): the same dict as converting each field."""
+    import dataclasses
+    from datetime import datetime
+
+    from slurmtel.agent.protocol import format_datetime, record_to_dict
+
+    def one_by_one(value: object) -> object:
+        if isinstance(value, datetime):
+            return format_datetime(value)
+        if isinstance(value, tuple):
+            return list(value)
+        return dict(value) if isinstance(value, dict) else value
+
+    expected = {f.name: one_by_one(getattr(record, f.name)) for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+    got = record_to_dict(record)  # type: ignore[arg-type]
+    assert got == expected and list(got) == list(expected)
+    assert all(type(got[k]) is type(v) for k, v in expected.items())

@@ -131,6 +131,7 @@ def test_per_gpu_figures_and_advice(cli, engine: Engine, config: Config) -> None
         "memory_total_bytes": None,
         "power_mean_watts": 10.0,  # 300 J per 30 s window
         "power_max_watts": None,  # the windows carry no power
+        "power_limit_watts": None,  # nor the inventory its cap
         "energy_joules": 7500.0,  # 25 windows x 300 J
     }
     for uuid in UUIDS[1:]:
@@ -252,7 +253,82 @@ def test_a_running_attempt_counts_up_to_now_and_thin_telemetry_is_said(
     code, out, _ = cli(ALICE, "job", "42", "--format", "json")
     (report,) = json.loads(out)
     assert (code, report["elapsed_seconds"]) == (0, 2 * 86400)
-    # 750 s measured of 2 days: 0.4 %
+    # 750 s measured of 2 days: 0.4 %; a running job's advice is so far, and it has no exit code
     assert report["advice"] == [
-        "Telemetry covers only 0 % of the allocated GPU time: too little to advise on utilisation."
+        "So far, telemetry covers only 0 % of the allocated GPU time: too little to advise on utilisation."
     ]
+    assert (report["exit_code"], report["so_far"], report["so_far_at"]) == (None, True, NOW.isoformat())
+
+
+def test_gpus_are_listed_as_nvidia_smi_numbers_them(cli, engine: Engine, config: Config) -> None:
+    """Issue 22 item 8: per node, by index, not by UUID (gpu04/3, gpu04/2, gpu04/0, gpu04/1 before)."""
+    # UUIDs whose order is not the index order, on two nodes
+    gpu04 = ["GPU-d", "GPU-c", "GPU-a", "GPU-b"]  # indices 0..3
+    gpu05 = ["GPU-9", "GPU-8", "GPU-7", "GPU-6"]
+    job = replace(job_42(), alloc_gpus=8, nodes=("gpu04", "gpu05"), nodelist="gpu04,gpu05")
+    summaries = [
+        replace(w, node=node)
+        for node, uuids in (("gpu04", gpu04), ("gpu05", gpu05))
+        for uuid in uuids
+        for w in windows(uuid, T0, 25, busy={0}, job="42")
+    ]
+    with engine.begin() as conn:
+        sync_outcome_classes(conn, config.outcomes.mapping())
+        write_attempts(conn, [job])
+        write_inventory(conn, inventory("gpu04", gpu04) + inventory("gpu05", gpu05), source="agent")
+        for node, uuids in (("gpu04", gpu04), ("gpu05", gpu05)):
+            write_summaries(conn, [s for s in summaries if s.gpu_uuid in uuids], source="agent", node=node)
+    run_attribution(engine, config, now=NOW)
+    code, out, _ = cli(ALICE, "job", "42", "--format", "json")
+    assert code == 0
+    (report,) = json.loads(out)
+    expected = ["gpu04/0", "gpu04/1", "gpu04/2", "gpu04/3", "gpu05/0", "gpu05/1", "gpu05/2", "gpu05/3"]
+    assert [r["gpu"] for r in report["gpu_figures"]] == expected
+    code, text_out, _ = cli(ALICE, "job", "42")
+    listed = [line.split()[0] for line in text_out.splitlines() if line.startswith(("gpu04/", "gpu05/"))]
+    assert listed == expected
+
+
+def test_a_running_job_shows_no_exit_code_and_says_so_far(cli, engine: Engine, config: Config) -> None:
+    """Issue 22 item 8: sacct's 0:0 of a running job is no exit code; its figures and advice are
+    so far. Its steps have reported no usage yet (slurmdbd records it when a step ends)."""
+    running = replace(
+        job_42(), state="RUNNING", end_at=None, exit_code="0:0", time_limit_seconds=3600,
+        alloc_cpus=8, alloc_tres={"cpu": 8, "mem": 32768, "gres/gpu": 4},
+        cpu_time_seconds=0.0, usage_steps=2,
+    )  # fmt: skip
+    now = T0 + timedelta(seconds=750)
+    with engine.begin() as conn:
+        sync_outcome_classes(conn, config.outcomes.mapping())
+        write_attempts(conn, [running])
+        write_inventory(conn, inventory("gpu01", UUIDS), source="agent")
+        write_summaries(conn, telemetry_42(), source="agent", node="gpu01")
+    run_attribution(engine, config, now=now)
+    code, text_out, _ = cli(ALICE, "job", "42")
+    assert code == 0
+    assert "exit code" not in text_out
+    assert "  state       RUNNING (still running: every figure below is so far, to " in text_out
+    assert (
+        "  elapsed     " in text_out and " so far\n" in text_out.split("  elapsed")[1].split("\n")[0] + "\n"
+    )
+    not_yet = "not known yet (sacct reports a step's usage when the step ends)"
+    assert f"  CPUs        8 CPUs, efficiency {not_yet}\n" in text_out
+    assert f"  host memory 32.0 GiB requested, peak {not_yet}\n" in text_out
+    assert "\nPer GPU, so far (the job is still running)\n" in text_out
+    assert (
+        "\nAdvice so far (the job is still running):\n  * So far, 3 of 4 GPUs idle 92 % of the time"
+        in text_out
+    )
+
+
+def test_the_power_limit_comes_from_the_inventory(cli, engine: Engine, config: Config) -> None:
+    store(engine, config, [job_42()], telemetry_42())
+    with engine.begin() as conn:
+        capped = [replace(g, power_limit_watts=700.0) for g in inventory("gpu01", UUIDS)]
+        write_inventory(conn, capped, source="agent")
+        # a later sighting by a source that does not know the cap (dcgm without the field) keeps it
+        later = [replace(g, observed_at=T0 + timedelta(hours=1)) for g in inventory("gpu01", UUIDS)]
+        write_inventory(conn, later, source="dcgm")
+    code, out, _ = cli(ALICE, "job", "42", "--format", "json")
+    (report,) = json.loads(out)
+    assert code == 0 and [r["power_limit_watts"] for r in report["gpu_figures"]] == [700.0] * 4

@@ -120,6 +120,8 @@ def test_datadog_capture_golden() -> None:
         vbios_version="90.04.96.00.02",
         minor_number=0,
         memory_total_bytes=15109 * MIB,
+        # DCGM_FI_DEV_POWER_MGMT_LIMIT 70.000000: the T4's cap, kept in its inventory
+        power_limit_watts=70.0,
     )
     assert a10g == DcgmGpuSample(
         node="gpu01",
@@ -133,6 +135,15 @@ def test_datadog_capture_golden() -> None:
         cuda_version="12.4",
         minor_number=0,
     )
+
+
+def test_the_power_limit_goes_into_the_inventory() -> None:
+    scrape = parse_dcgm_metrics(datadog(), node="gpu01", at=AT)
+    assert {g.gpu_uuid: g.power_limit_watts for g in dcgm_inventory(scrape)} == {
+        T4_OLD: None,  # the older capture exports no limit
+        T4_NEW: 70.0,
+        "GPU-abc": None,
+    }
 
 
 def test_datadog_values_agree_with_prometheus_client() -> None:
@@ -198,6 +209,7 @@ def test_datadog_inventory() -> None:
         driver_version="470.182.03",
         cuda_version="12.1",
         vbios_version="90.04.96.00.02",
+        power_limit_watts=70.0,
     )
     assert [(g.gpu_uuid, g.model, g.driver_version) for g in inventory] == [
         (T4_OLD, "Tesla T4", "460.106.00"),

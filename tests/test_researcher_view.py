@@ -286,73 +286,191 @@ def test_a_job_without_gpus_still_gets_host_advice() -> None:
 # ------------------------------------------------------------------------------------ plot
 
 
-def _outside_every_axes(figure: Any) -> None:
+def _rows_of(figure: Any) -> list[list[Any]]:
+    """The figure's panels as rows of (utilisation, memory, power)."""
+    axes = figure.axes
+    assert len(axes) % 3 == 0
+    return [axes[i : i + 3] for i in range(0, len(axes), 3)]
+
+
+def _values(ax: Any) -> list[float]:
+    (line,) = [line for line in ax.get_lines() if line.get_linestyle() == "-"]
+    return [float(y) for y in line.get_ydata() if y == y]
+
+
+def _reference_lines(ax: Any) -> list[float]:
+    return [float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_linestyle() == "--"]
+
+
+def _no_two_overlap(figure: Any) -> None:
+    """No panel covers another, nor a row's label another row's panels."""
     figure.canvas.draw()
     renderer = figure.canvas.get_renderer()
-    (axes_with_legend,) = [ax for ax in figure.axes if ax.get_legend() is not None]
-    box = axes_with_legend.get_legend().get_window_extent(renderer)
-    for ax in figure.axes:
-        assert not box.overlaps(ax.get_window_extent(renderer))
+    boxes = [ax.get_window_extent(renderer) for ax in figure.axes]
+    for i, box in enumerate(boxes):
+        for other in boxes[i + 1 :]:
+            assert not box.overlaps(other)
 
 
-def test_plot_panels_labels_idle_gpus_and_legend(tmp_path: Path) -> None:
-    points = [SeriesPoint(T0 + timedelta(seconds=30 * i), 30.0, 80.0, 40 * GIB, 250.0) for i in range(20)]
-    flat = [SeriesPoint(p.start_at, 30.0, 0.0, GIB, 60.0) for p in points]
-    series = [
-        GpuSeries("gpu01/0", points),
-        GpuSeries("gpu01/1 idle 100 %", flat, idle=True),
-        GpuSeries("gpu01/2 idle 100 %", flat, idle=True),
-    ]
+def test_plot_one_row_per_gpu_with_reference_lines_and_dates(tmp_path: Path) -> None:
+    """Issue 22 item 8: idle GPUs' flat lines no longer lie on top of each other (3 listed, 1
+    visible): each GPU has its own row of three panels, same scale per column; each row has its
+    GPU's memory capacity and power limit as dashed lines; the time axis names the date."""
     from zoneinfo import ZoneInfo
 
+    start = T0 + timedelta(hours=12)  # 23:00 in Berlin: the job runs into the next day there
+    points = [SeriesPoint(start + timedelta(seconds=30 * i), 30.0, 80.0, 40 * GIB, 250.0) for i in range(240)]
+    flat = [SeriesPoint(p.start_at, 30.0, 0.0, GIB, 60.0) for p in points]
+    series = [
+        GpuSeries("gpu01/0", points, memory_total_bytes=80 * GIB, power_limit_watts=700.0),
+        GpuSeries(
+            "gpu01/1", flat, idle=True, idle_share=1.0, memory_total_bytes=80 * GIB, power_limit_watts=700.0
+        ),
+        GpuSeries(
+            "gpu01/2", flat, idle=True, idle_share=0.95, memory_total_bytes=80 * GIB, power_limit_watts=700.0
+        ),
+    ]
     path = tmp_path / "plot.png"
     figure = plot_job(series, path, title="Job 50", zone=ZoneInfo("Europe/Berlin"))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert len(figure.axes) == 3
-    assert [ax.get_ylabel() for ax in figure.axes] == ["utilisation (%)", "memory used (GiB)", "power (W)"]
-    assert figure.axes[2].get_xlabel() == "time (Europe/Berlin)"
-    legend = figure.axes[0].get_legend()
-    assert [t.get_text() for t in legend.get_texts()] == [
-        "gpu01/0",
-        "gpu01/1 idle 100 %",
-        "gpu01/2 idle 100 %",
+    rows = _rows_of(figure)
+    assert len(rows) == 3
+    assert [ax.get_title() for ax in rows[0]] == ["utilisation (%)", "memory used (GiB)", "power (W)"]
+    assert [row[0].get_ylabel() for row in rows] == ["gpu01/0", "gpu01/1\nidle 100 %", "gpu01/2\nidle 95 %"]
+    # every GPU's line is in its own panels: the two idle ones at 0 are both there
+    assert [(_values(u)[0], _values(m)[0], _values(p)[0]) for u, m, p in rows] == [
+        (80.0, 40.0, 250.0),
+        (0.0, 1.0, 60.0),
+        (0.0, 1.0, 60.0),
     ]
-    _outside_every_axes(figure)
-    # idle GPUs: dashed, marked differently, drawn above the busy line and above the axis at 0
-    busy, idle_1, idle_2 = figure.axes[0].get_lines()
-    assert (busy.get_linestyle(), idle_1.get_linestyle()) == ("-", "--")
-    assert idle_1.get_marker() != idle_2.get_marker()
-    assert idle_1.get_zorder() > busy.get_zorder()
-    assert figure.axes[0].get_ylim()[0] < 0
-    # memory in GiB, power in W
-    assert max(y for y in figure.axes[1].get_lines()[0].get_ydata() if y == y) == 40.0
-    assert max(y for y in figure.axes[2].get_lines()[0].get_ydata() if y == y) == 250.0
+    for _, memory, power in rows:
+        assert _reference_lines(memory) == [80.0]
+        assert _reference_lines(power) == [700.0]
+    # one scale per column, and room above the reference lines
+    for column in range(3):
+        assert len({row[column].get_ylim() for row in rows}) == 1
+    assert rows[0][1].get_ylim()[1] > 80 and rows[0][2].get_ylim()[1] > 700
+    assert rows[0][0].get_ylim()[0] < 0  # a line at 0 % stays clear of the axis
+    # idle rows are shaded, the busy one is not
+    assert rows[0][0].get_facecolor() != rows[1][0].get_facecolor() == rows[2][0].get_facecolor()
+    # the time axis: Berlin times, the date under the first tick and where the day changes
+    figure.canvas.draw()
+    labels = [t.get_text() for t in rows[-1][0].get_xticklabels() if t.get_text()]
+    assert labels[0].startswith("23:") and labels[0].endswith("\n2026-11-01"), labels
+    assert [label for label in labels[1:] if "\n" in label] == ["00:00\n2026-11-02"], labels
+    assert rows[-1][1].get_xlabel() == "time (Europe/Berlin)"
+    _no_two_overlap(figure)
 
 
-def test_job_plot_names_gpus_node_index(
+def test_plot_of_many_gpus_has_a_row_per_node() -> None:
+    """More GPUs than rows fit: one row per node, its GPUs' mean with their lowest and highest."""
+    import io as bytes_io
+    from zoneinfo import ZoneInfo
+
+    from slurmtel.reports.plot import MAX_GPU_ROWS
+
+    series = []
+    for n in range(3):
+        for i in range(8):
+            util = 0.0 if (n, i) == (2, 7) else 50.0 + i
+            points = [SeriesPoint(T0 + timedelta(seconds=30 * k), 30.0, util, GIB, 100.0) for k in range(10)]
+            series.append(
+                GpuSeries(
+                    f"gpu0{n}/{i}",
+                    points,
+                    idle=util == 0,
+                    idle_share=1.0 if util == 0 else 0.0,
+                    node=f"gpu0{n}",
+                )
+            )
+    assert len(series) > MAX_GPU_ROWS
+    figure = plot_job(series, bytes_io.BytesIO(), title="Job 60", zone=ZoneInfo("UTC"), fmt="png")
+    rows = _rows_of(figure)
+    assert [row[0].get_ylabel() for row in rows] == [
+        "gpu00\n8 GPUs",
+        "gpu01\n8 GPUs",
+        "gpu02\n8 GPUs\n1 of 8 idle",
+    ]
+    assert figure.texts[0].get_text().split("\n")[1].startswith("one row per node (its GPUs' mean")
+    mean, low, high = (float(line.get_ydata()[0]) for line in rows[2][0].get_lines())
+    assert (round(mean, 4), low, high) == (round(sum(50.0 + i for i in range(7)) / 8, 4), 0.0, 56.0)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "$\\frac{1}{0}$ unbalanced $ \\sqrt{",  # mathtext: never read, never a crash
+        "[bold red]run[/] \x1b[2J\x07 \x9b31m\nsecond line",  # markup and control characters
+        "x" * 300,  # very long
+    ],
+)
+def test_a_hostile_job_name_is_shown_literally_in_the_plot_title(name: str) -> None:
+    import io as bytes_io
+    from zoneinfo import ZoneInfo
+
+    from slurmtel.reports.plot import TITLE_NAME_CHARS, plot_title
+    from slurmtel.reports.render import escape_controls
+
+    title = plot_title(
+        job_id="70", name=name, user="alice", cluster="lab", state="COMPLETED", elapsed="01:00:00",
+        running=False, gpus=1, gpu_model="h100", attempts=1,
+    )  # fmt: skip
+    shown = escape_controls(name)
+    expected = shown if len(shown) <= TITLE_NAME_CHARS else shown[: TITLE_NAME_CHARS - 1] + "…"
+    assert title == f"Job 70 “{expected}” of alice on lab: COMPLETED, 01:00:00 elapsed, 1 GPU (h100)"
+    assert not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in title)
+    points = [SeriesPoint(T0, 30.0, 50.0, GIB, 100.0)]
+    figure = plot_job(
+        [GpuSeries("gpu01/0", points)], bytes_io.BytesIO(), title=title, zone=ZoneInfo("UTC"), fmt="svg"
+    )
+    (suptitle,) = figure.texts
+    # as given (no markup, no mathtext read), then what the rows show
+    assert suptitle.get_text() == (
+        f"{title}\none row per GPU: utilisation, memory and power; dashed: memory capacity, power limit; "
+        "times in UTC"
+    )
+    figure.canvas.draw()  # the title draws without error, whatever it holds
+    width = suptitle.get_window_extent(figure.canvas.get_renderer()).width
+    assert width <= figure.bbox.width
+
+
+def test_job_plot_names_gpus_node_index_with_title_and_limits(
     cli, engine: Engine, config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store(engine, config, [job_50()], telemetry_50())
+    with engine.begin() as conn:
+        # the node's inventory gives each GPU's memory and power cap
+        write_inventory(
+            conn,
+            [
+                replace(g, memory_total_bytes=80 * GIB, power_limit_watts=700.0)
+                for g in inventory("gpu01", ["GPU-0", "GPU-1"])
+            ],
+            source="agent",
+        )
     drawn: list[Any] = []
     real = plot_job
 
     def spy(series, path, **kwargs):  # type: ignore[no-untyped-def]
-        drawn.append((series, real(series, path, **kwargs)))
-        return drawn[-1][1]
+        drawn.append((series, kwargs["title"], real(series, path, **kwargs)))
+        return drawn[-1][2]
 
     monkeypatch.setattr("slurmtel.reports.plot.plot_job", spy)
     path = tmp_path / "job50.png"
     code, _, err = cli(ALICE, "job", "50", "--plot", str(path))
     assert code == 0 and f"wrote {path}" in err
-    ((series, figure),) = drawn
-    assert [(s.label, s.idle, len(s.points)) for s in series] == [
-        ("gpu01/0", False, 120),
-        ("gpu01/1 idle 100 %", True, 120),
+    ((series, title, figure),) = drawn
+    assert [(s.label, s.idle, len(s.points), s.memory_total_bytes, s.power_limit_watts) for s in series] == [
+        ("gpu01/0", False, 120, 80 * GIB, 700.0),
+        ("gpu01/1", True, 120, 80 * GIB, 700.0),
     ]
+    assert title == "Job 50 “train” of alice on lab: COMPLETED, 01:00:00 elapsed, 2 GPUs"
     assert [p.power_watts for p in series[0].points][:2] == [250.0, 250.0]
-    assert len(figure.axes) == 3
-    assert figure.axes[2].get_xlabel() == "time (Europe/Berlin)"
-    _outside_every_axes(figure)
+    rows = _rows_of(figure)
+    assert [row[0].get_ylabel() for row in rows] == ["gpu01/0", "gpu01/1\nidle 100 %"]
+    assert rows[-1][1].get_xlabel() == "time (Europe/Berlin)"
+    assert [_reference_lines(row[2]) for row in rows] == [[700.0], [700.0]]
+    _no_two_overlap(figure)
 
 
 # ---------------------------------------------------------------------------- me --jobs

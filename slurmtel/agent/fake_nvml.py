@@ -79,6 +79,7 @@ NVML_CALLS = {
     "gpu_utilization_percent": "nvmlDeviceGetUtilizationRates",
     "memory_info": "nvmlDeviceGetMemoryInfo",
     "power_usage_milliwatts": "nvmlDeviceGetPowerUsage",
+    "power_limit_milliwatts": "nvmlDeviceGetEnforcedPowerLimit",
     "total_energy_millijoules": "nvmlDeviceGetTotalEnergyConsumption",
     "temperature_celsius": "nvmlDeviceGetTemperature",
     "sm_clock_mhz": "nvmlDeviceGetClockInfo",
@@ -151,6 +152,7 @@ class FakeDevice:
     gr_engine_supported: bool = False
     utilization: TimeFunction = lambda t: None
     power_watts: TimeFunction = lambda t: None
+    power_limit_watts: float | None = None
     energy_millijoules: TimeFunction | None = None
     temperature_celsius: float | None = None
     sm_clock_mhz: float | None = None
@@ -213,6 +215,7 @@ def _device_from_gpu(gpu: NvidiaSmiGpu, mig_names: dict[int, tuple[str, str]]) -
         gr_engine_supported=hopper_or_newer and gpu.mig_mode != "enabled",
         utilization=_constant(gpu.gpu_util_percent),
         power_watts=_constant(gpu.power_draw_watts),
+        power_limit_watts=gpu.power_limit_watts,
         temperature_celsius=gpu.temperature_celsius,
         sm_clock_mhz=gpu.sm_clock_mhz,
         ecc=(
@@ -703,6 +706,12 @@ class FakeNvml:
         if watts is None:
             raise self._unsupported("power_usage_milliwatts")
         return round(watts * 1000)
+
+    def power_limit_milliwatts(self, handle: FakeDevice) -> int:
+        self._check("power_limit_milliwatts", handle)
+        if handle.parent is not None or handle.power_limit_watts is None:
+            raise self._unsupported("power_limit_milliwatts")
+        return round(handle.power_limit_watts * 1000)
 
     def total_energy_millijoules(self, handle: FakeDevice) -> int:
         self._check("total_energy_millijoules", handle)

@@ -111,6 +111,7 @@ def _inventory_key(records: Sequence[GpuInventory]) -> list[tuple[object, ...]]:
             r.parent_gpu_uuid,
             r.mig_profile,
             r.gpu_fraction,
+            r.power_limit_watts,
         )
         for r in records
     )

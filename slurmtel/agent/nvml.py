@@ -164,6 +164,7 @@ class NvmlApi(Protocol):
     # (used, total)
     def memory_info(self, handle: DeviceHandle) -> tuple[int, int]: ...
     def power_usage_milliwatts(self, handle: DeviceHandle) -> int: ...
+    def power_limit_milliwatts(self, handle: DeviceHandle) -> int: ...
     def total_energy_millijoules(self, handle: DeviceHandle) -> int: ...
     def temperature_celsius(self, handle: DeviceHandle) -> int: ...
     def sm_clock_mhz(self, handle: DeviceHandle) -> int: ...
@@ -384,6 +385,14 @@ class Nvml:
 
     def power_usage_milliwatts(self, handle: DeviceHandle) -> int:
         return int(self._call("nvmlDeviceGetPowerUsage", lambda: self._nv.nvmlDeviceGetPowerUsage(handle)))
+
+    def power_limit_milliwatts(self, handle: DeviceHandle) -> int:
+        """The power cap in force (what nvidia-smi shows as Current Power Limit)."""
+        return int(
+            self._call(
+                "nvmlDeviceGetEnforcedPowerLimit", lambda: self._nv.nvmlDeviceGetEnforcedPowerLimit(handle)
+            )
+        )
 
     def total_energy_millijoules(self, handle: DeviceHandle) -> int:
         return int(

@@ -200,6 +200,7 @@ class Sampler:
         mig_enabled = self._optional(device, "mig_mode", nv.mig_mode)
         pci_bus_id = self._optional(device, "pci_bus_id", nv.pci_bus_id) or ""
         vbios = self._optional(device, "vbios_version", nv.vbios_version) or ""
+        power_limit = self._optional(device, "power_limit_milliwatts", nv.power_limit_milliwatts)
         record = GpuInventory(
             node=self.node,
             gpu_uuid=device.uuid,
@@ -213,6 +214,7 @@ class Sampler:
             cuda_version=cuda,
             vbios_version=vbios,
             mig_mode="" if mig_enabled is None else ("enabled" if mig_enabled else "disabled"),
+            power_limit_watts=None if power_limit is None else power_limit / 1000,
         )
         migs: list[tuple[TrackedDevice, GpuInventory]] = []
         if mig_enabled:

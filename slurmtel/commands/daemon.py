@@ -53,7 +53,8 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
         "check-config",
         help="validate a config file and print the effective configuration (secrets masked)",
         description=(
-            "Validate FILE (default: --config, $SLURMTEL_CONFIG, else /etc/slurmtel/slurmtel.toml) and "
+            "Validate FILE (default: --config, $SLURMTEL_CONFIG, else /etc/slurmtel/slurmtel.toml, else the "
+            "config `slurmtel demo` left in your state directory) and "
             "print the effective configuration as TOML, with the database password masked. "
             "Exit status 2 with the offending key when it is invalid."
         ),

@@ -82,6 +82,8 @@ class DcgmGpuSample:
     memory_total_bytes: int | None = None
     # on a MIG instance, power/energy/temperature/clock/XID are the parent GPU's
     power_watts: float | None = None
+    # the power cap in force (DCGM_FI_DEV_POWER_MGMT_LIMIT)
+    power_limit_watts: float | None = None
     energy_joules_total: float | None = None
     temperature_celsius: float | None = None
     sm_clock_mhz: float | None = None
@@ -140,6 +142,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "memory_total_bytes": (0.0, _INT32_BLANK * float(_MIB) - 1),
     "memory_reserved_bytes": (0.0, _INT32_BLANK * float(_MIB) - 1),
     "power_watts": (0.0, 100_000.0),
+    "power_limit_watts": (0.0, 100_000.0),
     "energy_joules_total": (0.0, _INT64_BLANK / 1000.0),
     "temperature_celsius": (-60.0, 250.0),
     "sm_clock_mhz": (0.0, 100_000.0),
@@ -181,6 +184,7 @@ _register("memory_total_bytes", _same, "DCGM_FI_DEV_FB_CAPACITY_BYTES")
 _register("memory_reserved_bytes", _same, "DCGM_FI_DEV_FB_RESERVED_BYTES")
 _register("power_watts", _same, "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_BOARD_POWER_WATTS")
 _register("power_watts", _same, "dcgm_power_usage")
+_register("power_limit_watts", _same, "DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT")
 _register(
     "energy_joules_total", _mj_joules, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "dcgm_total_energy_consumption"
 )
@@ -537,6 +541,7 @@ def _sample(
         memory_free_bytes=free,
         memory_total_bytes=total,
         power_watts=_checked(values, "power_watts", "power_watts", dropped),
+        power_limit_watts=_checked(values, "power_limit_watts", "power_limit_watts", dropped),
         energy_joules_total=_checked(values, "energy_joules_total", "energy_joules_total", dropped),
         temperature_celsius=_checked(values, "temperature_celsius", "temperature_celsius", dropped),
         sm_clock_mhz=_checked(values, "sm_clock_mhz", "sm_clock_mhz", dropped),
@@ -670,6 +675,8 @@ def dcgm_inventory(scrape: DcgmScrape) -> list[GpuInventory]:
                 parent_gpu_uuid=gpu.parent_gpu_uuid,
                 mig_profile=gpu.mig_profile,
                 gpu_fraction=_mig_fraction(gpu.mig_profile) if is_mig and not gpu.mig_parent else 1.0,
+                # a MIG instance's readings are its parent's: the cap is the parent GPU's
+                power_limit_watts=None if is_mig and not gpu.mig_parent else gpu.power_limit_watts,
             )
         )
     return inventory

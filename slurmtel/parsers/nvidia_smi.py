@@ -63,6 +63,8 @@ class NvidiaSmiGpu:
     memory_used_bytes: int | None = None
     gpu_util_percent: float | None = None
     power_draw_watts: float | None = None
+    # the enforced power cap (Current Power Limit; Enforced Power Limit before driver 530)
+    power_limit_watts: float | None = None
     energy_consumption_joules: float | None = None
     temperature_celsius: float | None = None
     sm_clock_mhz: float | None = None
@@ -268,6 +270,18 @@ def _text_power(gpu: _Node) -> float | None:
     return None
 
 
+def _text_power_limit(gpu: _Node) -> float | None:
+    for section in ("GPU Power Readings", "Power Readings"):
+        node = gpu.child(section)
+        if node is None:
+            continue
+        for key in ("Current Power Limit", "Enforced Power Limit", "Power Limit"):
+            value = _number(node.get(key))
+            if value is not None:
+                return value
+    return None
+
+
 def parse_nvidia_smi_query(raw: str) -> list[NvidiaSmiGpu]:
     """`nvidia-smi -q` text output -> one NvidiaSmiGpu per GPU section."""
     if "Attached GPUs" not in raw and "NVSMI LOG" not in raw:
@@ -295,6 +309,7 @@ def parse_nvidia_smi_query(raw: str) -> list[NvidiaSmiGpu]:
                 memory_used_bytes=_mib_bytes(node.get("FB Memory Usage", "Used")),
                 gpu_util_percent=_number(node.get("Utilization", "GPU")),
                 power_draw_watts=_text_power(node),
+                power_limit_watts=_text_power_limit(node),
                 temperature_celsius=_number(node.get("Temperature", "GPU Current Temp")),
                 sm_clock_mhz=_number(node.get("Clocks", "SM")),
                 ecc_corrected_volatile=corrected,
@@ -344,6 +359,15 @@ def _xml_ecc(gpu: ET.Element) -> tuple[int | None, int | None]:
 def _xml_power(gpu: ET.Element) -> float | None:
     for section in ("gpu_power_readings", "power_readings"):
         for key in ("average_power_draw", "power_draw", "instant_power_draw"):
+            value = _number(_xml_text(gpu, f"{section}/{key}"))
+            if value is not None:
+                return value
+    return None
+
+
+def _xml_power_limit(gpu: ET.Element) -> float | None:
+    for section in ("gpu_power_readings", "power_readings"):
+        for key in ("current_power_limit", "enforced_power_limit", "power_limit"):
             value = _number(_xml_text(gpu, f"{section}/{key}"))
             if value is not None:
                 return value
@@ -419,6 +443,7 @@ def parse_nvidia_smi_xml(raw: str | bytes) -> list[NvidiaSmiGpu]:
                 memory_used_bytes=_mib_bytes(_xml_text(gpu, "fb_memory_usage/used")),
                 gpu_util_percent=_number(_xml_text(gpu, "utilization/gpu_util")),
                 power_draw_watts=_xml_power(gpu),
+                power_limit_watts=_xml_power_limit(gpu),
                 energy_consumption_joules=_number(_xml_text(gpu, "total_energy_consumption")),
                 temperature_celsius=_number(_xml_text(gpu, "temperature/gpu_temp")),
                 sm_clock_mhz=_number(_xml_text(gpu, "clocks/sm_clock")),

@@ -52,6 +52,8 @@ class JobFacts:
     mem_peak_bytes: int | None = None
     nodes: int = 1
     time_limit_seconds: int | None = None
+    # started and not ended: what the advice says is so far
+    running: bool = False
 
 
 def _percent(share: float) -> str:
@@ -77,7 +79,17 @@ def advise(job: JobFacts, gpus: Sequence[GpuFigures]) -> list[str]:
     side (memory, time limit, CPUs)."""
     if job.elapsed_seconds is None:
         return ["The job has not started: no GPU figures yet."] if job.alloc_gpus > 0 else []
-    return gpu_advice(job, gpus) + host_advice(job)
+    advice = gpu_advice(job, gpus) + host_advice(job)
+    return [so_far(line) for line in advice] if job.running else advice
+
+
+def so_far(line: str) -> str:
+    """LINE about a running job: "So far, the GPU was idle ...", "So far, 3 of 4 GPUs ..." (a
+    first word in capitals, GPU, stays as it is)."""
+    first = line.split(" ", 1)[0]
+    if first[:1].isupper() and first[1:2].islower():
+        line = line[0].lower() + line[1:]
+    return f"So far, {line}"
 
 
 def host_advice(job: JobFacts) -> list[str]:

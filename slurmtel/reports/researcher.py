@@ -188,6 +188,8 @@ JOB_COLUMNS = (
     "gpu_energy_amount",
     "gpu_co2e_kilograms",
     "currency",
+    "so_far",
+    "so_far_at",
 )
 # one GPU of `slurmtel job`
 GPU_COLUMNS = (
@@ -204,6 +206,7 @@ GPU_COLUMNS = (
     "memory_total_bytes",
     "power_mean_watts",
     "power_max_watts",
+    "power_limit_watts",
     "energy_joules",
 )
 GPU_TABLE_COLUMNS = (
@@ -282,6 +285,7 @@ def gpu_row(g: GpuFigures) -> dict[str, Any]:
         "memory_total_bytes": g.memory_total_bytes or None,
         "power_mean_watts": None if power is None else round(power, 1),
         "power_max_watts": None if g.power_max_watts is None else round(g.power_max_watts, 1),
+        "power_limit_watts": None if g.power_limit_watts is None else round(g.power_limit_watts, 1),
         "energy_joules": None if g.energy_joules is None else round(g.energy_joules, 1),
     }
 
@@ -326,7 +330,9 @@ def attempt_report(
     pricing: ChargebackConfig | None = None,
 ) -> dict[str, Any]:
     """One attempt's header, host-side usage (HOST: CPU efficiency, peak memory, time limit),
-    per-GPU figures and advice."""
+    per-GPU figures and advice. A running attempt (started, not ended) has no exit code yet, and
+    its figures and advice are so far: `so_far`, up to `so_far_at` (the site clock's now)."""
+    running = attempt.start_at is not None and attempt.end_at is None
     end = attempt.end_at or now
     elapsed = (end - attempt.start_at).total_seconds() if attempt.start_at else None
     wait = None
@@ -344,7 +350,10 @@ def attempt_report(
         "partition": attempt.partition,
         "state": attempt.state,
         "outcome": attempt.outcome,
-        "exit_code": attempt.exit_code,
+        # sacct prints 0:0 for a job that has not ended: not an exit code yet
+        "exit_code": attempt.exit_code if attempt.end_at is not None else None,
+        "so_far": running,
+        "so_far_at": now if running else None,
         "submit_at": attempt.submit_at,
         "eligible_at": attempt.eligible_at,
         "start_at": attempt.start_at,
@@ -377,6 +386,7 @@ def attempt_report(
                 mem_peak_bytes=host.mem_peak_bytes if host else None,
                 nodes=max(len(attempt.nodes), 1),
                 time_limit_seconds=attempt.time_limit_seconds,
+                running=running,
             ),
             gpus,
         ),
@@ -388,14 +398,20 @@ def _gib(value: float | None) -> str:
 
 
 def host_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The CPU, host memory and time limit lines of a job's text."""
+    """The CPU, host memory and time limit lines of a job's text. A running attempt's figures are
+    so far; while its steps run sacct has none (slurmdbd records a step's usage when it ends)."""
     steps = r["usage_steps"]
+    running = bool(r.get("so_far"))
     partial = " so far" if r["end_at"] is None else ""
     unmeasured = "not measured (no job steps read)"
+    not_yet = "not known yet (sacct reports a step's usage when the step ends)"
     cpus = f"{r['cpus']} CPU{'s' if r['cpus'] != 1 else ''}" if r["cpus"] else ""
-    if r["cpu_efficiency_share"] is not None:
+    if running and steps is not None and not r["cpu_time_seconds"]:
+        cpu = f"{cpus}, efficiency {not_yet}".lstrip(", ")
+    elif r["cpu_efficiency_share"] is not None:
+        ended = " (its ended steps)" if running else ""
         cpu = (
-            f"{cpus}, efficiency {100 * r['cpu_efficiency_share']:.1f} %{partial} "
+            f"{cpus}, efficiency {100 * r['cpu_efficiency_share']:.1f} %{partial}{ended} "
             f"(CPU time {_duration(r['cpu_time_seconds'])})"
         )
     else:
@@ -410,11 +426,12 @@ def host_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
             memory += f", largest task {_gib(r['mem_peak_task_bytes'])}"
     else:
         requested = f"{_gib(r['mem_requested_bytes'])} requested, " if r["mem_requested_bytes"] else ""
-        memory = f"{requested}peak {unmeasured if steps is None else 'not recorded'}"
+        missing = unmeasured if steps is None else not_yet if running else "not recorded"
+        memory = f"{requested}peak {missing}"
     limit = r["time_limit_seconds"]
     if limit and r["elapsed_seconds"] is not None:
         time = (
-            f"{_duration(r['elapsed_seconds'])} used of {_duration(limit)} "
+            f"{_duration(r['elapsed_seconds'])} used{partial} of {_duration(limit)} "
             f"({100 * r['time_limit_used_share']:.1f} %)"
         )
     elif limit:
@@ -436,21 +453,33 @@ def energy_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [("GPU energy", ", ".join(parts) + (" so far" if r["end_at"] is None else ""))]
 
 
+def _state_text(r: Mapping[str, Any], zone: tzinfo) -> str:
+    """The state line: the exit code of an ended attempt; a running one has none yet."""
+    if r["exit_code"] is not None:
+        return f"{r['state']} (exit code {r['exit_code'] or '-'}, {r['outcome']})"
+    if r.get("so_far"):
+        at = r.get("so_far_at")
+        as_of = f", to {_local(at, zone)}" if isinstance(at, datetime) else ""
+        return f"{r['state']} (still running: every figure below is so far{as_of})"
+    return f"{r['state']} ({r['outcome']})"
+
+
 def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzinfo) -> None:
     for i, r in enumerate(reports):
         if i:
             out.write("\n")
         of = f", attempt {r['attempt']} of {r['attempts']}" if r["attempts"] > 1 else ""
+        so_far = bool(r.get("so_far"))
         # names come from the job's submitter: shown literally, control characters escaped
         out.write(escape_controls(f"Job {r['job_id']} ({r['name']}) on cluster {r['cluster']}{of}") + "\n")
         header = [
             ("user", r["user"]),
             ("account", r["account"]),
             ("partition", r["partition"]),
-            ("state", f"{r['state']} (exit code {r['exit_code'] or '-'}, {r['outcome']})"),
+            ("state", _state_text(r, zone)),
             ("start", _local(r["start_at"], zone) or "not started"),
             ("end", _local(r["end_at"], zone) or ("running" if r["start_at"] else "")),
-            ("elapsed", _duration(r["elapsed_seconds"])),
+            ("elapsed", _duration(r["elapsed_seconds"]) + (" so far" if so_far else "")),
             ("GPUs", f"{r['gpus']}{' x ' + r['gpu_model'] if r['gpu_model'] else ''}"),
             ("nodes", ",".join(r["nodes"])),
             ("queue wait", _duration(r["queue_wait_seconds"])),
@@ -461,9 +490,12 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
             out.write(escape_controls(f"  {label:<11} {value}".rstrip()) + "\n")
         if r["gpu_figures"]:
             out.write("\n")
-            render(r["gpu_figures"], out, "table", columns=GPU_TABLE_COLUMNS, first=GPU_KEY_COLUMNS)
+            title = "Per GPU, so far (the job is still running)" if so_far else None
+            render(
+                r["gpu_figures"], out, "table", columns=GPU_TABLE_COLUMNS, title=title, first=GPU_KEY_COLUMNS
+            )
         if r["advice"]:
-            out.write("\nAdvice:\n")
+            out.write("\nAdvice so far (the job is still running):\n" if so_far else "\nAdvice:\n")
             for line in r["advice"]:
                 out.write(f"  * {escape_controls(line)}\n")
 
@@ -486,7 +518,7 @@ def job_document(conn: Connection, q: JobQuery) -> list[dict[str, Any]]:
 def job_plot(conn: Connection, q: JobQuery, fmt: str) -> tuple[bytes, bool] | None:
     """The job's GPU utilisation, memory and power over time as FMT (png, svg, pdf) bytes, and
     whether any GPU had telemetry; None when the job is not found in the query's scope."""
-    from slurmtel.reports.plot import plot_job, utilisation_series
+    from slurmtel.reports.plot import plot_job, plot_title, utilisation_series
     from slurmtel.store.jobview import find_attempts, gpu_figures, util_windows
 
     now, zone = q.now, q.zone
@@ -498,14 +530,29 @@ def job_plot(conn: Connection, q: JobQuery, fmt: str) -> tuple[bytes, bool] | No
     for a in sorted(attempts, key=lambda a: a.submit_at):
         if a.start_at is None:
             continue
-        by_uuid = {g.gpu_uuid: g for g in figures[a.key] if g.mapped and g.gpu_uuid}
-        windows = util_windows(conn, sorted(by_uuid), start=a.start_at, end=a.end_at or now)
+        # in the order gpu_figures gives: per node, as nvidia-smi numbers the GPUs
+        gpus = [g for g in figures[a.key] if g.mapped and g.gpu_uuid]
+        windows = util_windows(conn, [g.gpu_uuid for g in gpus], start=a.start_at, end=a.end_at or now)
         points = utilisation_series(windows)
-        for g in sorted(by_uuid.values(), key=lambda g: (g.node, g.gpu_index or 0, g.gpu_uuid)):
+        for g in gpus:
             series.append(plot_series(g, points.get(g.gpu_uuid, []), a, several=len(attempts) > 1))
-    title = f"Job {attempts[0].job_id} ({attempts[0].cluster}): GPU utilisation, memory, power"
+    latest = attempts[0]
+    running = latest.end_at is None and latest.start_at is not None
+    elapsed = (latest.end_at or now) - latest.start_at if latest.start_at else None
+    title = plot_title(
+        job_id=latest.job_id,
+        name=latest.name,
+        user=latest.user,
+        cluster=latest.cluster,
+        state=latest.state,
+        elapsed=_duration(elapsed.total_seconds()) if elapsed is not None else "not started",
+        running=running,
+        gpus=latest.alloc_gpus,
+        gpu_model=latest.gpu_model,
+        attempts=len(attempts),
+    )
     buffer = io.BytesIO()
-    plot_job(series, buffer, title=title, zone=zone, fmt=fmt)
+    plot_job(series, buffer, title=title, zone=zone, fmt=fmt, so_far=running)
     return buffer.getvalue(), any(s.points for s in series)
 
 
@@ -520,14 +567,21 @@ def write_job(reports: Sequence[Mapping[str, Any]], out: TextIO, fmt: str, zone:
 def plot_series(
     g: GpuFigures, points: Sequence[SeriesPoint], attempt: AttemptView, *, several: bool
 ) -> GpuSeries:
-    """One GPU's plotted line: `node/index`, the attempt where a job has several, idle noted."""
+    """One GPU's row: `node/index`, the attempt where a job has several, its idle share, its
+    memory capacity and power limit."""
     from slurmtel.reports.plot import GpuSeries
 
     label = g.name + (f" (attempt {attempt.attempt_number})" if several else "")
     share = g.idle_share
-    if share is not None and share >= IDLE_GPU_SHARE:
-        return GpuSeries(f"{label} idle {share * 100:.0f} %", list(points), idle=True)
-    return GpuSeries(label, list(points))
+    return GpuSeries(
+        label,
+        list(points),
+        idle=share is not None and share >= IDLE_GPU_SHARE,
+        idle_share=share,
+        memory_total_bytes=g.memory_total_bytes,
+        power_limit_watts=g.power_limit_watts,
+        node=g.node,
+    )
 
 
 # ------------------------------------------------------------------------------------- me

@@ -107,9 +107,10 @@ def find_attempts(
 def gpu_figures(
     conn: Connection, keys: Sequence[AttemptKey], *, now: datetime | None = None
 ) -> dict[AttemptKey, list[GpuFigures]]:
-    """Per attempt, per GPU (and the unmapped remainder per node): gpu_attribution over all days,
-    the GPU's index on its node (the job's gpu_allocation, else gpu_inventory) and its highest
-    window mean power during the attempt (its windows; a running attempt up to NOW)."""
+    """Per attempt, per GPU (and the unmapped remainder per node), in the order nvidia-smi
+    numbers a node's GPUs: gpu_attribution over all days, the GPU's index on its node (the job's
+    gpu_allocation, else gpu_inventory), its memory and power limit (gpu_inventory) and its
+    highest window mean power during the attempt (its windows; a running attempt up to NOW)."""
     if not keys:
         return {}
     rows = conn.execute(
@@ -130,11 +131,11 @@ def gpu_figures(
                 FROM gpu_attribution g JOIN wanted USING (cluster, job_id_raw, submit_at)
                 GROUP BY g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid
             )
-            SELECT p.*, inv.memory_total_bytes, coalesce(inv.model, '') AS model,
+            SELECT p.*, inv.memory_total_bytes, coalesce(inv.model, '') AS model, inv.power_limit_watts,
                    coalesce(al.gpu_index, inv.gpu_index) AS gpu_index, pw.power_max
             FROM per_gpu p
             LEFT JOIN LATERAL (
-                SELECT i.memory_total_bytes, i.model, i.gpu_index FROM gpu_inventory i
+                SELECT i.memory_total_bytes, i.model, i.gpu_index, i.power_limit_watts FROM gpu_inventory i
                 WHERE i.gpu_uuid = p.gpu_uuid AND p.gpu_uuid <> ''
                 ORDER BY (i.node = p.node) DESC, i.last_seen_at DESC LIMIT 1
             ) inv ON true
@@ -152,7 +153,10 @@ def gpu_figures(
                 WHERE a.cluster = p.cluster AND a.job_id_raw = p.job_id_raw AND a.submit_at = p.submit_at
                   AND p.gpu_uuid <> '' AND a.start_at IS NOT NULL
             ) pw ON true
-            ORDER BY p.cluster, p.job_id_raw, p.submit_at, p.node, (p.gpu_uuid = ''), p.gpu_uuid
+            -- per node, as nvidia-smi numbers its GPUs; a GPU whose index is unknown after them,
+            -- the allocation no GPU could be mapped to last
+            ORDER BY p.cluster, p.job_id_raw, p.submit_at, p.node, (p.gpu_uuid = ''),
+                     coalesce(al.gpu_index, inv.gpu_index) NULLS LAST, p.gpu_uuid
             """
         ),
         {
@@ -183,6 +187,7 @@ def gpu_figures(
                 model=r["model"],
                 gpu_index=None if r["gpu_index"] is None else int(r["gpu_index"]),
                 power_max_watts=None if r["power_max"] is None else float(r["power_max"]),
+                power_limit_watts=None if r["power_limit_watts"] is None else float(r["power_limit_watts"]),
             )
         )
     return result

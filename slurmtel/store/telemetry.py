@@ -755,6 +755,7 @@ def write_inventory(conn: Connection, inventory: Iterable[GpuInventory], *, sour
                 "mig_profile": g.mig_profile,
                 # as text: JSON has no NaN or infinity, which a float column takes
                 "gpu_fraction": None if g.gpu_fraction is None else str(float(g.gpu_fraction)),
+                "power_limit_watts": None if g.power_limit_watts is None else str(float(g.power_limit_watts)),
                 "first_seen_at": first,
                 "last_seen_at": last,
             }
@@ -766,23 +767,25 @@ def write_inventory(conn: Connection, inventory: Iterable[GpuInventory], *, sour
             """
             INSERT INTO gpu_inventory (source, node, gpu_uuid, gpu_index, model, memory_total_bytes,
                 minor_number, pci_bus_id, driver_version, cuda_version, vbios_version, mig_mode,
-                parent_gpu_uuid, mig_profile, gpu_fraction, first_seen_at, last_seen_at)
+                parent_gpu_uuid, mig_profile, gpu_fraction, power_limit_watts, first_seen_at, last_seen_at)
             SELECT :source, node, gpu_uuid, gpu_index, model, memory_total_bytes, minor_number,
                    pci_bus_id, driver_version, cuda_version, vbios_version, mig_mode,
-                   parent_gpu_uuid, mig_profile, CAST(CAST(gpu_fraction AS float8) AS real), first_seen_at,
-                   last_seen_at
+                   parent_gpu_uuid, mig_profile, CAST(CAST(gpu_fraction AS float8) AS real),
+                   CAST(CAST(power_limit_watts AS float8) AS real), first_seen_at, last_seen_at
             FROM json_to_recordset(CAST(:rows AS json)) AS u(
                 node text, gpu_uuid text, gpu_index integer, model text, memory_total_bytes bigint,
                 minor_number integer, pci_bus_id text, driver_version text, cuda_version text,
                 vbios_version text, mig_mode text, parent_gpu_uuid text, mig_profile text,
-                gpu_fraction text, first_seen_at timestamptz, last_seen_at timestamptz)
+                gpu_fraction text, power_limit_watts text, first_seen_at timestamptz, last_seen_at timestamptz)
             ON CONFLICT (node, gpu_uuid, gpu_index, driver_version, cuda_version, vbios_version, mig_profile)
             DO UPDATE SET last_seen_at = greatest(gpu_inventory.last_seen_at, EXCLUDED.last_seen_at),
                 first_seen_at = least(gpu_inventory.first_seen_at, EXCLUDED.first_seen_at),
                 model = EXCLUDED.model, memory_total_bytes = EXCLUDED.memory_total_bytes,
                 minor_number = EXCLUDED.minor_number, pci_bus_id = EXCLUDED.pci_bus_id,
                 mig_mode = EXCLUDED.mig_mode, parent_gpu_uuid = EXCLUDED.parent_gpu_uuid,
-                gpu_fraction = EXCLUDED.gpu_fraction
+                gpu_fraction = EXCLUDED.gpu_fraction,
+                -- a source that does not know the cap keeps the one another gave
+                power_limit_watts = coalesce(EXCLUDED.power_limit_watts, gpu_inventory.power_limit_watts)
             """
         ),
         {"source": source, "rows": rows},
