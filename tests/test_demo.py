@@ -340,45 +340,49 @@ def test_every_report_and_view_has_something_to_show(
 
     assert positive(sections("report", "usage", *w)["rows"], "allocated_gpu_seconds")
     failures = sections("report", "failures", *w)
-    assert positive(failures["by_account"], "failed_gpu_hours") and failures["top_attempts"]
+    assert positive(failures["by_account"], "failed_gpu_seconds") and failures["top_attempts"]
     idle = sections("report", "idle", *w)
-    assert positive(idle["by_account"], "idle_gpu_hours") and idle["top_jobs"]
-    assert positive(sections("report", "taxonomy", *w)["rows"], "active_gpu_hours")
+    assert positive(idle["by_account"], "idle_gpu_seconds") and idle["top_jobs"]
+    assert positive(sections("report", "taxonomy", *w)["rows"], "active_gpu_seconds")
     queue = sections("report", "queue", *w)
     assert queue["wait_by_partition"] and queue["wait_by_account"]
     nodes = sections("report", "nodes", *w)["rows"]
     assert {r["node"] for r in nodes} == {n.name for n in run.simulation.nodes}
-    assert positive(nodes, "allocated_gpu_hours")
+    assert positive(nodes, "allocated_gpu_seconds")
     drift = sections("report", "nodes", "--drift")["drift"]
     assert [(r["node"], r["attribute"]) for r in drift] == [("gpu03", "driver_version")]
     capacity = sections("report", "capacity", *w)
-    assert positive(capacity["summary"], "useful_gpu_hours") and capacity["breakdown"]
+    assert positive(capacity["summary"], "useful_gpu_seconds") and capacity["breakdown"]
     retries = sections("report", "retries", *w)
     assert retries["chains"] and positive(retries["by_account"], "jobs")
     fabric = sections("report", "fabric", *w)
     assert len(fabric["runs"]) >= 2 and {r["status"] for r in fabric["runs"]} == {"ok"}
     assert {r["nodes"] for r in fabric["runs"]} >= {"gpu01,gpu02", "gpu03,gpu04"}
-    assert all(float(r["avg_busbw_gbps"]) > 0 for r in fabric["runs"])  # type: ignore[arg-type]
+    assert all(float(r["avg_busbw_gbytes_per_second"]) > 0 for r in fabric["runs"])  # type: ignore[arg-type]
     cost = sections("report", "cost", *w)["rows"]
-    for figure in ("total_cost", "idle_cost", "cost_per_unit", "cost_per_useful_gpu_hour", "required_gpus"):
+    for figure in ("total_cost", "unused_cost", "cost_per_unit", "cost_per_useful_gpu_hour", "required_gpus"):
         assert positive(cost, figure), figure
     budgets = sections("report", "budget")["rows"]
     assert {r["account"] for r in budgets} == {"physics", "chemistry", "biology", "ml"}
-    assert {r["unit"] for r in budgets} == {"gpu_hours", "amount"}
-    assert positive(budgets, "used") and positive(budgets, "committed")
-    assert any(float(r["remaining"]) < 0 for r in budgets)  # type: ignore[arg-type]
+    # GPU-time budgets and money budgets
+    assert any(r["budget_gpu_seconds"] is not None for r in budgets)
+    assert any(r["budget_amount"] is not None for r in budgets)
+    used = [{"used": r["used_gpu_seconds"] or r["used_amount"]} for r in budgets]
+    committed = [{"committed": r["committed_gpu_seconds"] or r["committed_amount"]} for r in budgets]
+    assert positive(used, "used") and positive(committed, "committed")
+    assert any(float(r["remaining_gpu_seconds"] or r["remaining_amount"]) < 0 for r in budgets)  # type: ignore[arg-type]
     assert sum(r["projected_exhaustion_at"] is not None for r in budgets) >= 2
     job = cli_json(run, capsys, "job", run.job, "--format", "json")
     assert isinstance(job, list) and job
     attempt = job[0]
     assert attempt["gpus"] > 1 and attempt["gpu_figures"] and attempt["advice"]
-    for figure in ("cpu_efficiency_percent", "cpu_time_seconds", "mem_peak_bytes", "mem_requested_bytes"):
+    for figure in ("cpu_efficiency_share", "cpu_time_seconds", "mem_peak_bytes", "mem_requested_bytes"):
         assert attempt[figure], figure
     month = f"{run.simulation.start_at:%Y-%m}"
     me = cli_json(run, capsys, "me", "--user", "bob", "--month", month, "--format", "json")
     assert isinstance(me, dict) and me["jobs"] > 0 and me["top_jobs"]
     jobs = cli_json(run, capsys, "me", "--user", "bob", "--month", month, "--jobs", "--format", "json")
-    assert isinstance(jobs, list) and any(j["cpu_efficiency_percent"] is not None for j in jobs)
+    assert isinstance(jobs, list) and any(j["cpu_efficiency_share"] is not None for j in jobs)
     # every one of them is in the demo's own output, none failed
     for title in ("report usage", "report failures", "report idle", "report taxonomy", "report queue",
                   "report nodes", "report nodes --drift", "report capacity", "report retries",
