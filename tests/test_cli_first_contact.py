@@ -47,7 +47,7 @@ def leaf_commands(
 
 
 # what a command needs beside its words for argparse to let it run
-REQUIRED = {("job",): ("1",), ("chargeback",): ("--month", "2026-11")}
+REQUIRED = {("job",): ("1",), ("chargeback",): ("--month", "2026-11"), ("act", "include"): ("alice",)}
 COMMANDS = [
     (*words, *REQUIRED.get(words, ("--once",) if words[0] == "collect" else ())) for words in leaf_commands()
 ]

@@ -153,4 +153,4 @@ def test_runs_shows_how_long_a_run_took_when_the_clock_stands_still(
     out = capsys.readouterr().out
     (row,) = json.loads(out)
     assert row["started_at"].startswith("2026-12-02T14:00:00")
-    assert 0.4 <= float(row["seconds"]) < 30
+    assert 0.4 <= float(row["duration_seconds"]) < 30

@@ -11,8 +11,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-from collections.abc import Mapping
-from typing import Any, TextIO
+from typing import Any
 
 from slurmtel.commands import common
 from slurmtel.commands.argtypes import positive_int
@@ -26,10 +25,9 @@ from slurmtel.commands.common import (
     resolve_window,
     warn_unknown,
 )
-from slurmtel.commands.sections import json_numbers, render_sections
+from slurmtel.commands.sections import write_report
 from slurmtel.config import Config
 from slurmtel.reports.catalog import REPORTS
-from slurmtel.reports.render import render
 from slurmtel.reports.spec import Parameter, ReportSpec, build_query, report_document, run_report
 
 
@@ -114,34 +112,3 @@ def cmd_report(spec: ReportSpec, args: argparse.Namespace, config: Config) -> in
         result = run_report(conn, spec, query)
     write_report(report_document(result), sys.stdout, args.format)
     return EXIT_OK
-
-
-def write_report(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
-    """A report document (reports.spec.report_document, a view's of slurmtel.commands.views,
-    or the API's) as a table (each section's table columns; a transposed one-row document as
-    figure/value lines), CSV or JSON (every column)."""
-    sections = {s["name"]: s["rows"] for s in document["sections"]}
-    titles = {s["name"]: s["title"] for s in document["sections"]}
-    key = "table_columns" if fmt == "table" else "columns"
-    columns = {s["name"]: s[key] for s in document["sections"]}
-    first = {s["name"]: s.get("key_columns", ()) for s in document["sections"]}
-    if document["single"]:
-        (name,) = sections
-        rows = sections[name]
-        if document.get("transpose") and fmt == "table" and len(rows) == 1:
-            # one row of many figures: a figure a line (every column, the row's kind aside)
-            (row,) = rows
-            every = next(s["columns"] for s in document["sections"] if s["name"] == name)
-            figures = [{"figure": c, "value": row.get(c)} for c in every if c != "kind"]
-            render(figures, out, "table", columns=("figure", "value"), title=titles[name])
-            return
-        render(
-            json_numbers(rows) if fmt == "json" else rows,
-            out,
-            fmt,
-            columns=columns[name],
-            title=titles[name],
-            first=first[name],
-        )
-        return
-    render_sections(sections, out, fmt, columns, titles, first)

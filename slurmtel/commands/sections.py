@@ -1,5 +1,6 @@
-"""Several report sections in one output (admin reports, fabric reports): titled tables, a JSON
-object of lists, or CSV blocks under "# name"."""
+"""A report document as a table, CSV or JSON (write_report: the one writer of every report, spec
+or view, on the head or from the API), and several sections in one output: titled tables, a
+JSON object of lists, or CSV blocks under "# name"."""
 
 from __future__ import annotations
 
@@ -61,3 +62,34 @@ def json_numbers(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         return v
 
     return [{k: value(k, v) for k, v in r.items()} for r in rows]
+
+
+def write_report(document: Mapping[str, Any], out: TextIO, fmt: str) -> None:
+    """A report document (reports.spec.report_document, a view's of slurmtel.commands.views,
+    or the API's) as a table (each section's table columns; a transposed one-row document as
+    figure/value lines), CSV or JSON (every column)."""
+    sections = {s["name"]: s["rows"] for s in document["sections"]}
+    titles = {s["name"]: s["title"] for s in document["sections"]}
+    key = "table_columns" if fmt == "table" else "columns"
+    columns = {s["name"]: s[key] for s in document["sections"]}
+    first = {s["name"]: s.get("key_columns", ()) for s in document["sections"]}
+    if document["single"]:
+        (name,) = sections
+        rows = sections[name]
+        if document.get("transpose") and fmt == "table" and len(rows) == 1:
+            # one row of many figures: a figure a line (every column, the row's kind aside)
+            (row,) = rows
+            every = next(s["columns"] for s in document["sections"] if s["name"] == name)
+            figures = [{"figure": c, "value": row.get(c)} for c in every if c != "kind"]
+            render(figures, out, "table", columns=("figure", "value"), title=titles[name])
+            return
+        render(
+            json_numbers(rows) if fmt == "json" else rows,
+            out,
+            fmt,
+            columns=columns[name],
+            title=titles[name],
+            first=first[name],
+        )
+        return
+    render_sections(sections, out, fmt, columns, titles, first)

@@ -145,7 +145,7 @@ def run_cli(view: View, config: Config, request_args: Mapping[str, Any], fmt: st
     """`slurmtel report NAME` of a view: through the read API when the config names one (a
     login node), else computed here over the configured database; warnings on stderr."""
     from slurmtel.commands import common
-    from slurmtel.commands.reports import write_report
+    from slurmtel.commands.sections import write_report
 
     options = request_args.get("options", {})
     wanted = request_args.get("job_filter") or JobFilter()
