@@ -30,6 +30,10 @@ CASES = {
         ["--jobs", "500", "--requests", "20", "--threads", "2", "--cli-repeat", "1"],
         ["req/s", "p95", "direct query", "login-node CLI", "slurmtel job", "report usage", "target"],
     ),
+    "slowloris.py": (
+        ["--connections", "100", "--addresses", "4", "--requests", "30", "--seconds", "20"],
+        ["slow connections", "idle median", "agent", "serve", "x idle", "target"],
+    ),
     "cli_start.py": (
         ["--jobs", "300", "--repeat", "1"],
         ["bare interpreter", "slurmtel --version", "floor", "slurmtel job", "report usage", "target"],

@@ -12,16 +12,20 @@ GET  /healthz                             "ok"
 /v1/* need "Authorization: Bearer <token>" always: the server refuses to start without a token
 (token.py makes one). /metrics and /healthz stay open like any exporter's and carry no user,
 account or job: only counts, sizes and times of the agent itself.
+
+The listener is bounded (slurmtel.listen): connections in all and per address, the time a request
+may take to arrive, the threads that answer; what it refuses is counted in
+slurmtel_agent_http_refused{reason}. One answer per connection.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import logging
 import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -42,6 +46,7 @@ from slurmtel.agent.protocol import (
 )
 from slurmtel.agent.spool import Spool
 from slurmtel.errors import ParseError
+from slurmtel.listen import GatedHTTPServer, GatedRequestHandler, ListenLimits, open_files_for
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +54,12 @@ _MAX_BODY = 4096
 _ROUTES = {SUMMARIES_PATH, ACK_PATH, "/metrics", "/healthz"}
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class _Server(GatedHTTPServer):
     app: AgentHttpServer
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(GatedRequestHandler):
     server: _Server
-    # a client that stops sending cannot hold a thread for ever
-    timeout = 30
     protocol_version = "HTTP/1.1"
     server_version = "slurmtel-agent"
 
@@ -160,15 +161,34 @@ class AgentHttpServer:
         port: int = 9767,
         *,
         token: str,
+        limits: ListenLimits | None = None,
     ) -> None:
-        if not token or token != token.strip():
+        if not token or any(c.isspace() or not c.isprintable() for c in token):
             raise ValueError("the agent serves /v1/* only with a token (agent.token_file)")
         self.spool = spool
         self.metrics = metrics
         self.node = node
         self.agent_version = agent_version
         self.token = token
-        self._server = _Server((address, port), _Handler)
+        limits = limits or ListenLimits()
+        connections = open_files_for(limits.max_connections)
+        if connections < limits.max_connections:
+            log.warning(
+                "agent.max_connections %d is beyond the open-file limit: %d connections at most "
+                "(LimitNOFILE in the unit)",
+                limits.max_connections,
+                connections,
+            )
+            limits = dataclasses.replace(limits, max_connections=connections)
+        refused = metrics.http_refused
+        self._server = _Server(
+            (address, port),
+            _Handler,
+            limits,
+            on_refused=lambda reason: refused.labels(reason=reason).inc(),
+            name="agent-http",
+            logger=log,
+        )
         self._server.app = self
         self._thread: threading.Thread | None = None
 
@@ -216,3 +236,7 @@ class AgentHttpServer:
             self._thread.join()
             self._thread = None
         self._server.server_close()
+
+    @property
+    def open_connections(self) -> int:
+        return self._server.open_connections

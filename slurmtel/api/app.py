@@ -33,11 +33,13 @@ from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from slurmtel.access import Action, Identity, Scope, allowed
+from slurmtel.api.limits import ListenerState
 from slurmtel.auth.identity import AuthSettings, Denied, RequestView, authenticate
 from slurmtel.config import Config
 from slurmtel.errors import AccessDenied, ChargebackError, ConfigError, SlurmtelError
@@ -136,6 +138,8 @@ class ReadApi:
             path=request.url.path,
             headers=tuple((k, v) for k, v in request.headers.items()),
             peer_address=request.client.host if request.client else "",
+            # as sent: a MUNGE credential is bound to it
+            query=request.scope.get("query_string", b"").decode("latin-1"),
         )
         result = authenticate(view, self.settings, self.auth_clock())
         if isinstance(result, Denied):
@@ -348,11 +352,18 @@ def _guarded(endpoint: Callable[[Request], Response]) -> Callable[[Request], Res
     return handle
 
 
-def build_app(api: ReadApi) -> Starlette:
-    """API's endpoints routed, with /healthz and the OpenAPI document (made once)."""
+def build_app(api: ReadApi, state: ListenerState | None = None) -> Starlette:
+    """API's endpoints routed, with /healthz, /metrics (the listener's own counts) and the
+    OpenAPI document (made once); requests in flight bounded (slurmtel.api.limits). STATE: the
+    listener's counts and limits (by default from [api]); serve gives it to uvicorn too."""
+    from prometheus_client.exposition import choose_encoder
+
+    from slurmtel.api.limits import ApiLimits, InFlightLimit, listener_registry, startup_hook
     from slurmtel.api.openapi import openapi_document
 
     spec_document = openapi_document()
+    state = state or ListenerState(ApiLimits.from_config(api.config.api))
+    registry = listener_registry(state)
 
     def healthz(request: Request) -> Response:
         return Response(b"ok\n", media_type="text/plain")
@@ -360,8 +371,13 @@ def build_app(api: ReadApi) -> Starlette:
     def openapi(request: Request) -> Response:
         return json_response(spec_document)
 
+    def metrics(request: Request) -> Response:
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(registry), media_type=content_type)
+
     routes = [
         Route("/healthz", healthz),
+        Route("/metrics", metrics),
         Route("/v1/openapi.json", openapi),
         Route("/v1/whoami", _guarded(api.whoami)),
         Route("/v1/reports/{name}", _guarded(api.report)),
@@ -371,4 +387,8 @@ def build_app(api: ReadApi) -> Starlette:
         Route("/v1/chargeback/{month}", _guarded(api.statement)),
         Route("/v1/chargeback/{month}/close", _guarded(api.close), methods=["POST"]),
     ]
-    return Starlette(routes=routes)
+    app = Starlette(
+        routes=routes, middleware=[Middleware(InFlightLimit, state=state)], lifespan=startup_hook(state)
+    )
+    app.state.listener = state
+    return app

@@ -22,6 +22,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     import uvicorn
 
     from slurmtel.api.app import CoordinatorCache, ReadApi, build_app
+    from slurmtel.api.limits import ApiLimits, ListenerState, uvicorn_options
     from slurmtel.auth.identity import AuthSettings
     from slurmtel.clock import site_clock
     from slurmtel.sources.base import utc_now
@@ -40,7 +41,10 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     settings = AuthSettings.from_config(
         config, CoordinatorCache(lambda user: coordinated_accounts(config, user))
     )
-    app = build_app(ReadApi(config, engine, settings, site_clock(config, utc_now), statements_engine))
+    listener = ListenerState(ApiLimits.from_config(config.api))
+    app = build_app(
+        ReadApi(config, engine, settings, site_clock(config, utc_now), statements_engine), listener
+    )
     api = config.api
     uvicorn.run(
         app,
@@ -53,5 +57,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
         proxy_headers=False,
         server_header=False,
         log_config=None,
+        # connections, request time, keep-alive and the accept backlog bounded (slurmtel.api.limits)
+        **uvicorn_options(listener),
     )
     return EXIT_OK
