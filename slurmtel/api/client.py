@@ -49,10 +49,12 @@ class ApiClient:
 
     def request(self, method: str, path: str, query: Mapping[str, str] | None = None) -> Reply:
         """METHOD PATH (under /v1) with a MUNGE credential bound to it."""
-        full_path = f"{self.prefix}{path}"
-        credential = encode_credential(request_payload(method, full_path, new_nonce()), self.munge_socket)
         wanted = {k: v for k, v in (query or {}).items() if v not in (None, "")}
-        url = self.base + path + ("?" + urllib.parse.urlencode(wanted) if wanted else "")
+        query_string = "?" + urllib.parse.urlencode(wanted) if wanted else ""
+        # the credential covers the query string too: it is good for this request only
+        target = f"{self.prefix}{path}{query_string}"
+        credential = encode_credential(request_payload(method, target, new_nonce()), self.munge_socket)
+        url = self.base + path + query_string
         req = urllib.request.Request(url, method=method, headers={"Authorization": f"MUNGE {credential}"})
         context = ssl.create_default_context() if url.startswith("https:") else None
         try:
