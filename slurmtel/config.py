@@ -451,6 +451,9 @@ class ApiConfig:
 
     # where clients (the CLI on a login node) reach the read API, e.g. "https://head01:9769"
     url: str = ""
+    # the CLI refuses a plain http:// url to a host that is not this one (loopback): requests
+    # and answers would cross the network unencrypted; true allows it (a trusted network)
+    allow_plain_http: bool = False
     # the read API binds here
     listen_address: str = "127.0.0.1"
     # 9769: next to the daemon's 9768 and the agent's 9767

@@ -183,7 +183,7 @@ class GatedHTTPServer(socketserver.TCPServer):
         logger: logging.Logger = log,
     ) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        super().__init__(address, handler_class)
+        # everything server_close needs before the socket is bound (a failed bind calls it)
         self.limits = limits = limits or ListenLimits()
         self.name = name
         self.logger = logger
@@ -203,6 +203,7 @@ class GatedHTTPServer(socketserver.TCPServer):
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._buffers: dict[int, bytes] = {}
+        super().__init__(address, handler_class)
 
     # --- counts
 

@@ -523,7 +523,14 @@ def test_hook_policy_from_config(tmp_path: Path) -> None:
     token.chmod(0o644)
     with pytest.raises(ConfigError, match="every user"):
         HookPolicy.from_config(config_from_dict({"daemon": {"job_end_token_file": str(token)}}))
+    token.chmod(0o620)
+    with pytest.raises(ConfigError, match="its group write"):
+        HookPolicy.from_config(config_from_dict({"daemon": {"job_end_token_file": str(token)}}))
     token.chmod(0o600)
+    token.write_text("job-ended-token\x000123456789\n")
+    with pytest.raises(ConfigError, match="NUL"):
+        HookPolicy.from_config(config_from_dict({"daemon": {"job_end_token_file": str(token)}}))
+    token.write_text("job-ended-token-0123456789\n")
     config = config_from_dict(
         {
             "daemon": {"job_end_users": ["root", "no-such-user-here"], "job_end_token_file": str(token)},
@@ -541,3 +548,26 @@ def test_hook_policy_from_config(tmp_path: Path) -> None:
         config_from_dict({"daemon": {"job_end_peers": ["slurmctld-host"]}})
     with pytest.raises(ConfigError, match="job_end_rate_per_second"):
         config_from_dict({"daemon": {"job_end_rate_per_second": 0}})
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("http://127.0.0.1:9769", True),
+        ("http://localhost:9769", True),
+        ("http://[::1]:9769", True),
+        ("https://head01:9769", True),
+        ("http://head01:9769", False),
+        ("http://10.1.2.3:9769", False),
+    ],
+)
+def test_the_client_refuses_plain_http_to_another_host(url: str, allowed: bool) -> None:
+    from slurmtel.api.client import ApiClient
+
+    config = config_from_dict({"api": {"url": url}})
+    if allowed:
+        ApiClient(config)
+    else:
+        with pytest.raises(ConfigError, match="unencrypted"):
+            ApiClient(config)
+        ApiClient(config_from_dict({"api": {"url": url, "allow_plain_http": True}}))

@@ -9,6 +9,7 @@ from MUNGE, never from anything this client says, so editing the client config g
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import ssl
 import sys
@@ -41,6 +42,12 @@ class ApiClient:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(f"api.url must be an http:// or https:// URL, not '{config.api.url}'")
+        if parts.scheme == "http" and not _loopback(parts.hostname or "") and not config.api.allow_plain_http:
+            raise ConfigError(
+                f"api.url {url} is plain http:// to another host: your requests and their answers "
+                "would cross the network unencrypted; use https:// (api.tls_cert_file on the server) "
+                "or set api.allow_plain_http = true"
+            )
         self.base = url
         self.prefix = parts.path
         self.munge_socket = config.api.munge_socket or None
@@ -137,6 +144,16 @@ class ApiClient:
             for k in sorted((k for k in headers if k.startswith("x-slurmtel-notice-")), key=_notice_order)
         ]
         return reply.body, notices, reply.status == 409
+
+
+def _loopback(host: str) -> bool:
+    """Whether HOST is this machine by name or address (localhost, 127.0.0.0/8, ::1)."""
+    if host.lower() in ("localhost", "localhost.localdomain") or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _notice_order(header: str) -> int:

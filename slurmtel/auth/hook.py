@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import hmac
 import pwd
-import stat
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from datetime import datetime
 from http import HTTPStatus
 from pathlib import Path
 
+from slurmtel.agent.token import read_token_file
 from slurmtel.auth import munge, proxy
 from slurmtel.auth.identity import Denied, RequestView, verify_munge
 from slurmtel.auth.replay import ReplayCache
@@ -72,18 +72,11 @@ class HookPolicy:
         if daemon.job_end_token_file:
             path = Path(daemon.job_end_token_file)
             try:
-                mode = path.stat().st_mode
-                token = path.read_text().strip()
-            except OSError as exc:
+                token = read_token_file(path, "daemon.job_end_token_file")
+            except FileNotFoundError as exc:
                 raise ConfigError(
                     f"daemon.job_end_token_file: cannot read {daemon.job_end_token_file}: {exc.strerror}"
                 ) from exc
-            if mode & (stat.S_IROTH | stat.S_IWOTH):
-                raise ConfigError(
-                    f"daemon.job_end_token_file: {path} is readable or writable by every user (chmod 0600)"
-                )
-            if len(token) < 16:
-                raise ConfigError("daemon.job_end_token_file: needs a token of at least 16 characters")
         return cls(
             uids=frozenset(uids),
             peers=proxy.parse_networks(daemon.job_end_peers, "daemon.job_end_peers"),

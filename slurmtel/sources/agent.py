@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slurmtel.agent.token import read_token_file
 from slurmtel.config import AgentSourceConfig, Config
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
 from slurmtel.gcpause import gc_paused
@@ -423,8 +424,8 @@ def _shared_token(cfg: AgentSourceConfig) -> str:
     if not cfg.token_file:
         return ""
     try:
-        return Path(cfg.token_file).read_text().strip()
-    except OSError as exc:
+        return read_token_file(Path(cfg.token_file), "sources.agent.token_file", private=False)
+    except FileNotFoundError as exc:
         raise ConfigError(f"sources.agent.token_file: cannot read {cfg.token_file}: {exc.strerror}") from exc
 
 
@@ -434,13 +435,11 @@ def _auth_headers(cfg: AgentSourceConfig, node: str, shared: str) -> dict[str, s
     if cfg.token_dir and _NODE_FILE_NAME.fullmatch(node):
         path = Path(cfg.token_dir) / node
         try:
-            token = path.read_text().strip()
+            return {"Authorization": f"Bearer {read_token_file(path, 'its token', private=False)}"}
         except FileNotFoundError:
-            token = ""
-        except OSError as exc:
-            raise SourceUnavailable(f"cannot read its token {path}: {exc.strerror}") from exc
-        if token:
-            return {"Authorization": f"Bearer {token}"}
+            pass
+        except ConfigError as exc:
+            raise SourceUnavailable(str(exc)) from None
     if shared:
         return {"Authorization": f"Bearer {shared}"}
     raise SourceUnavailable(f"no token for it (sources.agent.token_dir/{node} or sources.agent.token_file)")
