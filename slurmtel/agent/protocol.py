@@ -667,9 +667,11 @@ def decode_ack_request(raw: bytes | str) -> int:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ParseError(f"ack request is not JSON: {exc}") from exc
+    except RecursionError:
+        raise ParseError("ack request is nested too deeply") from None
     cursor = data.get("cursor") if isinstance(data, dict) else None
-    if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
-        raise ParseError("ack request needs a non-negative integer 'cursor'")
+    if isinstance(cursor, bool) or not isinstance(cursor, int) or not 0 <= cursor < 2**63:
+        raise ParseError("ack request needs an integer 'cursor' from 0 to 2^63-1")
     return cursor
 
 

@@ -135,15 +135,23 @@ class _Handler(GatedRequestHandler):
         self._send(HTTPStatus.OK, self.server.app.ack(cursor, self.address_string()))
 
 
+# a cursor is a spool sequence number: SQLite's integer (a larger one would overflow there)
+MAX_CURSOR = 2**63 - 1
+
+
 def _page_args(query: str) -> tuple[int, int, tuple[str, ...]]:
     args = parse_qs(query, keep_blank_values=True)
-    try:
-        after = int(args.get("after", ["0"])[-1])
-        limit = int(args.get("limit", [str(DEFAULT_PAGE_LIMIT)])[-1])
-    except ValueError:
-        raise ValueError("after and limit must be integers") from None
-    if after < 0 or limit < 1:
-        raise ValueError("after must be >= 0 and limit >= 1")
+    after_text = args.get("after", ["0"])[-1]
+    limit_text = args.get("limit", [str(DEFAULT_PAGE_LIMIT)])[-1]
+    if not (after_text.isascii() and after_text.isdigit() and limit_text.isascii() and limit_text.isdigit()):
+        raise ValueError("after and limit must be whole numbers")
+    if len(after_text) > 19 or int(after_text) > MAX_CURSOR:
+        raise ValueError(f"after must be at most {MAX_CURSOR}")
+    after = int(after_text)
+    # a limit beyond the page's is the page's (and never a 4,300-digit int())
+    limit = int(limit_text) if len(limit_text) <= 12 else MAX_PAGE_LIMIT
+    if limit < 1:
+        raise ValueError("limit must be 1 or more")
     kinds = args.get("kinds")
     return after, min(limit, MAX_PAGE_LIMIT), requested_kinds(kinds[-1] if kinds else None)
 

@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import OperationalError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -41,9 +42,11 @@ from starlette.routing import Route
 from slurmtel.access import Action, Identity, Scope, allowed
 from slurmtel.api.limits import ListenerState
 from slurmtel.auth.identity import AuthSettings, Denied, RequestView, authenticate
+from slurmtel.bounds import check_names, parse_count
 from slurmtel.config import Config
 from slurmtel.errors import AccessDenied, ChargebackError, ConfigError, SlurmtelError
 from slurmtel.filters import JobFilter
+from slurmtel.listen import EveryInterval, log_limited
 from slurmtel.reports.catalog import REPORTS
 from slurmtel.reports.spec import build_query, report_document, run_report
 from slurmtel.timeparse import report_window
@@ -251,7 +254,7 @@ class ReadApi:
 
         jobid = self._jobid(request)
         who = self.identity(request)
-        clusters = _split(request.query_params.get("clusters"))
+        clusters = check_names(_split(request.query_params.get("clusters")), "clusters")
         return job_query(who, jobid, clusters=clusters, now=self.clock(), zone=self.config.zone)
 
     def me(self, request: Request) -> Response:
@@ -323,13 +326,12 @@ class ReadApi:
 
     @staticmethod
     def _positive(value: str, name: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"{name} must be a whole number") from None
-        if number < 1:
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"{name} must be 1 or more")
-        return number
+        # the CLI's bound (slurmtel.bounds): ConfigError, a 400 with its reason
+        return parse_count(value, name)
+
+
+# errors a flood could repeat are logged once a minute per kind and endpoint
+_LIMITER = EveryInterval()
 
 
 def _guarded(endpoint: Callable[[Request], Response]) -> Callable[[Request], Response]:
@@ -346,8 +348,29 @@ def _guarded(endpoint: Callable[[Request], Response]) -> Callable[[Request], Res
         except (ConfigError, ChargebackError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=HTTPStatus.BAD_REQUEST)
         except SlurmtelError as exc:
-            log.warning("%s %s: %s", request.method, request.url.path, exc)
+            log_limited(
+                _LIMITER, log, f"{exc.kind}:{request.url.path}", f"{request.method} {request.url.path}: {exc}"
+            )
             return JSONResponse({"error": f"{exc.kind}: {exc}"}, status_code=HTTPStatus.SERVICE_UNAVAILABLE)
+        except OperationalError as exc:
+            log_limited(
+                _LIMITER,
+                log,
+                "database",
+                f"{request.method} {request.url.path}: database unavailable: {exc.orig}",
+            )
+            return JSONResponse({"error": "database unavailable"}, status_code=HTTPStatus.SERVICE_UNAVAILABLE)
+        except Exception as exc:
+            # a bug: one line per interval (never the request's values or SQL), the traceback
+            # at DEBUG for a bug report; the caller learns nothing of the internals
+            log_limited(
+                _LIMITER,
+                log,
+                f"bug:{type(exc).__name__}:{request.url.path}",
+                f"{request.method} {request.url.path} failed: {type(exc).__name__} (a bug; DEBUG logs the traceback)",
+            )
+            log.debug("%s %s failed", request.method, request.url.path, exc_info=True)
+            return JSONResponse({"error": "internal error"}, status_code=HTTPStatus.INTERNAL_SERVER_ERROR)
 
     return handle
 

@@ -20,6 +20,7 @@ from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, TextIO
 
 from slurmtel.access import Action, Identity, Scope, allowed
+from slurmtel.bounds import check_count, check_name
 from slurmtel.errors import AccessDenied, ConfigError
 from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise, duration_text
 from slurmtel.reports.render import escape_controls, render
@@ -90,8 +91,9 @@ def me_query(
     who = user or identity.user
     if who != identity.user and not scope.everything and not scope.accounts:
         raise AccessDenied(f"{identity.user} may only see their own usage, not {who}'s")
-    if top < 1:
-        raise ConfigError("--top must be 1 or more")
+    check_count(top, "--top")
+    if user:
+        check_name(user, "--user")
     month = month or month_of(now, zone)
     try:
         start, end = month_bounds(month, zone)
