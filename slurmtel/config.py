@@ -495,6 +495,11 @@ class ApiConfig:
     # file holding the database URL `serve` closes months with (a role that may write
     # statements: the writer of `slurmtel db roles`); "" = the database URL it reads with
     statements_database_url_file: str = ""
+    # file holding the key (hex, mode 0600) `serve` proves each request's scope with: row
+    # security admits the reader's rows only by a proven scope (`slurmtel db roles
+    # --scope-key-file` makes it and gives the database its copy); "" = none (a `serve` that
+    # reads as the database owner needs none)
+    scope_key_file: str = ""
 
 
 @dataclass(frozen=True)

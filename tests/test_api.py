@@ -164,7 +164,7 @@ def served(
 ) -> Iterator[tuple[Server, Config]]:
     config = api_config(site, people)
     load_data(engine, config, people)
-    reader = create_engine(login_roles.url(login_roles.reader))
+    reader = login_roles.reader_engine()
     statements = scope_sessions_to_everything(create_engine(login_roles.url(login_roles.writer)))
     # the reports' now is NOW: the app's clock is for credentials, site.clock for the data
     with Server(config, reader, people, statements) as server:
@@ -495,7 +495,7 @@ def test_slurm_jwt_and_a_trusted_proxy_identify_callers_through_the_api(
         trusted_proxies=proxy.parse_networks(["127.0.0.1/32"]),
         replay_cache=ReplayCache(),
     )
-    reader = create_engine(login_roles.url(login_roles.reader))
+    reader = login_roles.reader_engine()
     with Server(config, reader, people, settings=settings) as server:
 
         def get(path: str, headers: dict[str, str]) -> tuple[int, Any]:

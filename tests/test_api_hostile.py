@@ -119,7 +119,7 @@ def served(engine: Engine, login_roles: LoginRoles) -> Iterator[Server]:
         }
     )
     load_admin_day(engine, config)
-    reader = create_engine(login_roles.url(login_roles.reader))
+    reader = login_roles.reader_engine()
     statements = scope_sessions_to_everything(create_engine(login_roles.url(login_roles.writer)))
     settings = AuthSettings(
         methods=("proxy",),

@@ -112,7 +112,10 @@ class CoordinatorCache:
 class ReadApi:
     """The endpoints over ENGINE (the reader role, scoped per transaction) and STATEMENTS_ENGINE
     (every row: see slurmtel.store.rls.scope_sessions_to_everything). CLOCK is the data's now
-    (site.clock); AUTH_CLOCK the wall clock credentials are checked against."""
+    (site.clock); AUTH_CLOCK the wall clock credentials are checked against. SCOPE_KEY (by
+    default api.scope_key_file's) proves each transaction's scope to row security; with
+    CHECK_DATABASE the database is asked at once whether it takes those proofs
+    (ScopeKeyRefused when ENGINE's role is filtered and it does not)."""
 
     def __init__(
         self,
@@ -122,12 +125,26 @@ class ReadApi:
         clock: Callable[[], datetime],
         statements_engine: Engine | None = None,
         auth_clock: Callable[[], datetime] | None = None,
+        *,
+        scope_key: bytes | None = None,
+        check_database: bool = True,
     ):
+        from slurmtel.store.rls import check_scope_proofs, load_scope_key, sign_scopes
+
         self.config = config
         self.engine = engine
         # statements and closings: every row (finance and admins only), and a role that may
         # store a closed statement
         self.statements_engine = statements_engine or engine
+        # row security takes only scopes proven with the key (api.scope_key_file); checked
+        # now, so a server whose proofs the database refuses stops at start with the reason
+        # instead of answering everyone with no rows
+        key = scope_key if scope_key is not None else load_scope_key(config.api.scope_key_file)
+        if key is not None:
+            for each in {id(engine): engine, id(self.statements_engine): self.statements_engine}.values():
+                sign_scopes(each, key)
+        if check_database:
+            check_scope_proofs(engine)
         self.settings = settings
         self.clock = clock
         # credentials are fresh or not by the wall clock, whatever site.clock says of the data
