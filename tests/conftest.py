@@ -122,9 +122,8 @@ class LoginRoles:
 def login_roles(database_url: str) -> Iterator[LoginRoles]:
     """Login roles in the groups of migration 0010, named for this session (roles are
     cluster-wide, and other sessions may share the server); dropped at the end."""
-    from slurmtel.store.roles import AGGREGATE_GROUP, READER_GROUP, WRITER_GROUP, ensure_login_role
-
     from slurmtel.store.rls import install_scope_key, new_scope_key
+    from slurmtel.store.roles import AGGREGATE_GROUP, READER_GROUP, WRITER_GROUP, ensure_login_role
 
     tag = uuid.uuid4().hex[:8]
     roles = LoginRoles(
