@@ -47,9 +47,7 @@ def read_token_file(path: Path, where: str, *, private: bool = True) -> str:
         raise ConfigError(f"{where} {path}: cannot read: {exc}") from exc
     if mode & (stat.S_IWGRP | stat.S_IWOTH) or (private and mode & stat.S_IROTH):
         who = "every user read or write" if mode & (stat.S_IROTH | stat.S_IWOTH) else "its group write"
-        raise ConfigError(
-            f"{where} {path}: mode {stat.S_IMODE(mode):04o} lets {who} it (chmod 0600 {path})"
-        )
+        raise ConfigError(f"{where} {path}: mode {stat.S_IMODE(mode):04o} lets {who} it (chmod 0600 {path})")
     return check_token(token, f"{where} {path}")
 
 
