@@ -35,6 +35,7 @@ from slurmtel.agent.metrics import AgentMetrics
 from slurmtel.agent.protocol import (
     ACK_PATH,
     DEFAULT_PAGE_LIMIT,
+    MAX_CURSOR,
     MAX_PAGE_LIMIT,
     ORIGINAL_KINDS,
     SUMMARIES_PATH,
@@ -133,10 +134,6 @@ class _Handler(GatedRequestHandler):
             self._error(HTTPStatus.BAD_REQUEST, str(exc))
             return
         self._send(HTTPStatus.OK, self.server.app.ack(cursor, self.address_string()))
-
-
-# a cursor is a spool sequence number: SQLite's integer (a larger one would overflow there)
-MAX_CURSOR = 2**63 - 1
 
 
 def _page_args(query: str) -> tuple[int, int, tuple[str, ...]]:
