@@ -48,6 +48,8 @@ HEAD_IMPORTS = (
     "hostlist",
     "starlette",
     "uvicorn",
+    "h11",
+    "anyio",
 )
 # import name -> distribution, where they differ (importlib.metadata knows only installed ones)
 DISTRIBUTION = {
