@@ -453,6 +453,12 @@ class GatedRequestHandler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         super().end_headers()
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # a method the server does not take is the client's error (405), not the server's (501)
+        if code == 501:
+            code, message = 405, f"method {self.command} not allowed"
+        super().send_error(code, message, explain)
+
 
 __all__ = [
     "REFUSALS",

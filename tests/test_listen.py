@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -316,3 +317,85 @@ def test_serve_loop_errors_are_one_line_per_interval(caplog: pytest.LogCaptureFi
     assert len(lines) == 1 and lines[0].exc_info is None
     assert "Too many open files" in lines[0].getMessage()
     assert state.refused["accept_error"] == 1000
+
+
+def test_the_gate_answers_503_when_every_worker_is_busy_and_the_queue_full() -> None:
+    """Complete requests wait for one of the workers; beyond max_queued waiting, 503 at once."""
+    from slurmtel.listen import GatedRequestHandler
+
+    release = threading.Event()
+
+    class Slow(GatedRequestHandler):
+        def do_GET(self) -> None:
+            release.wait(10)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    refused: list[str] = []
+    server = GatedHTTPServer(
+        ("127.0.0.1", 0), Slow, ListenLimits(workers=1, max_queued=1), on_refused=refused.append
+    )
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    serving.start()
+    port = server.server_address[1]
+    try:
+        socks = []
+        for _ in range(2):  # one in the worker, one waiting
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            socks.append(sock)
+            time.sleep(0.2)
+        third = socket.create_connection(("127.0.0.1", port), timeout=5)
+        third.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert third.recv(4096).startswith(b"HTTP/1.1 503")
+        third.close()
+        release.set()
+        for sock in socks:
+            assert sock.recv(4096).startswith(b"HTTP/1.0 200")
+            sock.close()
+        assert refused.count("busy") == 1
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_serve_answers_503_beyond_its_requests_in_flight() -> None:
+    """api.max_requests_in_flight: one more request is answered 503 "busy" at once (counted);
+    /healthz and /metrics are answered whatever the load."""
+    from slurmtel.api.limits import InFlightLimit
+
+    state = ListenerState(ApiLimits(max_requests_in_flight=1))
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def app(scope: dict[str, object], receive: object, send: object) -> None:
+        entered.set()
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})  # type: ignore[operator]
+        await send({"type": "http.response.body", "body": b"ok"})  # type: ignore[operator]
+
+    limited = InFlightLimit(app, state)
+
+    async def request(path: str) -> int:
+        sent: list[dict[str, object]] = []
+
+        async def send(message: dict[str, object]) -> None:
+            sent.append(message)
+
+        await limited({"type": "http", "path": path}, None, send)
+        return int(sent[0]["status"])  # type: ignore[call-overload]
+
+    async def scenario() -> tuple[int, int, int]:
+        first = asyncio.create_task(request("/v1/me"))
+        await entered.wait()
+        second = await request("/v1/reports/usage")
+        release.set()
+        health = await request("/healthz")
+        return await first, second, health
+
+    assert asyncio.run(scenario()) == (200, 503, 200)
+    assert state.refused["busy"] == 1 and state.in_flight == 0
