@@ -12,7 +12,8 @@ logs a traceback for every accept() that fails. Here:
 - `InFlightLimit`: at most `api.max_requests_in_flight` requests answered at once (the worker
   threads are as many); one more is answered 503 "busy" at once;
 - the event loop's errors (accept() out of file descriptors, a failed handshake) and uvicorn's own
-  warnings are logged once per interval with a count, never a traceback per attempt;
+  warnings are logged once per interval with a count, never a traceback per attempt; an access
+  line keeps at most ACCESS_TARGET_CHARS of the request's target;
 - `ListenerState` counts all of it for GET /metrics (slurmtel_api_*), which holds no user data.
 """
 
@@ -236,6 +237,24 @@ class OncePerInterval(logging.Filter):
         return True
 
 
+# characters of a request's target an access log line keeps (h11 takes heads of 64 KiB: a
+# client sending such targets would make every line that long, and its formatting the work)
+ACCESS_TARGET_CHARS = 256
+
+
+class BoundedAccessLine(logging.Filter):
+    """uvicorn's access line with the request's target cut to ACCESS_TARGET_CHARS."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            target = args[2]
+            if len(target) > ACCESS_TARGET_CHARS:
+                cut = f"{target[:ACCESS_TARGET_CHARS]}...({len(target)} characters)"
+                record.args = (*args[:2], cut, *args[3:])
+        return True
+
+
 def loop_exception_handler(
     state: ListenerState,
 ) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
@@ -267,12 +286,15 @@ def startup_hook(state: ListenerState) -> Callable[[Any], Any]:
         quiet = OncePerInterval(state.limiter)
         for name in UVICORN_LOGGERS:
             logging.getLogger(name).addFilter(quiet)
+        bounded = BoundedAccessLine()
+        logging.getLogger("uvicorn.access").addFilter(bounded)
         anyio.to_thread.current_default_thread_limiter().total_tokens = state.limits.max_requests_in_flight
         try:
             yield
         finally:
             for name in UVICORN_LOGGERS:
                 logging.getLogger(name).removeFilter(quiet)
+            logging.getLogger("uvicorn.access").removeFilter(bounded)
 
     return lifespan
 
