@@ -482,12 +482,19 @@ def _checker(cls: type) -> _FieldCheck:
     return checker
 
 
-_JSON_NAMES = {dict: "an object", list: "a list", str: "text", bool: "true/false", type(None): "null"}
-
-
-def _kind(value: Any) -> str:
-    return _JSON_NAMES.get(type(value)) or (
-        "a number" if isinstance(value, int | float) else type(value).__name__
+def _expected(hint: Any) -> str:
+    """How a reason names what a field holds ("text", "an integer"), as slurmtel.store.checks does."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        (hint,) = args
+        args = list(typing.get_args(hint))
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        return "a list of text"
+    if origin is dict:
+        return "a map of names to integers"
+    return {str: "text", int: "an integer", float: "a number", bool: "true or false", datetime: "a time"}.get(
+        hint, getattr(hint, "__name__", str(hint))
     )
 
 
@@ -501,7 +508,8 @@ def type_problem(record: Any) -> tuple[Any, str | None]:
     if name:
         shown = repr(value)
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        return record, f"{name} is {_kind(value)} ({shown}), not what a {type(record).__name__} holds there"
+        hint = typing.get_type_hints(type(record))[name]
+        return record, f"{name} is {type(value).__name__} {shown}, not {_expected(hint)}"
     with_nul = [n for n in _TEXT_FIELDS[type(record)] if "\x00" in getattr(record, n)]
     return dataclasses.replace(
         record, **{n: getattr(record, n).replace("\x00", "\ufffd") for n in with_nul}

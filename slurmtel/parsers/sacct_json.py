@@ -101,7 +101,7 @@ _ENVELOPE = msgspec.json.Decoder(_Envelope)
 
 
 def _parse(
-    raw: str | bytes, origin: str, fallback_cluster: str
+    raw: str | bytes, origin: str, fallback_cluster: str = ""
 ) -> list[JobAttempt | Rejected | SchemaNotice]:
     # Job by job: each job is decoded (orjson), read and freed before the next, so the work
     # stays in the CPU caches and a 20,000-job document never exists as 4 million Python
