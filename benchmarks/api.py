@@ -135,7 +135,9 @@ def main() -> int:
         print(f"{args.requests} requests per endpoint, {args.threads} client threads, loopback, as an admin")
         for path, qs in endpoints.items():
             credentials = [
-                daemon.credential(f"GET {path} {os.urandom(16).hex()}") for _ in range(args.requests)
+                # bound to the whole target, its query string included
+                daemon.credential(f"GET {path}?{qs} {os.urandom(16).hex()}")
+                for _ in range(args.requests)
             ]
 
             def one(credential: str, path: str = path, qs: str = qs) -> float:

@@ -20,7 +20,7 @@ from slurmtel import __version__
 from slurmtel.commands import command_modules
 from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from slurmtel.config import implicit_demo_config, load_config
-from slurmtel.errors import ConfigError, SlurmtelError, Terminated
+from slurmtel.errors import ConfigError, SlurmtelError, Terminated, described
 from slurmtel.logs import configure_logging, redact
 from slurmtel.reports.render import WIDE, ZONE
 
@@ -97,8 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if _is_database_error(exc):
             # a database failure no command turned into a SlurmtelError: its first line, no traceback
-            detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-            _error(f"database error: {detail[0] if detail else type(exc).__name__}")
+            _error(f"database error: {described(exc)}")
             return EXIT_ERROR
         if isinstance(exc, ModuleNotFoundError) and not (exc.name or "slurmtel").startswith("slurmtel"):
             # a package not installed, found missing only now that a command imports what it
@@ -106,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         # a bug: one line for the user, the traceback with --log-level DEBUG
         log.debug("unexpected error", exc_info=True)
-        _error(f"internal error: {type(exc).__name__}: {exc} (run with --log-level DEBUG for the traceback)")
+        _error(f"internal error: {described(exc)} (run with --log-level DEBUG for the traceback)")
         return EXIT_ERROR
     finally:
         WIDE.reset(wide)

@@ -322,6 +322,14 @@ class AgentConfig:
     # file holding the token /v1/* requests need ("Authorization: Bearer <token>"); "" = the
     # agent's own <state_dir>/agent-token, made (mode 0600) on first start
     token_file: str = ""
+    # connections the HTTP server holds at once, in all and from one address (the head pulls
+    # over one, Prometheus scrapes over one); one more is answered 503 and closed. The unit's
+    # LimitNOFILE covers max_connections
+    max_connections: int = 4096
+    max_connections_per_address: int = 64
+    # a request (its head and body) must have arrived this many seconds after the server began
+    # to wait for it, else it is answered 408 and closed (a client that trickles holds nothing)
+    request_timeout_seconds: float = 10.0
 
 
 # a rate's price key -> the TRES it prices (Slurm's name); exactly one is set per rate
@@ -511,6 +519,9 @@ class ApiConfig:
 
     # where clients (the CLI on a login node) reach the read API, e.g. "https://head01:9769"
     url: str = ""
+    # the CLI refuses a plain http:// url to a host that is not this one (loopback): requests
+    # and answers would cross the network unencrypted; true allows it (a trusted network)
+    allow_plain_http: bool = False
     # the read API binds here
     listen_address: str = "127.0.0.1"
     # 9769: next to the daemon's 9768 and the agent's 9767
@@ -531,11 +542,32 @@ class ApiConfig:
     trusted_proxies: list[str] = field(default_factory=list)
     # the header such a proxy sets to the authenticated user name
     proxy_user_header: str = "X-Remote-User"
-    # credentials remembered against replay (until they expire); when full, new ones are refused
+    # credentials remembered against replay (until the server would refuse them anyway:
+    # credential_ttl_seconds plus the clock skew allowed); when full, new ones are refused
     replay_cache_entries: int = 100000
+    # ... of one user at most (and at most replay_cache_entries): when a user's share is full
+    # only that user is refused
+    replay_cache_entries_per_user: int = 5000
+    # connections the read API holds at once, in all and from one address (a login node or a
+    # portal is one address for all its users); one more is answered 503 and closed. The
+    # unit's LimitNOFILE covers max_connections
+    max_connections: int = 4096
+    max_connections_per_address: int = 1024
+    # a request's head and body must have arrived this many seconds after the server began to
+    # wait for it, else the connection is closed (a client that trickles holds nothing)
+    request_timeout_seconds: float = 10.0
+    # an idle connection between two requests is closed after this many seconds
+    keep_alive_timeout_seconds: float = 5.0
+    # requests being answered at once; one more is answered 503 at once (a metric counts them)
+    max_requests_in_flight: int = 64
     # file holding the database URL `serve` closes months with (a role that may write
     # statements: the writer of `slurmtel db roles`); "" = the database URL it reads with
     statements_database_url_file: str = ""
+    # file holding the key (hex, mode 0600) `serve` proves each request's scope with: row
+    # security admits the reader's rows only by a proven scope (`slurmtel db roles
+    # --scope-key-file` makes it and gives the database its copy); "" = none (a `serve` that
+    # reads as the database owner needs none)
+    scope_key_file: str = ""
 
 
 @dataclass(frozen=True)
@@ -986,6 +1018,16 @@ def _validate_agent(agent: AgentConfig) -> None:
         raise ConfigError("agent.idle_threshold_percent must be between 0 and 100")
     if agent.spool_max_bytes < 65536:
         raise ConfigError("agent.spool_max_bytes must be at least 65536")
+    _validate_listener(agent, "agent")
+
+
+def _validate_listener(section: AgentConfig | ApiConfig, name: str) -> None:
+    if section.max_connections < 1 or section.max_connections_per_address < 1:
+        raise ConfigError(f"{name}.max_connections and {name}.max_connections_per_address must be 1 or more")
+    if section.max_connections_per_address > section.max_connections:
+        raise ConfigError(f"{name}.max_connections_per_address must be at most {name}.max_connections")
+    if not 0 < section.request_timeout_seconds <= 3600:
+        raise ConfigError(f"{name}.request_timeout_seconds must be between 0 and 3600")
 
 
 def _decimal(text: str, key: str) -> Decimal:
@@ -1220,6 +1262,13 @@ def _validate_api(api: ApiConfig) -> None:
         raise ConfigError(f"api.proxy_user_header is not a header name: '{api.proxy_user_header}'")
     if api.replay_cache_entries < 1:
         raise ConfigError("api.replay_cache_entries must be at least 1")
+    if api.replay_cache_entries_per_user < 1:
+        raise ConfigError("api.replay_cache_entries_per_user must be at least 1")
+    _validate_listener(api, "api")
+    if not 0 < api.keep_alive_timeout_seconds <= 3600:
+        raise ConfigError("api.keep_alive_timeout_seconds must be between 0 and 3600")
+    if api.max_requests_in_flight < 1:
+        raise ConfigError("api.max_requests_in_flight must be 1 or more")
 
 
 COST_UNITS = ("completed_jobs", "completed_gpu_hours", "configured")

@@ -85,6 +85,43 @@ class AuthUnavailable(SlurmtelError):
     kind = "auth_unavailable"
 
 
+# SQLSTATE classes whose server messages quote the values of the row or the statement
+# (22: data exception, "invalid input syntax for type integer: ..."; 23: integrity, "Key (user)=(...)")
+_VALUE_CLASSES = ("22", "23")
+
+
+def described(exc: BaseException) -> str:
+    """EXC in one line that holds no SQL, no statement parameters and no row values, whatever
+    raised it: a driver error wrapped by SQLAlchemy (whose str() appends the statement and its
+    parameters) as its class, SQLSTATE and the names of the table, column and constraint
+    concerned; anything else as its type and first line. For logs and recorded runs, which a
+    flood of bad input could otherwise fill with the input's values."""
+    orig = getattr(exc, "orig", None)
+    error = orig if isinstance(orig, BaseException) else exc
+    sqlstate = getattr(error, "sqlstate", None)
+    name = type(error).__name__
+    if isinstance(sqlstate, str) and sqlstate[:2] in _VALUE_CLASSES:
+        diag = getattr(error, "diag", None)
+        where = [
+            f"{label} {value}"
+            for label, value in (
+                ("table", getattr(diag, "table_name", None)),
+                ("column", getattr(diag, "column_name", None)),
+                ("constraint", getattr(diag, "constraint_name", None)),
+            )
+            if value
+        ]
+        return f"{name} (SQLSTATE {sqlstate}{', ' + ', '.join(where) if where else ''})"
+    if error is exc and orig is None and hasattr(exc, "statement"):
+        # an SQLAlchemy error of its own (no driver error): its message without the statement
+        text = str(getattr(exc, "args", ("",))[0] if getattr(exc, "args", None) else "")
+    else:
+        diag = getattr(error, "diag", None)
+        text = getattr(diag, "message_primary", None) or str(error)
+    lines = text.strip().splitlines()
+    return f"{name}: {lines[0]}" if lines else name
+
+
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread as KeyboardInterrupt is for SIGINT (slurmtel.cli), so
     that a terminated command unwinds and exits like any other: its transactions roll back and

@@ -32,6 +32,14 @@ class JobFilter:
     partitions: Sequence[str] = field(default_factory=tuple)
     clusters: Sequence[str] = field(default_factory=tuple)
 
+    def __post_init__(self) -> None:
+        # the CLI's and the API's filters alike: a NUL or control character, a name or a list
+        # longer than any Slurm has, is a usage error here (ConfigError), not a database error
+        from slurmtel.bounds import check_names
+
+        for name, flag in (("accounts", "-A"), ("users", "-u"), ("partitions", "-r"), ("clusters", "-M")):
+            check_names(getattr(self, name), f"{flag}/{name}")
+
     def sql_params(self) -> dict[str, Any]:
         return {
             "f_accounts": list(self.accounts),

@@ -3,7 +3,8 @@ packages are not installed.
 
 A GPU node installs only what the agent needs (`pip install 'slurmtel[nvml]'`: the base
 dependencies and nvidia-ml-py); the head's CLI also needs the `head` extra (SQLAlchemy,
-psycopg, alembic, APScheduler, pgserver, matplotlib, rich, python-hostlist, starlette, uvicorn). Run without it,
+psycopg, alembic, APScheduler, pgserver, matplotlib, rich, python-hostlist, starlette, uvicorn
+and the h11 and anyio they bring). Run without it,
 `slurmtel` says which package is missing and how to install it instead of a traceback.
 """
 
@@ -26,6 +27,8 @@ HEAD_MODULES = frozenset(
         "starlette",
         "uvicorn",
         "jinja2",
+        "h11",
+        "anyio",
     }
 )
 EXIT_MISSING = 1

@@ -7,18 +7,18 @@ reads at scrape time are skipped while the database is known to be down, so a sc
 waits for a dead server; the last values read are served instead.
 
 The same server takes `POST /v1/job-ended` from the EpilogSlurmctld hook
-(systemd/slurmtel-epilog.sh): per peer rate-limited, then authenticated (a MUNGE credential
-of root or SlurmUser bound to the request, or a bearer token: slurmtel/auth/hook.py); a post
-that is not gets 401/403/429/503 and moves nothing. /metrics stays open for Prometheus and
-holds no per-user data (sources, jobs of the daemon, node names).
+(systemd/slurmtel-epilog.sh): per peer rate-limited, screened without unmunge, then
+authenticated (a MUNGE credential of root or SlurmUser bound to the request, or a bearer token:
+slurmtel/auth/hook.py); a post that is not gets 401/403/429/503 and moves nothing. /metrics
+stays open for Prometheus and holds no per-user data (sources, jobs of the daemon, node names).
+The listener is bounded (slurmtel.listen: connections, the time a request may take to arrive,
+threads); what it refuses is counted in slurmtel_http_refused{reason}.
 """
 
 from __future__ import annotations
 
-import http.server
 import logging
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -36,9 +36,19 @@ from sqlalchemy.exc import SQLAlchemyError
 from slurmtel import __version__
 from slurmtel.actions.metrics import ActionMetrics
 from slurmtel.auth.hook import JOB_END_PATH as HOOK_PATH
-from slurmtel.auth.hook import MAX_CONCURRENT_CHECKS, HookPolicy, PeerRateLimit, check_hook_request
+from slurmtel.auth.hook import (
+    MAX_CONCURRENT_CHECKS,
+    SUSPECT_CHECKS,
+    HookPolicy,
+    NeedsCheck,
+    PeerPenalty,
+    PeerRateLimit,
+    check_hook_credential,
+    screen_hook_request,
+)
 from slurmtel.auth.identity import Denied, RequestView
 from slurmtel.auth.replay import ReplayCache
+from slurmtel.listen import GatedHTTPServer, GatedRequestHandler, ListenLimits, open_files_for
 from slurmtel.logs import log_event
 from slurmtel.store.daemon import AgentSpool, agent_spools, source_cursors
 
@@ -144,7 +154,16 @@ class DaemonMetrics:
         )
         self.job_end_refused = Counter(
             "slurmtel_job_end_refused",
-            "POST /v1/job-ended refused: unauthenticated, forbidden, rate_limited, busy, unavailable",
+            "POST /v1/job-ended refused: unauthenticated, forbidden, rate_limited (the peer's rate, "
+            "or a recent failed credential from it), busy, unavailable",
+            ["reason"],
+            registry=r,
+        )
+        self.http_refused = Counter(
+            "slurmtel_http_refused",
+            "Connections the HTTP listener answered itself: connections/address (over the limits, "
+            "503), busy (every worker busy, 503), timeout (request not received in time, 408), "
+            "head_too_large, body_too_large, bad_length, accept_error, handler_error",
             ["reason"],
             registry=r,
         )
@@ -325,12 +344,13 @@ class DaemonHttpServer:
     ) -> None:
         registry = metrics.registry
         limiter = PeerRateLimit(rate_per_second, burst=max(1.0, 2 * rate_per_second))
+        penalty = PeerPenalty()
         replay_cache = ReplayCache()
         checks = threading.BoundedSemaphore(MAX_CONCURRENT_CHECKS)
+        suspect_checks = threading.BoundedSemaphore(SUSPECT_CHECKS)
         refused = metrics.job_end_refused
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            timeout = 5  # a client that stalls never holds a thread for long
+        class Handler(GatedRequestHandler):
             server_version = f"slurmtel/{__version__}"
 
             def do_GET(self) -> None:
@@ -344,8 +364,7 @@ class DaemonHttpServer:
                 if self.path.split("?", 1)[0] != JOB_END_PATH:
                     self._reply(404, b"not found\n")
                     return
-                # the (small, bounded) body first: a reply that leaves it unread makes the
-                # kernel reset the connection before the client reads the reply
+                # the body is small and bounded: the listener has read all of it
                 try:
                     length = min(int(self.headers.get("Content-Length", "0")), _MAX_BODY_BYTES)
                 except ValueError:
@@ -357,17 +376,30 @@ class DaemonHttpServer:
                     refused.labels(reason="rate_limited").inc()
                     self._reply(429, b"too many requests\n")
                     return
-                if not checks.acquire(blocking=False):
-                    refused.labels(reason="busy").inc()
-                    self._reply(503, b"busy\n")
-                    return
-                try:
-                    request = RequestView.of("POST", self.path, self.headers, peer)
-                    who = check_hook_request(request, policy, replay_cache, clock())
-                finally:
-                    checks.release()
+                request = RequestView.of("POST", self.path, self.headers, peer)
+                now = clock()
+                who = screen_hook_request(request, policy, replay_cache, now)
+                if isinstance(who, NeedsCheck):
+                    # unmunge: a slot only for a post that passed every check without one; an
+                    # address whose last credential failed shares one slot with all such
+                    suspect = penalty.active(peer, monotonic())
+                    slots = suspect_checks if suspect else checks
+                    if not slots.acquire(blocking=False):
+                        refused.labels(reason="rate_limited" if suspect else "busy").inc()
+                        self._reply(429 if suspect else 503, b"too many requests\n" if suspect else b"busy\n")
+                        return
+                    try:
+                        who = check_hook_credential(request, who.credential, policy, replay_cache, now)
+                    finally:
+                        slots.release()
+                    if isinstance(who, Denied) and int(who.status) in (401, 403):
+                        penalty.penalise(peer, monotonic())
+                    elif suspect and not isinstance(who, Denied):
+                        penalty.clear(peer)
                 if isinstance(who, Denied):
-                    reason = {401: "unauthenticated", 403: "forbidden"}.get(int(who.status), "unavailable")
+                    reason = {401: "unauthenticated", 403: "forbidden", 429: "rate_limited"}.get(
+                        int(who.status), "unavailable"
+                    )
                     refused.labels(reason=reason).inc()
                     log.debug("job-ended from %s refused: %s", peer, who.reason)
                     self._reply(int(who.status), f"{who.reason}\n".encode())
@@ -396,8 +428,19 @@ class DaemonHttpServer:
             def log_message(self, format: str, *args: object) -> None:
                 pass  # one log line per event, not per request
 
-        server_class = _Server6 if ":" in address else _Server
-        self.httpd = server_class((address, port), Handler)
+        limits = ListenLimits(max_body_bytes=_MAX_BODY_BYTES)
+        connections = open_files_for(limits.max_connections)
+        if connections < limits.max_connections:
+            limits = ListenLimits(max_connections=connections, max_body_bytes=_MAX_BODY_BYTES)
+        http_refused = metrics.http_refused
+        self.httpd = GatedHTTPServer(
+            (address, port),
+            Handler,
+            limits,
+            on_refused=lambda reason: http_refused.labels(reason=reason).inc(),
+            name="daemon-http",
+            logger=log,
+        )
         self._thread: threading.Thread | None = None
 
     @property
@@ -418,14 +461,3 @@ class DaemonHttpServer:
             self.httpd.shutdown()
             self._thread.join(timeout=5)
         self.httpd.server_close()
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    # slurmctld ends many jobs at once: a burst of hooks must queue, not be reset (default 5)
-    request_queue_size = 128
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6

@@ -7,8 +7,13 @@ its MIG UUID) everywhere.
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 # States an attempt ends in when Slurm runs the same job again (sacct -D shows each attempt).
 REQUEUE_STATES = ("REQUEUED", "NODE_FAIL", "PREEMPTED", "REQUEUE_FED", "REQUEUE_HOLD")
@@ -416,3 +421,99 @@ class NodeTopology:
     nic_names: tuple[str, ...] = ()
     # peer-to-peer reads per ordered GPU pair (NVML): "GPU0-GPU1:ok", "GPU0-GPU2:not_supported"
     p2p: tuple[str, ...] = ()
+
+
+# --- the one table of field types -----------------------------------------------------------
+#
+# What a parser builds from a JSON document can hold any JSON type anywhere: a cluster that is an
+# object, a name that is a list. Before a record is hashed (deduplicated by its key) or stored,
+# its fields are checked against the types its dataclass declares: this table, read from the
+# annotations above, is the only statement of them (the agent's pages are decoded against the
+# same annotations by msgspec). A record whose field is of another type is rejected by the
+# parser with the field named; a NUL in text (PostgreSQL text cannot hold one) becomes U+FFFD,
+# so the record keeps what it counts.
+
+_FieldCheck = Callable[[Any], "tuple[str, Any] | None"]
+_CHECKERS: dict[type, _FieldCheck] = {}
+_TEXT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _type_test(hint: Any, value: str) -> str:
+    """A Python expression true when VALUE (a name) is not of HINT."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        nullable = type(None) in args
+        inner = [a for a in args if a is not type(None)]
+        (only,) = inner
+        test = _type_test(only, value)
+        return f"({value} is not None and {test})" if nullable else test
+    if hint is float:
+        return f"(type({value}) is not float and type({value}) is not int)"
+    if hint in (str, int, bool, datetime):
+        return f"type({value}) is not {hint.__name__}"
+    if origin is tuple:
+        return f"(type({value}) is not tuple or not _TYPES({value}) <= _STR)"
+    if origin is dict:
+        key, item = args
+        return (
+            f"(type({value}) is not dict or not _TYPES({value}) <= {{{key.__name__}}} "
+            f"or not _TYPES({value}.values()) <= {{{item.__name__}}})"
+        )
+    raise TypeError(f"no type check for {hint!r}")
+
+
+def _checker(cls: type) -> _FieldCheck:
+    checker = _CHECKERS.get(cls)
+    if checker is not None:
+        return checker
+    hints = typing.get_type_hints(cls)
+    body = ["def check(r):", "    nul = False"]
+    for f in dataclasses.fields(cls):
+        body.append(f"    v = r.{f.name}")
+        body.append(f"    if {_type_test(hints[f.name], 'v')}:")
+        body.append(f"        return {f.name!r}, v")
+        if hints[f.name] is str:
+            body.append("    if '\\x00' in v:")
+            body.append("        nul = True")
+    body.append("    return ('', None) if nul else None")
+    namespace: dict[str, Any] = {"datetime": datetime, "_STR": {str}, "_TYPES": lambda v: set(map(type, v))}
+    exec("\n".join(body), namespace)  # one straight-line check per field: the hot path of a bulk parse
+    checker = namespace["check"]
+    _CHECKERS[cls] = checker
+    _TEXT_FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls) if hints[f.name] is str)
+    return checker
+
+
+def _expected(hint: Any) -> str:
+    """How a reason names what a field holds ("text", "an integer"), as slurmtel.store.checks does."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        (hint,) = args
+        args = list(typing.get_args(hint))
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        return "a list of text"
+    if origin is dict:
+        return "a map of names to integers"
+    return {str: "text", int: "an integer", float: "a number", bool: "true or false", datetime: "a time"}.get(
+        hint, getattr(hint, "__name__", str(hint))
+    )
+
+
+def type_problem(record: Any) -> tuple[Any, str | None]:
+    """RECORD checked against its declared field types: (RECORD, None) when every field is of its
+    type (NUL in its text replaced by U+FFFD), else (RECORD, why not), naming the field."""
+    found = _checker(type(record))(record)
+    if found is None:
+        return record, None
+    name, value = found
+    if name:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        hint = typing.get_type_hints(type(record))[name]
+        return record, f"{name} is {type(value).__name__} {shown}, not {_expected(hint)}"
+    with_nul = [n for n in _TEXT_FIELDS[type(record)] if "\x00" in getattr(record, n)]
+    return dataclasses.replace(
+        record, **{n: getattr(record, n).replace("\x00", "\ufffd") for n in with_nul}
+    ), None

@@ -35,7 +35,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from slurmtel.errors import DatabaseUnavailable, SlurmtelError
+from slurmtel.errors import DatabaseUnavailable, SlurmtelError, described
 from slurmtel.logs import log_event
 from slurmtel.metrics import DaemonMetrics, JobStatus
 from slurmtel.records import NEWEST_KNOWN_SCHEMA
@@ -247,9 +247,10 @@ class Schedule:
         except SlurmtelError as exc:
             failure = exc.kind
             log_event(log, "job_failed", logging.ERROR, job=job, error_kind=failure, message=str(exc))
-        except Exception as exc:  # a bug: logged with its traceback, never fatal to the daemon
+        except Exception as exc:  # a bug: one line (the traceback at DEBUG), never fatal to the daemon
             failure = "internal_error"
-            log.exception("job %s failed: %s", job, exc)
+            log.error("job %s failed: %s (a bug; DEBUG logs the traceback)", job, described(exc))
+            log.debug("job %s failed", job, exc_info=True)
         self._settle(state, started, failure)
 
     def _settle(self, state: JobState, started: float, failure: Failure) -> None:
@@ -484,7 +485,5 @@ def _is_connection_error(exc: SQLAlchemyError) -> bool:
 
 
 def _db_message(exc: SQLAlchemyError) -> str:
-    """The driver's first line, without SQLAlchemy's statement and parameter dump."""
-    orig = getattr(exc, "orig", None)
-    lines = str(orig if orig is not None else exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+    """The driver's error without SQLAlchemy's statement and parameter dump, nor row values."""
+    return described(exc)

@@ -114,6 +114,8 @@ class LoginRoles:
     writer: str
     reader: str
     aggregate: str
+    # the API's scope key, installed in the test database (slurmtel.store.rls)
+    scope_key: bytes = b""
 
     def url(self, role: str) -> str:
         """The test database as ROLE (the test server trusts TCP logins: no password)."""
@@ -123,19 +125,31 @@ class LoginRoles:
             .render_as_string(hide_password=False)
         )
 
+    def reader_engine(self) -> Engine:
+        """The reader's engine as the API has it: its scopes proven with the scope key."""
+        from slurmtel.store.rls import sign_scopes
+
+        return sign_scopes(create_engine(self.url(self.reader)), self.scope_key)
+
 
 @pytest.fixture(scope="session")
 def login_roles(database_url: str) -> Iterator[LoginRoles]:
     """Login roles in the groups of migration 0010, named for this session (roles are
     cluster-wide, and other sessions may share the server); dropped at the end."""
+    from slurmtel.store.rls import install_scope_key, new_scope_key
     from slurmtel.store.roles import AGGREGATE_GROUP, READER_GROUP, WRITER_GROUP, ensure_login_role
 
     tag = uuid.uuid4().hex[:8]
     roles = LoginRoles(
-        database_url, f"slurmtel_t_writer_{tag}", f"slurmtel_t_reader_{tag}", f"slurmtel_t_agg_{tag}"
+        database_url,
+        f"slurmtel_t_writer_{tag}",
+        f"slurmtel_t_reader_{tag}",
+        f"slurmtel_t_agg_{tag}",
+        new_scope_key(),
     )
     engine = create_engine(database_url, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_SECONDS})
     with engine.begin() as conn:
+        install_scope_key(conn, roles.scope_key)
         ensure_login_role(conn, roles.writer, WRITER_GROUP)
         ensure_login_role(conn, roles.reader, READER_GROUP)
         ensure_login_role(conn, roles.aggregate, AGGREGATE_GROUP, timezone="UTC")
@@ -203,7 +217,7 @@ def _empty_tables(engine: Engine) -> None:
             conn.execute(
                 text(
                     "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
-                    "AND tablename <> 'alembic_version' "
+                    "AND tablename NOT IN ('alembic_version', 'scope_key') "
                     "AND tablename NOT IN (SELECT inhrelid::regclass::text FROM pg_inherits)"
                 )
             )

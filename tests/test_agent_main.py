@@ -219,6 +219,30 @@ def test_a_configured_token_file_must_exist_and_be_private(tmp_path: Path) -> No
     assert not (tmp_path / "state" / "agent-token").exists()
 
 
+def test_a_token_file_others_may_write_or_a_token_with_nul_or_space_is_refused(tmp_path: Path) -> None:
+    from slurmtel.agent.token import read_token
+    from slurmtel.errors import ConfigError
+
+    token = tmp_path / "token"
+    token.write_text("a-good-token-0123456789\n")
+    for mode, said in ((0o620, "its group write"), (0o660, "its group write"), (0o602, "every user")):
+        token.chmod(mode)
+        with pytest.raises(ConfigError, match=said):
+            read_token(token)
+    token.chmod(0o640)  # group-readable, owner-writable: the group may read it, nobody may change it
+    assert read_token(token) == "a-good-token-0123456789"
+    token.chmod(0o600)
+    for bad in (
+        "a-good-token\x000123456789",
+        "a-good-token 0123456789",
+        "a-good-token\t0123456789",
+        "a-good\x1b-token-0123",
+    ):
+        token.write_text(bad + "\n")
+        with pytest.raises(ConfigError, match="no space, NUL or control character"):
+            read_token(token)
+
+
 def test_ensure_token_is_atomic_and_keeps_an_existing_token(tmp_path: Path) -> None:
     path = tmp_path / "state" / "agent-token"
     made, created = ensure_token(path)

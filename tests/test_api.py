@@ -204,7 +204,7 @@ def served(
 ) -> Iterator[tuple[Server, Config]]:
     config = api_config(site, people)
     load_data(engine, config, people)
-    reader = create_engine(login_roles.url(login_roles.reader))
+    reader = login_roles.reader_engine()
     statements = scope_sessions_to_everything(create_engine(login_roles.url(login_roles.writer)))
     # the reports' now is NOW: the app's clock is for credentials, site.clock for the data
     with Server(config, reader, people, statements) as server:
@@ -224,11 +224,12 @@ def call(
     credential: str | None = None,
     send_credential: bool = True,
 ) -> tuple[int, bytes]:
-    """METHOD PATH as USER (None: root), with a credential from SITE bound to it."""
+    """METHOD PATH?QUERY as USER (None: root), with a credential from SITE bound to it."""
+    target = path + ("?" + urllib.parse.urlencode(query) if query else "")
     if send_credential and credential is None:
-        credential = site.credential(f"{method} {path} {os.urandom(16).hex()}", user=user)
+        credential = site.credential(f"{method} {target} {os.urandom(16).hex()}", user=user)
     headers = {"Authorization": f"MUNGE {credential}"} if send_credential else {}
-    url = server.url + path + ("?" + urllib.parse.urlencode(query) if query else "")
+    url = server.url + target
     request = urllib.request.Request(url, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
@@ -359,7 +360,8 @@ def test_bad_credentials_are_refused_on_every_endpoint(
             assert status == 401, f"{label}, {case}: {status} {body[:200]!r}"
             assert json.loads(body)["error"]
         # replayed: the same credential twice, the second is refused
-        credential = site.credential(f"{method} {path} {os.urandom(16).hex()}", user=None)
+        target = path + ("?" + urllib.parse.urlencode(query) if query else "")
+        credential = site.credential(f"{method} {target} {os.urandom(16).hex()}", user=None)
         first, _ = call(server, site, path, user=None, method=method, query=query, credential=credential)
         second, body = call(server, site, path, user=None, method=method, query=query, credential=credential)
         assert first != 401 and second == 401, f"{label}, replayed: {first} then {second}"
@@ -619,7 +621,7 @@ def test_slurm_jwt_and_a_trusted_proxy_identify_callers_through_the_api(
         trusted_proxies=proxy.parse_networks(["127.0.0.1/32"]),
         replay_cache=ReplayCache(),
     )
-    reader = create_engine(login_roles.url(login_roles.reader))
+    reader = login_roles.reader_engine()
     with Server(config, reader, people, settings=settings) as server:
 
         def get(path: str, headers: dict[str, str]) -> tuple[int, Any]:
@@ -658,7 +660,9 @@ def test_concurrent_callers_each_get_their_own_rows(
 
     server, _ = served
     plan = [people.researcher, people.coordinator] * 30
-    credentials = [site.credential(f"GET /v1/me {os.urandom(16).hex()}", user=u) for u in plan]
+    credentials = [
+        site.credential(f"GET /v1/me?month=2026-11&jobs=1 {os.urandom(16).hex()}", user=u) for u in plan
+    ]
 
     def one(args: tuple[str, str]) -> tuple[str, int, bytes]:
         user, credential = args

@@ -21,7 +21,7 @@ from slurmtel.access import Identity, Role
 from slurmtel.auth import jwt, munge, proxy
 from slurmtel.auth.hook import HookPolicy, PeerRateLimit, check_hook_request
 from slurmtel.auth.identity import AuthSettings, Denied, RequestView, authenticate, identity_for
-from slurmtel.auth.replay import ReplayCache
+from slurmtel.auth.replay import ReplayCache, Verdict
 from slurmtel.config import AccessConfig, config_from_dict
 from slurmtel.errors import ConfigError, CredentialExpired, CredentialInvalid, ParseError
 from tests.conftest import fixture_path
@@ -158,6 +158,26 @@ def test_decode_refuses_what_is_not_a_credential_before_running_unmunge() -> Non
 
 
 # ------------------------------------------------------------------ replay cache
+
+
+def test_the_replay_cache_bounds_each_owner_as_well_as_the_whole() -> None:
+    cache = ReplayCache(max_entries=5, max_per_owner=2)
+    until = NOW + timedelta(seconds=60)
+    assert cache.first_use(("a1", "a2"), until, NOW, owner="uid 1") is Verdict.FIRST
+    # uid 1's share is full: uid 1 is refused, nobody else
+    assert cache.first_use(("a3",), until, NOW, owner="uid 1") is Verdict.OWNER_FULL
+    assert cache.first_use(("b1", "b2"), until, NOW, owner="uid 2") is Verdict.FIRST
+    assert cache.first_use(("c1",), until, NOW, owner="uid 3") is Verdict.FIRST
+    # the whole cache full of live entries: refused for everyone (fails closed)
+    assert cache.first_use(("d1",), until, NOW, owner="uid 4") is Verdict.FULL
+    assert cache.first_use(("a1",), until, NOW, owner="uid 4") is Verdict.REPLAYED
+    assert (cache.owner_refusals, cache.full_refusals) == (1, 1)
+    assert cache.seen("b2", NOW) and not cache.seen("zz", NOW)
+    # expired entries free their owner's share
+    later = until + timedelta(seconds=1)
+    assert cache.first_use(("a3",), later + timedelta(seconds=60), later, owner="uid 1") is Verdict.FIRST
+    assert cache.held_by("uid 1") == 1 and len(cache) == 1
+    assert not cache.seen("b2", later)
 
 
 def test_the_replay_cache_takes_a_key_once_until_it_expires() -> None:
@@ -503,7 +523,14 @@ def test_hook_policy_from_config(tmp_path: Path) -> None:
     token.chmod(0o644)
     with pytest.raises(ConfigError, match="every user"):
         HookPolicy.from_config(config_from_dict({"daemon": {"job_end_token_file": str(token)}}))
+    token.chmod(0o620)
+    with pytest.raises(ConfigError, match="its group write"):
+        HookPolicy.from_config(config_from_dict({"daemon": {"job_end_token_file": str(token)}}))
     token.chmod(0o600)
+    token.write_text("job-ended-token\x000123456789\n")
+    with pytest.raises(ConfigError, match="NUL"):
+        HookPolicy.from_config(config_from_dict({"daemon": {"job_end_token_file": str(token)}}))
+    token.write_text("job-ended-token-0123456789\n")
     config = config_from_dict(
         {
             "daemon": {"job_end_users": ["root", "no-such-user-here"], "job_end_token_file": str(token)},
@@ -521,3 +548,26 @@ def test_hook_policy_from_config(tmp_path: Path) -> None:
         config_from_dict({"daemon": {"job_end_peers": ["slurmctld-host"]}})
     with pytest.raises(ConfigError, match="job_end_rate_per_second"):
         config_from_dict({"daemon": {"job_end_rate_per_second": 0}})
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("http://127.0.0.1:9769", True),
+        ("http://localhost:9769", True),
+        ("http://[::1]:9769", True),
+        ("https://head01:9769", True),
+        ("http://head01:9769", False),
+        ("http://10.1.2.3:9769", False),
+    ],
+)
+def test_the_client_refuses_plain_http_to_another_host(url: str, allowed: bool) -> None:
+    from slurmtel.api.client import ApiClient
+
+    config = config_from_dict({"api": {"url": url}})
+    if allowed:
+        ApiClient(config)
+    else:
+        with pytest.raises(ConfigError, match="unencrypted"):
+            ApiClient(config)
+        ApiClient(config_from_dict({"api": {"url": url, "allow_plain_http": True}}))

@@ -106,10 +106,72 @@ def test_a_valid_credential_is_the_caller(site: munge_lab.Munged) -> None:
     header = munge.authorization_header(
         "GET", PATH + "?month=2026-11", site.socket, command=munge_lab.tool("munge")
     )
-    view = RequestView("GET", PATH, (("Authorization", header),), "127.0.0.1")
+    view = RequestView("GET", PATH, (("Authorization", header),), "127.0.0.1", "month=2026-11")
     conf = settings(site)
     assert authenticate(view, conf, now()) == Identity(ME, role)
     assert isinstance(authenticate(view, conf, now()), Denied)
+
+
+def test_a_credential_covers_the_query_string(site: munge_lab.Munged) -> None:
+    """A credential for one query is no good for another, nor for the path without it (the
+    red team changed ?user= of a captured request)."""
+    conf = settings(site)
+    for sent, bound_to in (
+        ("month=2026-10", "month=2026-11"),
+        ("", "month=2026-11"),
+        ("month=2026-11", ""),
+        ("month=2026-11&user=bob", "month=2026-11"),
+    ):
+        credential = site.credential(bound("GET", PATH + (f"?{bound_to}" if bound_to else "")))
+        view = RequestView("GET", PATH, (("Authorization", f"MUNGE {credential}"),), "127.0.0.1", sent)
+        result = authenticate(view, conf, now())
+        assert isinstance(result, Denied) and result.status == HTTPStatus.UNAUTHORIZED, (sent, bound_to)
+        assert "credential is for" in result.reason
+    credential = site.credential(bound("GET", PATH + "?month=2026-11&top=5"))
+    view = RequestView(
+        "GET", PATH, (("Authorization", f"MUNGE {credential}"),), "127.0.0.1", "month=2026-11&top=5"
+    )
+    assert isinstance(authenticate(view, conf, now()), Identity)
+
+
+def test_a_credential_is_remembered_only_as_long_as_the_server_takes_it(site: munge_lab.Munged) -> None:
+    """munge -t 3600: munged would take it for an hour, the server for its own 60 s (+ the
+    skew it allows); the replay cache holds it that long, not an hour."""
+    conf = settings(site, credential_ttl_seconds=60)
+    credential = site.credential(bound(), ttl_seconds=3600)
+    at = now()
+    assert isinstance(authenticate(request(credential), conf, at), Identity)
+    cache = conf.replay_cache
+    assert cache.seen(credential, at + timedelta(seconds=60))
+    assert not cache.seen(credential, at + timedelta(seconds=60 + munge.MAX_CLOCK_SKEW_SECONDS + 2))
+    # past that, the entry is gone and so is the owner's count of it
+    cache.first_use(("later",), at + timedelta(seconds=500), at + timedelta(seconds=200), owner="uid 1")
+    assert len(cache) == 1 and cache.held_by(f"uid {os.getuid()}") == 0
+
+
+def test_one_user_filling_their_share_locks_out_only_themselves(
+    site: munge_lab.Munged, users: tuple[str, str]
+) -> None:
+    alice, bob = users
+    conf = settings(site, replay_cache=ReplayCache(max_entries=100, max_per_owner=6))
+    # each accepted credential holds two entries (the credential and its nonce): 3 requests
+    for _ in range(3):
+        assert isinstance(authenticate(request(site.credential(bound(), user=alice)), conf, now()), Identity)
+    refused = authenticate(request(site.credential(bound(), user=alice)), conf, now())
+    assert isinstance(refused, Denied) and refused.status == HTTPStatus.TOO_MANY_REQUESTS
+    uid = pwd.getpwnam(alice).pw_uid
+    assert (
+        f"uid {uid} sent more than 6 requests" in refused.reason and "other users are not" in refused.reason
+    )
+    # bob is served all the while
+    for _ in range(3):
+        assert isinstance(authenticate(request(site.credential(bound(), user=bob)), conf, now()), Identity)
+    # her share frees itself as her credentials age out (60 s + skew): then she is taken again
+    cache = conf.replay_cache
+    assert cache.held_by(f"uid {uid}") == 6
+    later = now() + timedelta(seconds=60 + munge.MAX_CLOCK_SKEW_SECONDS + 1)
+    assert cache.first_use(("next",), later + timedelta(seconds=60), later, owner=f"uid {uid}")
+    assert cache.held_by(f"uid {uid}") == 1
 
 
 def test_other_unix_users_map_to_their_names_and_roles(
@@ -150,7 +212,7 @@ def test_a_replayed_credential_is_denied(site: munge_lab.Munged, same_key: munge
     credential = site.credential(bound())
     assert isinstance(authenticate(request(credential), conf, now()), Identity)
     replayed = authenticate(request(credential), elsewhere, now())
-    assert isinstance(replayed, Denied) and "used before" in replayed.reason
+    assert isinstance(replayed, Denied) and "replayed" in replayed.reason
 
 
 def test_garbled_and_tampered_credentials_are_denied(site: munge_lab.Munged) -> None:

@@ -34,6 +34,11 @@ CASES = {
         ["--gpus", "16", "--jobs", "4", "--hours", "1.2", "--steps", "1"],
         ["attribution", "action round", "ratio", "where", "target"],
     ),
+    "slowloris.py": (
+        ["--connections", "100", "--addresses", "4", "--requests", "30", "--seconds", "20"],
+        ["slow connections", "idle median", "agent", "serve", "x idle", "target"],
+    ),
+    "dcgm_scrape.py": (["--gpus", "80,160"], ["GPUs", "ms/GPU", "ratio", "linear", "target"]),
     "cli_start.py": (
         ["--jobs", "300", "--repeat", "1"],
         ["bare interpreter", "slurmtel --version", "floor", "slurmtel job", "report usage", "target"],

@@ -87,6 +87,19 @@ for report in ("failures", "idle"):
         Case(f"report {report} --top 0", USAGE, argparse=True),
         Case(f"report {report} --top 99999999999999999999", USAGE, argparse=True),
     ]
+# the API's bounds (slurmtel.bounds; tests/test_api_hostile.py sends the same to /v1/*)
+for report in ("usage", "failures", "queue"):
+    CASES += [
+        Case(f"report {report} -u al\x1bice", USAGE),
+        Case(f"report {report} -A phys\x07ics", USAGE),
+        Case(f"report {report} -r {'p' * 300}", USAGE),
+        Case(f"report {report} -M {','.join(f'c{i}' for i in range(1001))}", USAGE),
+    ]
+CASES += [
+    Case("report capacity --target-gpu-hours 1e999", USAGE),
+    Case("report capacity --target-gpu-hours 1e300", USAGE),
+    Case("me --user bo\x1b[31mb", USAGE),
+]
 CASES += [Case(f"report budget --at {value}", USAGE) for value in BAD_TIMES]
 CASES += [
     Case("report budget --format xml", USAGE, argparse=True),

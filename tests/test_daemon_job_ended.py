@@ -9,7 +9,9 @@ import http.client
 import os
 import pwd
 import subprocess
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -286,3 +288,71 @@ def test_an_unreadable_token_file_stops_the_daemon_at_start(
     assert daemon.proc is not None
     assert daemon.proc.wait(timeout=SAFETY_SECONDS) == 2
     assert "daemon.job_end_token_file: cannot read" in daemon.log()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("peers", [[], ["127.0.0.1/32"]], ids=["any-address", "job-end-peers"])
+def test_slurmctld_posts_are_accepted_under_a_flood_from_60_addresses(
+    tmp_path: Path,
+    engine: Engine,
+    database_url: str,
+    daemons: list[DaemonProcess],
+    munged: munge_lab.Munged,
+    peers: list[str],
+) -> None:
+    """60 addresses (127.0.0.2-61) post as fast as they can, each under its own rate limit:
+    genuine credentials of a user who may not post and well-formed forged ones, both of which
+    only unmunge can tell apart. Meanwhile the real hook script, from slurmctld's address
+    (127.0.0.1), reports 10 job ends: every one is accepted (at once, or by its retries)."""
+    munge_lab.require_root("credentials of a user who may not post")
+    outsider = munge_lab.add_user()
+    try:
+        daemon, _ = start_daemon(tmp_path, database_url, daemons, engine, munged, job_end_peers=peers)
+        payload = munge.request_payload("POST", "/v1/job-ended", munge.new_nonce()).decode
+        outsiders = [munged.credential(payload(), user=outsider) for _ in range(30)]
+        forged = ["MUNGE:" + os.urandom(96).hex().upper()[:128] + ":" for _ in range(30)]
+        stop = threading.Event()
+
+        def flood(i: int) -> Counter[int]:
+            statuses: Counter[int] = Counter()
+            credentials = [outsiders[i % 30], forged[i % 30]]
+            n = 0
+            while not stop.is_set() and n < 2000:
+                header = {"Authorization": f"MUNGE {credentials[n % 2]}"}
+                statuses[post(daemon.port, header, source=f"127.0.0.{i + 2}")] += 1
+                n += 1
+            return statuses
+
+        conf = munged.dir / f"epilog-{daemon.port}.conf"
+        conf.write_text(f"SLURMTEL_DAEMON=127.0.0.1:{daemon.port}\nSLURMTEL_MUNGE_SOCKET={munged.socket}\n")
+        conf.chmod(0o644)
+        with ThreadPoolExecutor(max_workers=60) as pool:
+            floods = [pool.submit(flood, i) for i in range(60)]
+            try:
+                time.sleep(1.0)  # the flood under way
+                for job in range(10):
+                    hook = subprocess.run(
+                        [str(EPILOG)],
+                        env={"SLURMTEL_EPILOG_CONF": str(conf), "SLURM_JOB_ID": str(100 + job)},
+                        timeout=SAFETY_SECONDS,
+                        check=False,
+                    )
+                    assert hook.returncode == 0
+                wait_for(
+                    lambda: metric(daemon.metrics(), "slurmtel_job_end_notifications_total") == 10,
+                    "every job end the hook reported",
+                    timeout=60,
+                )
+            finally:
+                stop.set()
+            statuses = sum((f.result() for f in floods), Counter())
+        print(f"flood from 60 addresses: {dict(statuses)}")
+        assert 202 not in statuses
+        assert sum(statuses.values()) >= 600, statuses
+        log = daemon.log()
+        for job in range(10):
+            assert f"event=job_ended job_id={100 + job} " in log
+        assert "Traceback" not in log
+        assert daemon.terminate()[0] == 0
+    finally:
+        munge_lab.remove_user(outsider)

@@ -12,6 +12,7 @@ slurmtel.store.rls), against the real PostgreSQL as the session's login roles.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from datetime import date, timedelta
@@ -33,7 +34,7 @@ from slurmtel.store.reports_failures import failures_report
 from slurmtel.store.reports_idle import idle_report
 from slurmtel.store.reports_queue import queue_report
 from slurmtel.store.reports_retries import retries_report
-from slurmtel.store.rls import ScopeOutsideTransaction, set_transaction_scope
+from slurmtel.store.rls import ScopeOutsideTransaction, new_scope_key, scope_settings, set_transaction_scope
 from slurmtel.store.telemetry import existing_partitions, partition_name
 from slurmtel.store.usage import usage_report
 from tests.conftest import LoginRoles, drop_login_roles, fixture_path
@@ -72,7 +73,7 @@ PROTECTED = OWN_ROWS + OF_ATTEMPT + OF_ACTION + EVERYTHING_ONLY
 
 @pytest.fixture(scope="module")
 def reader(login_roles: LoginRoles) -> Iterator[Engine]:
-    engine = create_engine(login_roles.url(login_roles.reader))
+    engine = login_roles.reader_engine()
     yield engine
     engine.dispose()
 
@@ -252,7 +253,8 @@ def test_row_security_is_on_exactly_where_decided(engine: Engine) -> None:
                 )
             ).scalars()
         )
-    assert protected == set(PROTECTED)
+    # scope_key (0016): row security on and no policy at all, beside its privileges taken back
+    assert protected == {*PROTECTED, "scope_key"}
 
 
 def test_every_table_is_granted_to_the_writer_and_the_reader_and_none_to_grafana(engine: Engine) -> None:
@@ -298,6 +300,10 @@ def test_every_table_is_granted_to_the_writer_and_the_reader_and_none_to_grafana
         ).one()
     assert len(grants) > 30
     for g in grants:
+        if g.relname == "scope_key":
+            # the API's scope key (0016): no role of slurmtel's reads or writes it, only the owner
+            assert not (g.reader_select or g.writer_select or g.writer_writes_any or g.aggregate_select)
+            continue
         # (on PostgreSQL 14 the reader may not read job_attempt_outcome: see below)
         assert g.reader_select or g.relkind == "v", g.relname
         assert not g.reader_writes and not g.aggregate_select, g.relname
@@ -413,6 +419,84 @@ def test_names_are_matched_exactly_whatever_they_hold(engine: Engine, reader: En
     with reader.begin() as conn:
         set_transaction_scope(conn, Scope(accounts=frozenset({"x,y", "y"})))
         assert sorted(r[0] for r in conn.execute(text("SELECT job_id_raw FROM job_attempt"))) == [1, 3]
+
+
+# ---------------------------------------------------------------- a leaked reader login (0016)
+
+SETTINGS = ("slurmtel.scope_all", "slurmtel.scope_users", "slurmtel.scope_accounts", "slurmtel.scope_proof")
+
+
+def test_a_leaked_reader_login_reads_nothing(
+    engine: Engine, reader: Engine, login_roles: LoginRoles, config: Config
+) -> None:
+    """The red team's way: the reader's login, `SET slurmtel.scope_all = on`, `SET LOCAL
+    slurmtel.scope_users = '{bob}'`; then a proof of another key, and the API's own proof
+    replayed in another session. Every protected table: zero rows. The API, with the key, as
+    before."""
+    fill(engine, config)
+    leaked = create_engine(login_roles.url(login_roles.reader))  # the login, not the key
+    try:
+        with leaked.connect() as conn:
+            conn.exec_driver_sql("SET slurmtel.scope_all = on")
+            assert {t: count(conn, t) for t in PROTECTED} == dict.fromkeys(PROTECTED, 0)
+            conn.rollback()
+        with leaked.begin() as conn:
+            conn.exec_driver_sql("SET LOCAL slurmtel.scope_users = '{bob}'")
+            assert count(conn, "job_attempt") == 0
+            conn.exec_driver_sql("SET LOCAL slurmtel.scope_all = on")
+            conn.exec_driver_sql(f"SET LOCAL slurmtel.scope_proof = '{'0' * 64}'")
+            assert count(conn, "job_attempt") == 0
+        # a proof made right, for this very session, with a key that is not the database's
+        with leaked.begin() as conn:
+            session = conn.execute(text("SELECT slurmtel_scope_session()")).scalar_one()
+            forged = scope_settings(EVERYTHING, new_scope_key(), session)
+            assignments = ", ".join(
+                f"set_config('{n}', :{k}, true)" for n, k in zip(SETTINGS, forged, strict=True)
+            )
+            conn.execute(text(f"SELECT {assignments}"), forged)
+            assert count(conn, "job_attempt") == 0 and count(conn, "quarantine") == 0
+        # the API's genuine settings and proof, copied into another session: bound to the API's
+        with reader.begin() as conn:
+            set_transaction_scope(conn, EVERYTHING)
+            genuine = [
+                conn.execute(text("SELECT current_setting(:n)"), {"n": n}).scalar_one() for n in SETTINGS
+            ]
+            assert count(conn, "job_attempt") == 7
+        with leaked.begin() as conn:
+            for name, value in zip(SETTINGS, genuine, strict=True):
+                conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+            assert {t: count(conn, t) for t in PROTECTED} == dict.fromkeys(PROTECTED, 0)
+        # nor may the login read the key
+        with leaked.connect() as conn, pytest.raises(ProgrammingError, match="permission denied"):
+            conn.execute(text("SELECT inner_pad FROM scope_key"))
+    finally:
+        leaked.dispose()
+
+
+def test_the_api_refuses_to_start_on_a_key_the_database_does_not_take(
+    engine: Engine, login_roles: LoginRoles, config: Config, tmp_path: Path
+) -> None:
+    from slurmtel.api.app import ReadApi
+    from slurmtel.auth.identity import AuthSettings
+    from slurmtel.store.rls import ScopeKeyRefused, write_scope_key
+
+    plain = create_engine(login_roles.url(login_roles.reader))
+    other = create_engine(login_roles.url(login_roles.reader))
+    try:
+        with pytest.raises(ScopeKeyRefused, match=r"api\.scope_key_file is not set"):
+            ReadApi(config, plain, AuthSettings(), lambda: NOW)
+        with pytest.raises(ScopeKeyRefused, match="another scope key"):
+            ReadApi(config, other, AuthSettings(), lambda: NOW, scope_key=new_scope_key())
+        # the right key, from api.scope_key_file: the server starts
+        key_file = tmp_path / "scope.key"
+        write_scope_key(key_file, login_roles.scope_key)
+        keyed = dataclasses.replace(config, api=dataclasses.replace(config.api, scope_key_file=str(key_file)))
+        ReadApi(keyed, create_engine(login_roles.url(login_roles.reader)), AuthSettings(), lambda: NOW)
+        # the owner needs no key: row security does not filter it
+        ReadApi(config, engine, AuthSettings(), lambda: NOW)
+    finally:
+        plain.dispose()
+        other.dispose()
 
 
 def test_the_scope_needs_a_transaction(reader: Engine) -> None:
@@ -683,3 +767,76 @@ def test_the_partition_functions_make_and_drop_only_daily_partitions(engine: Eng
         assert conn.execute(text("SELECT slurmtel_drop_summary_partition(:d)"), {"d": day}).scalar_one()
         assert not conn.execute(text("SELECT slurmtel_drop_summary_partition(:d)"), {"d": day}).scalar_one()
         assert partition_name(day) not in existing_partitions(conn)
+
+
+def test_db_roles_sets_passwords_and_gives_the_database_the_scope_key(
+    database_url: str,
+    engine: Engine,
+    login_roles: LoginRoles,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from slurmtel.store.rls import install_scope_key, read_scope_key
+
+    monkeypatch.setenv("SLURMTEL_DATABASE_URL", database_url)
+    monkeypatch.delenv("SLURMTEL_CONFIG", raising=False)
+    monkeypatch.setattr("slurmtel.config.DEFAULT_CONFIG_PATH", Path("/nonexistent/slurmtel.toml"))
+    tag = uuid.uuid4().hex[:8]
+    names = [f"slurmtel_t_w_{tag}", f"slurmtel_t_r_{tag}", f"slurmtel_t_a_{tag}"]
+    secrets_dir, key_file = tmp_path / "secrets", tmp_path / "scope.key"
+    argv = ["db", "roles", "--writer", names[0], "--reader", names[1], "--aggregate", names[2]]
+    argv += ["--password-dir", str(secrets_dir), "--scope-key-file", str(key_file)]
+    try:
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert out.count("password set, written to") == 3 and "scope key made" in out
+        for name in names:
+            for suffix in (".password", ".url"):
+                path = secrets_dir / f"{name}{suffix}"
+                assert path.stat().st_mode & 0o777 == 0o600, path
+            password = (secrets_dir / f"{name}.password").read_text().strip()
+            assert password in (secrets_dir / f"{name}.url").read_text()
+        assert key_file.stat().st_mode & 0o777 == 0o600
+        with engine.connect() as conn:
+            stored = dict(
+                conn.execute(
+                    text("SELECT rolname, rolpassword FROM pg_authid WHERE rolname = ANY(:n)"), {"n": names}
+                ).all()
+            )
+            inner = bytes(conn.execute(text("SELECT inner_pad FROM scope_key")).scalar_one())
+        # a SCRAM verifier made by the client: the password never reached the server
+        assert all(v.startswith("SCRAM-SHA-256$") for v in stored.values()) and len(stored) == 3
+        assert inner == bytes(b ^ 0x36 for b in read_scope_key(key_file).ljust(64, b"\0"))
+        # again: the files are read, nothing new is made
+        assert main(argv) == 0
+        again = capsys.readouterr().out
+        assert again.count("password set from") == 3 and "scope key read" in again
+        assert "already held it" in again
+        # without --password-dir: how a site maps roles without passwords is said
+        plain = ["db", "roles", "--writer", f"{names[0]}x", "--reader", f"{names[1]}x"]
+        plain += ["--aggregate", f"{names[2]}x"]
+        assert main(plain) == 0
+        assert "pg_hba.conf (peer" in capsys.readouterr().out
+        names += [f"{n}x" for n in names]
+    finally:
+        with engine.begin() as conn:
+            install_scope_key(conn, login_roles.scope_key)
+        drop_login_roles(engine, names)
+
+
+def test_every_reader_policy_trusts_only_the_proven_scope(engine: Engine) -> None:
+    """The class, not a list: every row policy the reader role has, on any table a migration
+    made (migration 0017's action tables came after 0016 and first read the settings
+    unproven), asks slurmtel_proven_scope and never reads the scope settings itself."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT tablename, qual FROM pg_policies WHERE policyname = 'reader_scope' "
+                "AND schemaname = 'public'"
+            )
+        ).all()
+    assert {t for t, _ in rows} >= set(PROTECTED)
+    for table, qual in rows:
+        assert "slurmtel_proven_scope" in qual, table
+        assert "current_setting" not in qual, table

@@ -183,3 +183,34 @@ def test_a_refused_start_does_not_print_the_password(tmp_path: Path) -> None:
         assert PASSWORD not in done.stdout + done.stderr, argv
         assert "slurmtel:***@127.0.0.1:1/slurmtel" in done.stdout + done.stderr, argv
     assert done.returncode == 1 and "cannot connect to PostgreSQL" in done.stderr
+
+
+def test_a_database_error_is_described_without_sql_parameters_or_row_values(engine: Engine) -> None:
+    """SQLAlchemy's str() of a driver error appends the statement and its parameters, and
+    PostgreSQL's DETAIL quotes the row: a flood of bad input would fill the logs and the
+    recorded runs with it. described() keeps the class, SQLSTATE and the names concerned."""
+    from sqlalchemy import text
+
+    from slurmtel.errors import described
+
+    seen = []
+    with engine.connect() as conn:
+        conn.execute(text("CREATE TEMP TABLE who (name text PRIMARY KEY, n int)"))
+        conn.execute(text("INSERT INTO who VALUES ('alice-secret', 1)"))
+        conn.commit()
+        for sql, params in (
+            ("SELECT CAST(:x AS text)", {"x": "bob-secret\x00"}),
+            ("INSERT INTO who VALUES (:x, 1)", {"x": "alice-secret"}),
+            ("INSERT INTO who VALUES ('carol', CAST(:x AS int))", {"x": "dave-secret"}),
+        ):
+            try:
+                conn.execute(text(sql), params)
+            except Exception as exc:
+                seen.append(described(exc))
+                conn.rollback()
+    assert seen[0] == "DataError: PostgreSQL text fields cannot contain NUL (0x00) bytes"
+    assert seen[1] == "UniqueViolation (SQLSTATE 23505, table who, constraint who_pkey)"
+    assert seen[2].startswith("InvalidTextRepresentation (SQLSTATE 22P02")
+    for line in seen:
+        assert "secret" not in line and "\n" not in line
+        assert not any(word in line for word in ("[SQL", "SELECT", "INSERT", "parameters"))

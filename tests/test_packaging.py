@@ -49,6 +49,8 @@ HEAD_IMPORTS = (
     "starlette",
     "uvicorn",
     "jinja2",
+    "h11",
+    "anyio",
 )
 # import name -> distribution, where they differ (importlib.metadata knows only installed ones)
 DISTRIBUTION = {

@@ -766,3 +766,39 @@ def test_nothing_found_beside_no_jobs_is_an_empty_window(errors: list[dict[str, 
     else:
         with pytest.raises(ParseError):
             parse_sacct_json(doc)
+
+
+def test_a_job_without_a_cluster_takes_meta_s_then_the_given_one() -> None:
+    """A job that names no cluster: meta's (wherever meta stands), else --cluster/site.cluster
+    (default_cluster); one that names its own keeps it. (It refused the whole document.)"""
+    doc = json.loads((LAB / "sacct-a-D.json").read_text())
+    doc["jobs"][0].pop("cluster", None)
+    doc["jobs"][1]["cluster"] = "own"
+    doc["meta"] = {k: v for k, v in doc.get("meta", {}).items() if k not in ("Slurm", "slurm")}
+    attempts = [
+        r for r in parse_sacct_json(json.dumps(doc), default_cluster="site") if isinstance(r, JobAttempt)
+    ]
+    assert attempts[0].cluster == "site" and attempts[1].cluster == "own"
+    doc["meta"]["slurm"] = {"cluster": "meta"}
+    for raw in (json.dumps(doc), json.dumps({"jobs": doc["jobs"], "meta": doc["meta"]})):
+        attempts = [r for r in parse_sacct_json(raw, default_cluster="site") if isinstance(r, JobAttempt)]
+        assert attempts[0].cluster == "meta" and attempts[1].cluster == "own"
+
+
+def test_a_field_of_another_json_type_rejects_its_job_alone() -> None:
+    doc = json.loads((LAB / "sacct-a-D.json").read_text())
+    doc["jobs"][0]["cluster"] = {"name": "lab"}
+    doc["jobs"][1]["user"] = ["alice"]
+    doc["jobs"][2]["name"] = "a\x00b"
+    doc["x_extra"] = "DEEP"
+    raw = json.dumps(doc).replace('"DEEP"', "[" * 3000 + "]" * 3000)
+    records = parse_sacct_json(raw)
+    rejected = {r.record_key: r.reason for r in records if isinstance(r, Rejected)}
+    assert any("cluster is dict {'name': 'lab'}, not text" in reason for reason in rejected.values()), (
+        rejected
+    )
+    assert any("user is list ['alice'], not text" in reason for reason in rejected.values()), rejected
+    assert rejected.get("top-level 'x_extra'", "").endswith("nested too deeply to read"), rejected
+    attempts = [r for r in records if isinstance(r, JobAttempt)]
+    assert len(attempts) == len(doc["jobs"]) - 2
+    assert "a\ufffdb" in {a.name for a in attempts}

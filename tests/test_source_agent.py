@@ -431,3 +431,39 @@ def test_the_collector_is_off_for_the_whole_pull_and_back_on_after_it(
     failed = pull(ctx, f"gpu01=127.0.0.1:{agent.port}")
     assert failed.status == "error" and "a bug in the middle of a pull" in failed.message
     assert gc.isenabled()
+
+
+def test_a_page_the_head_cannot_use_is_quarantined_acked_and_passed(
+    ctx: RunContext, agent: RunningAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent serves a page whose items are out of order (a damaged spool, another version):
+    refused whole on every pull it blocked the node for ever. Now it is quarantined with its
+    reason, acked, and the next pull goes on from after it."""
+    total = backlog(agent, minutes=2)
+    serve = agent.server.summaries
+    damaged: list[int] = []
+
+    def out_of_order(*args: object, **kwargs: object) -> bytes:
+        page = json.loads(serve(*args, **kwargs))  # type: ignore[arg-type]
+        if not damaged and len(page["items"]) > 1:
+            page["items"][0], page["items"][-1] = page["items"][-1], page["items"][0]
+            damaged.append(len(page["items"]))
+        return json.dumps(page).encode()
+
+    monkeypatch.setattr(agent.server, "summaries", out_of_order)
+    target = f"gpu01=127.0.0.1:{agent.port}"
+    outcome = pull(ctx, target)
+    assert outcome.status == "partial", outcome.message
+    with ctx.engine.connect() as conn:
+        reasons = conn.execute(text("SELECT record_key, reason FROM quarantine WHERE source = 'agent'")).all()
+        cursor = conn.execute(text("SELECT cursor FROM agent_cursor WHERE node = 'gpu01'")).scalar_one()
+    assert len(reasons) == 1 and reasons[0].reason.startswith("page not used:"), reasons
+    assert "does not follow" in reasons[0].reason
+    # acked: the agent dropped the page, the head's cursor is past it
+    assert cursor == total and agent.spool.stats().items == 0
+    # the node is not blocked: what it spools next is pulled and stored
+    more = windows("GPU-0", T0 + timedelta(minutes=30), 4)
+    agent.spool.append_records(more)
+    again = pull(ctx, target)
+    assert again.status == "ok", again.message
+    assert count(ctx.engine, "SELECT count(*) FROM gpu_summary WHERE source = 'agent'") == len(more)

@@ -31,15 +31,16 @@ attribution_batch, holds nothing of a user).
 from alembic import op
 
 revision = "0017"
-down_revision = "0015"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
 WRITER, READER = "slurmtel_writer", "slurmtel_reader"
 
-_ALL = "coalesce(current_setting('slurmtel.scope_all', true), '') = 'on'"
-_USERS = "ARRAY(SELECT unnest(CAST(coalesce(nullif(current_setting('slurmtel.scope_users', true), ''), '{}') AS text[])))"
-_ACCOUNTS = "ARRAY(SELECT unnest(CAST(coalesce(nullif(current_setting('slurmtel.scope_accounts', true), ''), '{}') AS text[])))"
+# the scope the API proves (migration 0016): the reader role's unproven settings grant nothing
+_ALL = "(SELECT p.scope_all FROM slurmtel_proven_scope(slurmtel_scope_session()) p)"
+_USERS = "CAST((SELECT p.scope_users FROM slurmtel_proven_scope(slurmtel_scope_session()) p) AS text[])"
+_ACCOUNTS = "CAST((SELECT p.scope_accounts FROM slurmtel_proven_scope(slurmtel_scope_session()) p) AS text[])"
 _OWN_ROWS = f"({_ALL} OR user_name = ANY ({_USERS}) OR account = ANY ({_ACCOUNTS}))"
 _OF_VISIBLE_ACTION = f"({_ALL} OR EXISTS (SELECT 1 FROM action_log a WHERE a.id = action_delivery.action_id))"
 

@@ -34,6 +34,7 @@ from slurmtel.agent.token import TOKEN_FILE_NAME, ensure_token, read_token
 from slurmtel.agent.topology import GpuLinks, discover_nvlinks, nvml_topology
 from slurmtel.config import Config, load_config
 from slurmtel.errors import ConfigError, SlurmtelError
+from slurmtel.listen import ListenLimits
 from slurmtel.logs import configure_logging
 from slurmtel.records import GpuEvent, GpuInventory, GpuSummary, NodeTopology
 from slurmtel.sdnotify import notify, watchdog_seconds
@@ -157,6 +158,11 @@ class Agent:
             agent.listen_address,
             agent.port,
             token=token,
+            limits=ListenLimits(
+                max_connections=agent.max_connections,
+                max_connections_per_address=agent.max_connections_per_address,
+                request_timeout_seconds=agent.request_timeout_seconds,
+            ),
         )
         self._inventory: list[tuple[object, ...]] = []
         self._inventory_spooled_at = 0.0

@@ -73,6 +73,14 @@ class AgentMetrics:
         self.http_requests = Counter(
             "slurmtel_agent_http_requests", "HTTP requests served", ["method", "path", "code"], registry=r
         )
+        self.http_refused = Counter(
+            "slurmtel_agent_http_refused",
+            "Connections the listener answered itself: connections/address (over the limits, 503), "
+            "busy (every worker busy, 503), timeout (request not received in time, 408), "
+            "head_too_large, body_too_large, bad_length, accept_error, handler_error",
+            ["reason"],
+            registry=r,
+        )
 
     def watch_spool(self, spool: Spool) -> None:
         self.registry.register(_SpoolCollector(spool))

@@ -48,7 +48,7 @@ import orjson
 
 from slurmtel.errors import ParseError
 from slurmtel.gcpause import gc_paused
-from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, read_document
+from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, read_document, scan_object
 from slurmtel.records import (
     GpuEvent,
     GpuInventory,
@@ -684,14 +684,40 @@ def encode_ack_request(cursor: int) -> bytes:
     return json.dumps({"cursor": int(cursor)}).encode()
 
 
+# a cursor is a spool sequence number, a bigint at the head and an integer in SQLite
+MAX_CURSOR = 2**63 - 1
+
+
+def salvage_envelope(raw: bytes | str) -> dict[str, Any] | None:
+    """What can be read of a page's top-level values (next_cursor, spool_id, ...) whatever its
+    items hold, for a page the head cannot use; {} when the text is no JSON object at all; None
+    when it is cut short (the transfer broke: fetched again, it may well be whole)."""
+    text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+    values: dict[str, Any] = {}
+
+    def on_value(key: str, value: Any) -> None:
+        if not isinstance(value, BadItem):
+            values[key] = value
+
+    try:
+        scan_object(text, "items", lambda index, item, item_text: None, on_value)
+    except Truncated:
+        return None
+    except (NotAnObject, ValueError):
+        return {}
+    return values
+
+
 def decode_ack_request(raw: bytes | str) -> int:
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ParseError(f"ack request is not JSON: {exc}") from exc
+    except RecursionError:
+        raise ParseError("ack request is nested too deeply") from None
     cursor = data.get("cursor") if isinstance(data, dict) else None
-    if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 0:
-        raise ParseError("ack request needs a non-negative integer 'cursor'")
+    if isinstance(cursor, bool) or not isinstance(cursor, int) or not 0 <= cursor <= MAX_CURSOR:
+        raise ParseError("ack request needs an integer 'cursor' from 0 to 2^63-1")
     return cursor
 
 

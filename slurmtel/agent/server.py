@@ -12,16 +12,20 @@ GET  /healthz                             "ok"
 /v1/* need "Authorization: Bearer <token>" always: the server refuses to start without a token
 (token.py makes one). /metrics and /healthz stay open like any exporter's and carry no user,
 account or job: only counts, sizes and times of the agent itself.
+
+The listener is bounded (slurmtel.listen): connections in all and per address, the time a request
+may take to arrive, the threads that answer; what it refuses is counted in
+slurmtel_agent_http_refused{reason}. One answer per connection.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import logging
 import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -31,6 +35,7 @@ from slurmtel.agent.metrics import AgentMetrics
 from slurmtel.agent.protocol import (
     ACK_PATH,
     DEFAULT_PAGE_LIMIT,
+    MAX_CURSOR,
     MAX_PAGE_LIMIT,
     ORIGINAL_KINDS,
     SUMMARIES_PATH,
@@ -42,6 +47,7 @@ from slurmtel.agent.protocol import (
 )
 from slurmtel.agent.spool import Spool
 from slurmtel.errors import ParseError
+from slurmtel.listen import GatedHTTPServer, GatedRequestHandler, ListenLimits, open_files_for
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +55,12 @@ _MAX_BODY = 4096
 _ROUTES = {SUMMARIES_PATH, ACK_PATH, "/metrics", "/healthz"}
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class _Server(GatedHTTPServer):
     app: AgentHttpServer
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(GatedRequestHandler):
     server: _Server
-    # a client that stops sending cannot hold a thread for ever
-    timeout = 30
     protocol_version = "HTTP/1.1"
     server_version = "slurmtel-agent"
 
@@ -136,13 +138,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _page_args(query: str) -> tuple[int, int, tuple[str, ...]]:
     args = parse_qs(query, keep_blank_values=True)
-    try:
-        after = int(args.get("after", ["0"])[-1])
-        limit = int(args.get("limit", [str(DEFAULT_PAGE_LIMIT)])[-1])
-    except ValueError:
-        raise ValueError("after and limit must be integers") from None
-    if after < 0 or limit < 1:
-        raise ValueError("after must be >= 0 and limit >= 1")
+    after_text = args.get("after", ["0"])[-1]
+    limit_text = args.get("limit", [str(DEFAULT_PAGE_LIMIT)])[-1]
+    if not (after_text.isascii() and after_text.isdigit() and limit_text.isascii() and limit_text.isdigit()):
+        raise ValueError("after and limit must be whole numbers")
+    if len(after_text) > 19 or int(after_text) > MAX_CURSOR:
+        raise ValueError(f"after must be at most {MAX_CURSOR}")
+    after = int(after_text)
+    # a limit beyond the page's is the page's (and never a 4,300-digit int())
+    limit = int(limit_text) if len(limit_text) <= 12 else MAX_PAGE_LIMIT
+    if limit < 1:
+        raise ValueError("limit must be 1 or more")
     kinds = args.get("kinds")
     return after, min(limit, MAX_PAGE_LIMIT), requested_kinds(kinds[-1] if kinds else None)
 
@@ -160,15 +166,34 @@ class AgentHttpServer:
         port: int = 9767,
         *,
         token: str,
+        limits: ListenLimits | None = None,
     ) -> None:
-        if not token or token != token.strip():
+        if not token or any(c.isspace() or not c.isprintable() for c in token):
             raise ValueError("the agent serves /v1/* only with a token (agent.token_file)")
         self.spool = spool
         self.metrics = metrics
         self.node = node
         self.agent_version = agent_version
         self.token = token
-        self._server = _Server((address, port), _Handler)
+        limits = limits or ListenLimits()
+        connections = open_files_for(limits.max_connections)
+        if connections < limits.max_connections:
+            log.warning(
+                "agent.max_connections %d is beyond the open-file limit: %d connections at most "
+                "(LimitNOFILE in the unit)",
+                limits.max_connections,
+                connections,
+            )
+            limits = dataclasses.replace(limits, max_connections=connections)
+        refused = metrics.http_refused
+        self._server = _Server(
+            (address, port),
+            _Handler,
+            limits,
+            on_refused=lambda reason: refused.labels(reason=reason).inc(),
+            name="agent-http",
+            logger=log,
+        )
         self._server.app = self
         self._thread: threading.Thread | None = None
 
@@ -216,3 +241,7 @@ class AgentHttpServer:
             self._thread.join()
             self._thread = None
         self._server.server_close()
+
+    @property
+    def open_connections(self) -> int:
+        return self._server.open_connections

@@ -21,26 +21,41 @@ TOKEN_FILE_NAME = "agent-token"
 MIN_TOKEN_CHARS = 16
 
 
-def read_token(path: Path) -> str:
-    """The token in PATH. ConfigError when it is empty, too short, or readable or writable by
-    others (any local user could then read the spool's job ids or drop it with an ack)."""
+def check_token(token: str, where: str) -> str:
+    """TOKEN when it can be one: at least MIN_TOKEN_CHARS, printable, no space, NUL or other
+    control character inside (a NUL or a line break in a header is a different token to
+    different parsers); ConfigError naming WHERE otherwise."""
+    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() or not c.isprintable() for c in token):
+        raise ConfigError(
+            f"{where}: needs one token of at least {MIN_TOKEN_CHARS} characters, with no space, NUL "
+            "or control character in it"
+        )
+    return token
+
+
+def read_token_file(path: Path, where: str, *, private: bool = True) -> str:
+    """The token in PATH (surrounding whitespace, such as the final newline, left out).
+    ConfigError when the file is writable by its group or by every user (anyone could put their
+    own token there), when PRIVATE and every user may read it, or when the token cannot be one
+    (check_token). FileNotFoundError when there is no file."""
     try:
         mode = path.stat().st_mode
         token = path.read_text().strip()
     except FileNotFoundError:
         raise
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"agent token file {path}: cannot read: {exc}") from exc
-    if mode & (stat.S_IROTH | stat.S_IWOTH):
-        raise ConfigError(
-            f"agent token file {path}: mode {stat.S_IMODE(mode):04o} lets every user read or write it "
-            f"(chmod 0600 {path})"
-        )
-    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
-        raise ConfigError(
-            f"agent token file {path}: needs one token of at least {MIN_TOKEN_CHARS} characters"
-        )
-    return token
+        raise ConfigError(f"{where} {path}: cannot read: {exc}") from exc
+    if mode & (stat.S_IWGRP | stat.S_IWOTH) or (private and mode & stat.S_IROTH):
+        who = "every user read or write" if mode & (stat.S_IROTH | stat.S_IWOTH) else "its group write"
+        raise ConfigError(f"{where} {path}: mode {stat.S_IMODE(mode):04o} lets {who} it (chmod 0600 {path})")
+    return check_token(token, f"{where} {path}")
+
+
+def read_token(path: Path) -> str:
+    """The agent's token in PATH. ConfigError when it is empty, too short, holds a space, NUL or
+    control character, or the file is readable by others or writable by anyone but its owner
+    (any local user could then read the spool's job ids or drop it with an ack)."""
+    return read_token_file(path, "agent token file")
 
 
 def ensure_token(path: Path) -> tuple[str, bool]:

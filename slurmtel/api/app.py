@@ -32,18 +32,23 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import OperationalError
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from slurmtel.access import Action, Identity, Scope, allowed
+from slurmtel.api.limits import ListenerState
 from slurmtel.auth.identity import AuthSettings, Denied, RequestView, authenticate
+from slurmtel.bounds import check_names, parse_count
 from slurmtel.commands.common import unknown_filter_warnings
 from slurmtel.commands.views import View
 from slurmtel.config import Config
 from slurmtel.errors import AccessDenied, ChargebackError, ConfigError, SlurmtelError
 from slurmtel.filters import JobFilter
+from slurmtel.listen import EveryInterval, log_limited
 from slurmtel.reports.catalog import REPORTS
 from slurmtel.reports.spec import build_query, report_document, run_report
 from slurmtel.timeparse import report_window
@@ -109,7 +114,10 @@ class CoordinatorCache:
 class ReadApi:
     """The endpoints over ENGINE (the reader role, scoped per transaction) and STATEMENTS_ENGINE
     (every row: see slurmtel.store.rls.scope_sessions_to_everything). CLOCK is the data's now
-    (site.clock); AUTH_CLOCK the wall clock credentials are checked against."""
+    (site.clock); AUTH_CLOCK the wall clock credentials are checked against. SCOPE_KEY (by
+    default api.scope_key_file's) proves each transaction's scope to row security; with
+    CHECK_DATABASE the database is asked at once whether it takes those proofs
+    (ScopeKeyRefused when ENGINE's role is filtered and it does not)."""
 
     def __init__(
         self,
@@ -119,12 +127,26 @@ class ReadApi:
         clock: Callable[[], datetime],
         statements_engine: Engine | None = None,
         auth_clock: Callable[[], datetime] | None = None,
+        *,
+        scope_key: bytes | None = None,
+        check_database: bool = True,
     ):
+        from slurmtel.store.rls import check_scope_proofs, load_scope_key, sign_scopes
+
         self.config = config
         self.engine = engine
         # statements and closings: every row (finance and admins only), and a role that may
         # store a closed statement
         self.statements_engine = statements_engine or engine
+        # row security takes only scopes proven with the key (api.scope_key_file); checked
+        # now, so a server whose proofs the database refuses stops at start with the reason
+        # instead of answering everyone with no rows
+        key = scope_key if scope_key is not None else load_scope_key(config.api.scope_key_file)
+        if key is not None:
+            for each in {id(engine): engine, id(self.statements_engine): self.statements_engine}.values():
+                sign_scopes(each, key)
+        if check_database:
+            check_scope_proofs(engine)
         self.settings = settings
         self.clock = clock
         # credentials are fresh or not by the wall clock, whatever site.clock says of the data
@@ -138,6 +160,8 @@ class ReadApi:
             path=request.url.path,
             headers=tuple((k, v) for k, v in request.headers.items()),
             peer_address=request.client.host if request.client else "",
+            # as sent: a MUNGE credential is bound to it
+            query=request.scope.get("query_string", b"").decode("latin-1"),
         )
         result = authenticate(view, self.settings, self.auth_clock())
         if isinstance(result, Denied):
@@ -282,7 +306,7 @@ class ReadApi:
 
         jobid = self._jobid(request)
         who = self.identity(request)
-        clusters = _split(request.query_params.get("clusters"))
+        clusters = check_names(_split(request.query_params.get("clusters")), "clusters")
         return job_query(
             who,
             jobid,
@@ -394,13 +418,12 @@ class ReadApi:
 
     @staticmethod
     def _positive(value: str, name: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"{name} must be a whole number") from None
-        if number < 1:
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"{name} must be 1 or more")
-        return number
+        # the CLI's bound (slurmtel.bounds): ConfigError, a 400 with its reason
+        return parse_count(value, name)
+
+
+# errors a flood could repeat are logged once a minute per kind and endpoint
+_LIMITER = EveryInterval()
 
 
 def _guarded(endpoint: Callable[[Request], Response]) -> Callable[[Request], Response]:
@@ -417,17 +440,45 @@ def _guarded(endpoint: Callable[[Request], Response]) -> Callable[[Request], Res
         except (ConfigError, ChargebackError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=HTTPStatus.BAD_REQUEST)
         except SlurmtelError as exc:
-            log.warning("%s %s: %s", request.method, request.url.path, exc)
+            log_limited(
+                _LIMITER, log, f"{exc.kind}:{request.url.path}", f"{request.method} {request.url.path}: {exc}"
+            )
             return JSONResponse({"error": f"{exc.kind}: {exc}"}, status_code=HTTPStatus.SERVICE_UNAVAILABLE)
+        except OperationalError as exc:
+            log_limited(
+                _LIMITER,
+                log,
+                "database",
+                f"{request.method} {request.url.path}: database unavailable: {exc.orig}",
+            )
+            return JSONResponse({"error": "database unavailable"}, status_code=HTTPStatus.SERVICE_UNAVAILABLE)
+        except Exception as exc:
+            # a bug: one line per interval (never the request's values or SQL), the traceback
+            # at DEBUG for a bug report; the caller learns nothing of the internals
+            log_limited(
+                _LIMITER,
+                log,
+                f"bug:{type(exc).__name__}:{request.url.path}",
+                f"{request.method} {request.url.path} failed: {type(exc).__name__} (a bug; DEBUG logs the traceback)",
+            )
+            log.debug("%s %s failed", request.method, request.url.path, exc_info=True)
+            return JSONResponse({"error": "internal error"}, status_code=HTTPStatus.INTERNAL_SERVER_ERROR)
 
     return handle
 
 
-def build_app(api: ReadApi) -> Starlette:
-    """API's endpoints routed, with /healthz and the OpenAPI document (made once)."""
+def build_app(api: ReadApi, state: ListenerState | None = None) -> Starlette:
+    """API's endpoints routed, with /healthz, /metrics (the listener's own counts) and the
+    OpenAPI document (made once); requests in flight bounded (slurmtel.api.limits). STATE: the
+    listener's counts and limits (by default from [api]); serve gives it to uvicorn too."""
+    from prometheus_client.exposition import choose_encoder
+
+    from slurmtel.api.limits import ApiLimits, InFlightLimit, listener_registry, startup_hook
     from slurmtel.api.openapi import openapi_document
 
     spec_document = openapi_document()
+    state = state or ListenerState(ApiLimits.from_config(api.config.api))
+    registry = listener_registry(state)
 
     def healthz(request: Request) -> Response:
         return Response(b"ok\n", media_type="text/plain")
@@ -435,8 +486,13 @@ def build_app(api: ReadApi) -> Starlette:
     def openapi(request: Request) -> Response:
         return json_response(spec_document)
 
+    def metrics(request: Request) -> Response:
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(registry), media_type=content_type)
+
     routes = [
         Route("/healthz", healthz),
+        Route("/metrics", metrics),
         Route("/v1/openapi.json", openapi),
         Route("/v1/whoami", _guarded(api.whoami)),
         Route("/v1/reports/{name}", _guarded(api.report)),
@@ -447,4 +503,8 @@ def build_app(api: ReadApi) -> Starlette:
         Route("/v1/chargeback/{month}", _guarded(api.statement)),
         Route("/v1/chargeback/{month}/close", _guarded(api.close), methods=["POST"]),
     ]
-    return Starlette(routes=routes)
+    app = Starlette(
+        routes=routes, middleware=[Middleware(InFlightLimit, state=state)], lifespan=startup_hook(state)
+    )
+    app.state.listener = state
+    return app

@@ -9,6 +9,7 @@ from MUNGE, never from anything this client says, so editing the client config g
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import ssl
 import sys
@@ -41,6 +42,12 @@ class ApiClient:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(f"api.url must be an http:// or https:// URL, not '{config.api.url}'")
+        if parts.scheme == "http" and not _loopback(parts.hostname or "") and not config.api.allow_plain_http:
+            raise ConfigError(
+                f"api.url {url} is plain http:// to another host: your requests and their answers "
+                "would cross the network unencrypted; use https:// (api.tls_cert_file on the server) "
+                "or set api.allow_plain_http = true"
+            )
         self.base = url
         self.prefix = parts.path
         self.munge_socket = config.api.munge_socket or None
@@ -49,10 +56,12 @@ class ApiClient:
 
     def request(self, method: str, path: str, query: Mapping[str, str] | None = None) -> Reply:
         """METHOD PATH (under /v1) with a MUNGE credential bound to it."""
-        full_path = f"{self.prefix}{path}"
-        credential = encode_credential(request_payload(method, full_path, new_nonce()), self.munge_socket)
         wanted = {k: v for k, v in (query or {}).items() if v not in (None, "")}
-        url = self.base + path + ("?" + urllib.parse.urlencode(wanted) if wanted else "")
+        query_string = "?" + urllib.parse.urlencode(wanted) if wanted else ""
+        # the credential covers the query string too: it is good for this request only
+        target = f"{self.prefix}{path}{query_string}"
+        credential = encode_credential(request_payload(method, target, new_nonce()), self.munge_socket)
+        url = self.base + path + query_string
         req = urllib.request.Request(url, method=method, headers={"Authorization": f"MUNGE {credential}"})
         context = ssl.create_default_context() if url.startswith("https:") else None
         try:
@@ -167,6 +176,16 @@ def decoded(document: Any, column: str = "") -> Any:
     if isinstance(document, list):
         return [decoded(v, column) for v in document]
     return decode_value(column, document)
+
+
+def _loopback(host: str) -> bool:
+    """Whether HOST is this machine by name or address (localhost, 127.0.0.0/8, ::1)."""
+    if host.lower() in ("localhost", "localhost.localdomain") or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _notice_order(header: str) -> int:

@@ -8,8 +8,9 @@ with two credentials, or with one that fails any check is denied; a presented cr
 that fails never falls through to a weaker method.
 
 Methods, tried in the order of `api.auth_methods`:
-- "munge": `Authorization: MUNGE <credential>` whose payload is "METHOD PATH NONCE" of this
-  request (munge.py), decoded by the server's munged, fresh, and never seen before (replay.py);
+- "munge": `Authorization: MUNGE <credential>` whose payload is "METHOD TARGET NONCE" of this
+  request (TARGET: the path and its query string; munge.py), decoded by the server's munged,
+  fresh, and never seen before (replay.py; a user's share of it bounded);
   the uid becomes a user name through the server's passwd (pwd).
 - "jwt": Slurm's token as slurmrestd takes it (`X-SLURM-USER-TOKEN`, or `Authorization:
   Bearer`), HS256 with the site's key (jwt.py); `sun` is the user. An `X-SLURM-USER-NAME` other
@@ -27,9 +28,9 @@ from http import HTTPStatus
 
 from slurmtel.access import Identity, Role
 from slurmtel.auth import jwt, munge, proxy
-from slurmtel.auth.replay import ReplayCache
+from slurmtel.auth.replay import ReplayCache, Verdict
 from slurmtel.config import AccessConfig, Config
-from slurmtel.errors import AuthenticationFailed, AuthUnavailable, CredentialReplayed
+from slurmtel.errors import AuthenticationFailed, AuthUnavailable
 
 JWT_TOKEN_HEADER = "X-SLURM-USER-TOKEN"
 JWT_USER_HEADER = "X-SLURM-USER-NAME"
@@ -46,17 +47,23 @@ class RequestView:
     headers: tuple[tuple[str, str], ...]
     # the TCP peer's address as the socket reports it
     peer_address: str
+    # the query string as received (after "?", not decoded); "" = none
+    query: str = ""
+
+    @property
+    def target(self) -> str:
+        """What a MUNGE credential is bound to: the path, and the query string when there is one."""
+        return f"{self.path}?{self.query}" if self.query else self.path
 
     @classmethod
     def of(
         cls, method: str, target: str, headers: Mapping[str, str] | object, peer_address: str
     ) -> RequestView:
-        """From a request line's target (query string dropped) and an `http.server` header
-        object (an email.message.Message, which keeps repeated headers) or a plain mapping."""
+        """From a request line's target and an `http.server` header object (an
+        email.message.Message, which keeps repeated headers) or a plain mapping."""
         items = headers.items() if hasattr(headers, "items") else ()
-        return cls(
-            method.upper(), target.split("?", 1)[0], tuple((str(k), str(v)) for k, v in items), peer_address
-        )
+        path, _, query = target.partition("?")
+        return cls(method.upper(), path, tuple((str(k), str(v)) for k, v in items), peer_address, query)
 
     def header_values(self, name: str) -> list[str]:
         wanted = name.lower()
@@ -109,7 +116,9 @@ class AuthSettings:
             jwt_key=jwt.load_key(api.jwt_key_file) if "jwt" in api.auth_methods else b"",
             trusted_proxies=proxy.parse_networks(api.trusted_proxies),
             proxy_user_header=api.proxy_user_header,
-            replay_cache=ReplayCache(api.replay_cache_entries),
+            replay_cache=ReplayCache(
+                api.replay_cache_entries, min(api.replay_cache_entries_per_user, api.replay_cache_entries)
+            ),
             coordinators=coordinators,
         )
 
@@ -152,19 +161,38 @@ def verify_munge(
 ) -> munge.MungeCredential | Denied:
     """A MUNGE credential good for exactly this request, once; or why not. Used by
     `authenticate` and by the daemon's POST /v1/job-ended (which checks the uid itself)."""
+    # cheapest first: a credential remembered as used is refused without asking munged
+    if replay_cache.seen(credential, now):
+        return Denied("munge: credential replayed (used before)", HTTPStatus.UNAUTHORIZED, "munge")
     try:
         decoded = munge.decode_credential(credential, socket or None, command=unmunge_command)
-        bound = munge.check_request(decoded, request.method, request.path, now, max_age_seconds)
-        # remembered until munged would refuse it anyway, and never shorter than our own limit
-        until = max(decoded.expires_at, decoded.encoded_at + timedelta(seconds=max_age_seconds))
-        until += timedelta(seconds=munge.MAX_CLOCK_SKEW_SECONDS)
-        keys = (credential, f"munge-nonce:{decoded.uid}:{bound.nonce}")
-        if not replay_cache.first_use(keys, until, now):
-            raise CredentialReplayed("credential or nonce used before")
+        bound = munge.check_request(decoded, request.method, request.target, now, max_age_seconds)
     except AuthUnavailable as exc:
         return Denied(f"munge: cannot check the credential: {exc}", HTTPStatus.SERVICE_UNAVAILABLE, "munge")
     except AuthenticationFailed as exc:
         return Denied(f"munge: {exc}", HTTPStatus.UNAUTHORIZED, "munge")
+    # remembered for as long as this server would take it (its age limit and the skew it
+    # allows), not munged's expiry: the client chooses that one (munge -t 3600)
+    until = decoded.encoded_at + timedelta(seconds=max_age_seconds + munge.MAX_CLOCK_SKEW_SECONDS)
+    keys = (credential, f"munge-nonce:{decoded.uid}:{bound.nonce}")
+    owner = f"uid {decoded.uid}"
+    verdict = replay_cache.first_use(keys, until, now, owner=owner)
+    if verdict is Verdict.REPLAYED:
+        return Denied("munge: credential replayed (used before)", HTTPStatus.UNAUTHORIZED, "munge")
+    if verdict is Verdict.OWNER_FULL:
+        window = max_age_seconds + munge.MAX_CLOCK_SKEW_SECONDS
+        return Denied(
+            f"munge: {owner} sent more than {replay_cache.max_per_owner} requests in {window} s; "
+            "its requests are refused until older ones age out (other users are not)",
+            HTTPStatus.TOO_MANY_REQUESTS,
+            "munge",
+        )
+    if verdict is Verdict.FULL:
+        return Denied(
+            "munge: the server's replay cache is full of live credentials; try again shortly",
+            HTTPStatus.SERVICE_UNAVAILABLE,
+            "munge",
+        )
     return decoded
 
 

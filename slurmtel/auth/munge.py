@@ -1,14 +1,16 @@
 """MUNGE credentials bound to one HTTP request, through the `munge` and `unmunge` commands.
 
-Client: `encode_credential(request_payload(method, path, nonce))` runs `munge` (the site's
+Client: `encode_credential(request_payload(method, target, nonce))` runs `munge` (the site's
 munged stamps the caller's uid and gid, which nobody can forge without the MUNGE key) and the
 credential travels as `Authorization: MUNGE <credential>`.
 
 Server: `decode_credential` runs `unmunge` against the server's munged, `parse_unmunge` reads
 its metadata (a pure function, tested on real unmunge output), and `check_request` checks the
-payload names this request's method and path and carries a nonce, and that the credential is no
+payload names this request's method and target and carries a nonce, and that the credential is no
 older than the server's own limit (`api.credential_ttl_seconds`, with an injected clock; munged
-enforces the TTL the client asked for, at most its --max-ttl). MUNGE rejects a replay only on
+enforces the TTL the client asked for, at most its --max-ttl). TARGET is the path and the query
+string exactly as sent ("/v1/reports/usage?start=2026-11-01&top=5"): a credential for one query
+is no good for another. MUNGE rejects a replay only on
 the munged that decoded the first copy; the replay cache (replay.py) is the server's own check.
 """
 
@@ -78,6 +80,7 @@ class BoundRequest:
     """The request a credential's payload names."""
 
     method: str
+    # the path, with "?" and the query string when the request has one
     path: str
     nonce: str
 
@@ -87,7 +90,8 @@ def new_nonce() -> str:
 
 
 def request_payload(method: str, path: str, nonce: str) -> bytes:
-    """The canonical payload "METHOD PATH NONCE" (path without the query string)."""
+    """The canonical payload "METHOD TARGET NONCE": PATH is the request's target, its query
+    string included exactly as it is sent."""
     if not _METHOD.fullmatch(method) or not _NONCE.fullmatch(nonce) or not _valid_path(path):
         raise ValueError(f"cannot bind {method!r} {path!r} {nonce!r}")
     return f"{method} {path} {nonce}".encode()
@@ -141,9 +145,14 @@ def encode_credential(
 
 def authorization_header(method: str, path: str, socket: str | None = None, *, command: str = "munge") -> str:
     """The client's `Authorization` value for one request: `MUNGE <credential>` bound to
-    METHOD, PATH (query string dropped) and a fresh nonce. AuthUnavailable without munged."""
-    payload = request_payload(method, path.split("?", 1)[0], new_nonce())
+    METHOD, PATH (with its query string, as sent) and a fresh nonce. AuthUnavailable without munged."""
+    payload = request_payload(method, path, new_nonce())
     return f"{AUTH_SCHEME} {encode_credential(payload, socket, command=command)}"
+
+
+def looks_like_credential(credential: str) -> bool:
+    """Whether CREDENTIAL has the shape of a MUNGE credential (what unmunge is ever given)."""
+    return len(credential) <= MAX_CREDENTIAL_CHARS and _CREDENTIAL.fullmatch(credential) is not None
 
 
 def decode_credential(
@@ -158,7 +167,7 @@ def decode_credential(
     CredentialInvalid (garbled, tampered, another key), CredentialExpired (past its TTL, or
     rewound), CredentialReplayed (this munged decoded it before), AuthUnavailable (munged not
     running, unmunge missing or slow)."""
-    if len(credential) > MAX_CREDENTIAL_CHARS or not _CREDENTIAL.fullmatch(credential):
+    if not looks_like_credential(credential):
         raise CredentialInvalid("not a MUNGE credential")
     args = [command, *(["-S", socket] if socket else [])]
     try:
@@ -264,8 +273,8 @@ def _first_line(stderr: bytes) -> str:
 def check_request(
     credential: MungeCredential, method: str, path: str, now: datetime, max_age_seconds: int
 ) -> BoundRequest:
-    """CREDENTIAL is good for this request at NOW: its payload names METHOD and PATH with a
-    nonce, and it was encoded at most MAX_AGE_SECONDS ago (and not in the future, beyond the
+    """CREDENTIAL is good for this request at NOW: its payload names METHOD and PATH (the
+    request's target: its path and query string) with a nonce, and it was encoded at most MAX_AGE_SECONDS ago (and not in the future, beyond the
     clock skew allowed). Raises CredentialInvalid or CredentialExpired."""
     bound = parse_payload(credential.payload)
     if bound.method != method or bound.path != path:

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
+# MAX_COUNT: the bound of a count a command hands to SQL, the API's too
+from slurmtel.bounds import MAX_COUNT
 from slurmtel.commands.common import EXIT_ERROR, EXIT_USAGE
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
@@ -18,8 +20,6 @@ from slurmtel.timeparse import parse_slurm_time
 if TYPE_CHECKING:
     from slurmtel.sources.base import Source
 
-# a count a command hands to SQL (LIMIT, top N): well inside what PostgreSQL's bigint holds
-MAX_COUNT = 1_000_000_000
 # job_attempt.job_id_raw is a bigint
 MAX_JOB_ID = 2**63 - 1
 # what `slurmtel job --plot FILE` writes, named by FILE's extension

@@ -26,6 +26,7 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     import uvicorn
 
     from slurmtel.api.app import CoordinatorCache, ReadApi, build_app
+    from slurmtel.api.limits import ApiLimits, ListenerState, uvicorn_options
     from slurmtel.auth.identity import AuthSettings
     from slurmtel.clock import site_clock
     from slurmtel.config import check_database_url
@@ -51,7 +52,8 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     settings = AuthSettings.from_config(
         config, CoordinatorCache(lambda user: coordinated_accounts(config, user))
     )
-    app = build_app(ReadApi(config, engine, settings, site_clock(config, utc_now), statements_engine))
+    limits = ListenerState(ApiLimits.from_config(config.api))
+    app = build_app(ReadApi(config, engine, settings, site_clock(config, utc_now), statements_engine), limits)
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -62,6 +64,9 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
             proxy_headers=False,
             server_header=False,
             log_config=None,
+            # connections, request time and keep-alive bounded (slurmtel.api.limits); the
+            # socket (listening_socket) holds the accept backlog
+            **uvicorn_options(limits),
         )
     )
     scheme = "https" if api.tls_cert_file else "http"

@@ -71,7 +71,8 @@ def scan_object(
 ) -> bool:
     """Read the top-level object of TEXT: each element of its LIST_KEY list goes to
     on_item(index, value or BadItem, its text), every other top-level value to
-    on_value(key, value). Returns whether the object had a LIST_KEY list.
+    on_value(key, value or BadItem: one nested too deeply to decode). Returns whether the
+    object had a LIST_KEY list.
 
     Raises Truncated when the text ends inside a value (pos: the end of the last complete
     element, or the start of the unfinished top-level value), NotAnObject, and ValueError
@@ -112,7 +113,15 @@ def scan_object(
             found = True
             pos = _scan_list(text, decoder, pos + 1, on_item)
             continue
-        value, pos = _decode(decoder, text, pos, item_start)
+        value: Any
+        try:
+            value, pos = _decode(decoder, text, pos, item_start)
+        except RecursionError:
+            # a top-level value nested past what can be decoded: skipped by its brackets and
+            # handed on as such (the caller names it), the rest of the document read on
+            value_start = pos
+            pos = value_end(text, value_start)
+            value = BadItem("nested too deeply to read", text[value_start:pos])
         on_value(key, value)
 
 

@@ -46,7 +46,7 @@ from slurmtel.parsers.slurm_common import (
     unknown_schema,
     unwrap_number,
 )
-from slurmtel.records import NEWEST_KNOWN_SCHEMA, JobAttempt, Rejected, SchemaNotice
+from slurmtel.records import NEWEST_KNOWN_SCHEMA, JobAttempt, Rejected, SchemaNotice, type_problem
 
 SOURCE = "sacct"
 SUPPORTED_SCHEMAS = "openapi/dbv0.0.37, openapi/dbv0.0.38, data_parser/v0.0.39 .. data_parser/v0.0.44"
@@ -65,7 +65,7 @@ _EARLIEST_EPOCH = 0xFFFF
 
 
 def parse_sacct_json(
-    raw: str | bytes, *, origin: str = "<input>"
+    raw: str | bytes, *, origin: str = "<input>", default_cluster: str = ""
 ) -> list[JobAttempt | Rejected | SchemaNotice]:
     """Parse one `sacct --json` document into attempts; bad jobs become Rejected records.
 
@@ -76,12 +76,15 @@ def parse_sacct_json(
     that do not look like sacct jobs under such a schema are refused. A truncated document
     keeps every job that was complete before the cut, plus one Rejected record that says where
     the cut is. A job that cannot be read (not JSON, nested 1000 deep, a value of the wrong
-    kind) is rejected alone.
+    kind) is rejected alone; so is one whose field holds a JSON type its record cannot (a
+    cluster that is an object: slurmtel.records.type_problem). A job that names no cluster takes
+    meta's, else DEFAULT_CLUSTER (--cluster, site.cluster). A top-level value nested too deeply
+    to read, outside the jobs, is skipped with a Rejected naming it; the jobs are read.
     """
     # A bulk sacct call becomes hundreds of thousands of small acyclic objects; with the cyclic
     # collector on, CPython rescans them again and again while they are built (twice the time).
     with gc_paused():
-        return _parse(raw, origin)
+        return _parse(raw, origin, default_cluster)
 
 
 class _Envelope(msgspec.Struct):
@@ -97,7 +100,9 @@ class _Envelope(msgspec.Struct):
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
 
 
-def _parse(raw: str | bytes, origin: str) -> list[JobAttempt | Rejected | SchemaNotice]:
+def _parse(
+    raw: str | bytes, origin: str, fallback_cluster: str = ""
+) -> list[JobAttempt | Rejected | SchemaNotice]:
     # Job by job: each job is decoded (orjson), read and freed before the next, so the work
     # stays in the CPU caches and a 20,000-job document never exists as 4 million Python
     # objects at once (a third of the time of decoding it whole, and a fraction of the memory).
@@ -107,8 +112,8 @@ def _parse(raw: str | bytes, origin: str) -> list[JobAttempt | Rejected | Schema
         # not an object with a "jobs" list, truncated, damaged, nested deeper than msgspec
         # goes, a str with unpaired surrogates: the general path reads what can be read and
         # says what cannot
-        return _parse_whole(raw, origin)
-    reader = _Reader(origin)
+        return _parse_whole(raw, origin, fallback_cluster)
+    reader = _Reader(origin, fallback_cluster)
     reader.set_meta(envelope.meta)
     reader.errors = envelope.errors
     jobs = envelope.jobs
@@ -120,7 +125,9 @@ def _parse(raw: str | bytes, origin: str) -> list[JobAttempt | Rejected | Schema
     return reader.finish()
 
 
-def _parse_whole(raw: str | bytes, origin: str) -> list[JobAttempt | Rejected | SchemaNotice]:
+def _parse_whole(
+    raw: str | bytes, origin: str, fallback_cluster: str = ""
+) -> list[JobAttempt | Rejected | SchemaNotice]:
     """The general path: the document read value by value, each job on its own.
 
     Memory is bounded by the largest job, not by the document: every job is read into an
@@ -129,7 +136,7 @@ def _parse_whole(raw: str | bytes, origin: str) -> list[JobAttempt | Rejected | 
     text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
     if not text.strip():
         raise ParseError(f"{origin}: empty input, expected sacct JSON")
-    return _scan(text, origin)
+    return _scan(text, origin, fallback_cluster)
 
 
 class _BadText(Exception):
@@ -160,8 +167,10 @@ class _Reader:
     it brings late is given to the attempts read without one.
     """
 
-    def __init__(self, origin: str) -> None:
+    def __init__(self, origin: str, fallback_cluster: str = "") -> None:
         self.origin = origin
+        # the cluster of a job that names none when meta names none either
+        self.fallback_cluster = fallback_cluster
         self.meta: Any = None
         self.errors: Any = None
         self.out: list[JobAttempt | Rejected | SchemaNotice] = []
@@ -212,7 +221,10 @@ class _Reader:
         else:
             self.all_jobs = False
         try:
-            append(_attempt(job, self.default_cluster))
+            attempt, problem = type_problem(_attempt(job, self.default_cluster))
+            if problem is not None:
+                raise _BadJob(f"job {_shown_id(job.get('job_id'))}", problem)
+            append(attempt)
         except _BadJob as exc:
             append(_reject(self.origin, exc.key, exc.reason, job, raw))
         except (TypeError, ValueError, AttributeError, OverflowError, OSError, RecursionError) as exc:
@@ -233,6 +245,12 @@ class _Reader:
         if truncation is not None and not isinstance(self.meta, dict) and not self.all_jobs:
             raise ParseError(f"{self.origin}: truncated JSON whose job objects are not sacct jobs")
         out = self.out
+        if self.fallback_cluster and not self.default_cluster:
+            fallback = self.fallback_cluster
+            out = [
+                dataclasses.replace(r, cluster=fallback) if isinstance(r, JobAttempt) and not r.cluster else r
+                for r in out
+            ]
         if self.notice is not None:
             out.insert(0, self.notice)
         if truncation is not None:
@@ -547,7 +565,7 @@ def _reject(origin: str, key: str, reason: str, job: Any, raw: msgspec.Raw | str
 # --- the general path: truncated, damaged or unusual input ----------------------------------
 
 
-def _scan(text: str, origin: str) -> list[JobAttempt | Rejected | SchemaNotice]:
+def _scan(text: str, origin: str, fallback_cluster: str = "") -> list[JobAttempt | Rejected | SchemaNotice]:
     """Read the top-level object value by value and "jobs" element by element (json_scan).
 
     Each job is read into an attempt as soon as it is decoded; one that cannot be decoded
@@ -555,7 +573,7 @@ def _scan(text: str, origin: str) -> list[JobAttempt | Rejected | SchemaNotice]:
     the cut and ends in a truncation record; damage outside the jobs, or a document that is not
     an object with a jobs list, is a ParseError.
     """
-    reader = _Reader(origin)
+    reader = _Reader(origin, fallback_cluster)
 
     def on_item(index: int, job: Any, job_text: str) -> None:
         if isinstance(job, BadItem):
@@ -568,7 +586,18 @@ def _scan(text: str, origin: str) -> list[JobAttempt | Rejected | SchemaNotice]:
             reader.read(index, job, job_text)
 
     def on_value(key: str, value: Any) -> None:
-        if key == "meta":
+        if isinstance(value, BadItem):
+            # outside every job: that value alone is lost, with its reason; the jobs are read
+            reader.out.append(
+                Rejected(
+                    SOURCE,
+                    origin,
+                    f"top-level {key[:40]!r}",
+                    f"{key[:40]!r} is {value.reason}",
+                    value.text[:MAX_RAW_CHARS],
+                )
+            )
+        elif key == "meta":
             reader.set_meta(value)
         elif key == "errors":
             reader.errors = value

@@ -123,7 +123,7 @@ def parse_sacct_parsable(
     else:
         what = "field list"
         body = [line.rstrip("\r") for line in lines[first:] if line.strip()]
-        trailing = bool(body) and all(line.endswith(delimiter) for line in body)
+        trailing = _ends_in_delimiter(body, len(fields), delimiter)
     if trailing:
         lines = lines[:first] + [_without_trailing(line, delimiter) for line in lines[first:]]
     names = [f.strip().lower() for f in fields]
@@ -214,6 +214,18 @@ def _records(
             current, current_line, current_width = line, index + 1, count
     if current is not None:
         yield current_line, current
+
+
+def _ends_in_delimiter(body: list[str], width: int, delimiter: str) -> bool:
+    """Whether headerless lines of WIDTH fields are `sacct -p` (each ends in the delimiter: one
+    field more, empty) rather than `-P`, by the field count of the whole file: a -P capture whose
+    last column is empty on every row ends every line in the delimiter too, but holds WIDTH
+    fields, not WIDTH + 1. Names holding the delimiter add fields to their rows only, so the
+    count most rows have decides."""
+    if not body or not all(line.endswith(delimiter) for line in body):
+        return False
+    counts = [line.count(delimiter) + 1 for line in body]
+    return counts.count(width + 1) > counts.count(width)
 
 
 def _without_trailing(line: str, delimiter: str) -> str:

@@ -52,7 +52,15 @@ from slurmtel.parsers.slurm_common import (
     unwrap_number,
 )
 from slurmtel.parsers.slurm_common import gpu_count as tres_gpu_count
-from slurmtel.records import NEWEST_KNOWN_SCHEMA, GpuAllocation, NodeState, PendingJob, Rejected, SchemaNotice
+from slurmtel.records import (
+    NEWEST_KNOWN_SCHEMA,
+    GpuAllocation,
+    NodeState,
+    PendingJob,
+    Rejected,
+    SchemaNotice,
+    type_problem,
+)
 
 SOURCE = "slurmctld"
 SUPPORTED_SCHEMAS = "openapi/v0.0.37, openapi/v0.0.38, data_parser/v0.0.39 .. data_parser/v0.0.44"
@@ -239,6 +247,19 @@ def _allocations_from_detail(
     return allocations
 
 
+def _typed(records: list[Any]) -> list[Any]:
+    """RECORDS checked against their declared field types (slurmtel.records.type_problem): a
+    field that holds another JSON type (a name that is an object) refuses the whole job or node
+    with its name (TypeError, which the callers reject alone); a NUL in text becomes U+FFFD."""
+    checked = []
+    for record in records:
+        fixed, problem = type_problem(record)
+        if problem is not None:
+            raise TypeError(problem)
+        checked.append(fixed)
+    return checked
+
+
 def parse_scontrol_jobs(
     raw: str,
     *,
@@ -256,7 +277,7 @@ def parse_scontrol_jobs(
     results: list[JobRecord] = []
     for record in _records(text, "JobId"):
         try:
-            results.extend(_scontrol_job(record, cluster=cluster, at=at, zone=timezone))
+            results.extend(_typed(_scontrol_job(record, cluster=cluster, at=at, zone=timezone)))
         except (ValueError, KeyError, OverflowError, TypeError) as exc:
             job_key = record.split(None, 1)[0].replace("JobId=", "job ")
             results.append(Rejected(SOURCE, origin, job_key, str(exc) or type(exc).__name__, record))
@@ -477,7 +498,7 @@ def parse_squeue_json(
             results.append(_bad_json_record(origin, "job", job))
             continue
         try:
-            results.extend(_json_job(job, cluster=cluster, at=at))
+            results.extend(_typed(_json_job(job, cluster=cluster, at=at)))
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
             job_id = job.get("job_id") if isinstance(job, dict) else None
             results.append(
@@ -613,21 +634,20 @@ def parse_scontrol_nodes(
                 raise ValueError("empty NodeName")
             # "Gres=justarandomfield" names no GPU and is no error; "gpu:a:b:4" is one
             gres = fields.get("Gres", "")
-            results.append(
-                _node_state(
-                    cluster=cluster,
-                    at=at,
-                    name=name,
-                    states=_state_words(fields.get("State", "")),
-                    gres=gres,
-                    gres_used=fields.get("GresUsed"),
-                    cfg_tres=fields.get("CfgTRES", ""),
-                    alloc_tres=fields.get("AllocTRES", ""),
-                    partitions=fields.get("Partitions", "").split(","),
-                    reason=fields.get("Reason", ""),
-                )
+            node = _node_state(
+                cluster=cluster,
+                at=at,
+                name=name,
+                states=_state_words(fields.get("State", "")),
+                gres=gres,
+                gres_used=fields.get("GresUsed"),
+                cfg_tres=fields.get("CfgTRES", ""),
+                alloc_tres=fields.get("AllocTRES", ""),
+                partitions=fields.get("Partitions", "").split(","),
+                reason=fields.get("Reason", ""),
             )
-        except ValueError as exc:
+            results.extend(_typed([node]))
+        except (ValueError, TypeError) as exc:
             results.append(Rejected(SOURCE, origin, f"node {name[:100] or '?'}", str(exc), record))
     return results
 
@@ -651,18 +671,22 @@ def parse_sinfo_json(
         try:
             if not name:
                 raise ValueError("node without a name")
-            results.append(
-                _node_state(
-                    cluster=cluster,
-                    at=at,
-                    name=name,
-                    states=_state_words(node.get("state"), node.get("state_flags")),
-                    gres=node.get("gres") or "",
-                    gres_used=node.get("gres_used"),
-                    cfg_tres=node.get("tres") or "",
-                    alloc_tres=node.get("tres_used") or "",
-                    partitions=node.get("partitions") or (),
-                    reason=node.get("reason") or "",
+            results.extend(
+                _typed(
+                    [
+                        _node_state(
+                            cluster=cluster,
+                            at=at,
+                            name=name,
+                            states=_state_words(node.get("state"), node.get("state_flags")),
+                            gres=node.get("gres") or "",
+                            gres_used=node.get("gres_used"),
+                            cfg_tres=node.get("tres") or "",
+                            alloc_tres=node.get("tres_used") or "",
+                            partitions=node.get("partitions") or (),
+                            reason=node.get("reason") or "",
+                        )
+                    ]
                 )
             )
         except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:

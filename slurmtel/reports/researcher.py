@@ -21,6 +21,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TextIO
 
 from slurmtel.access import Action, Identity, Scope, allowed
+from slurmtel.bounds import check_count, check_name
 from slurmtel.config import ChargebackConfig
 from slurmtel.errors import AccessDenied, ConfigError
 from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise, duration_text
@@ -103,8 +104,9 @@ def me_query(
     who = user or identity.user
     if who != identity.user and not scope.everything and not scope.accounts:
         raise AccessDenied(f"{identity.user} may only see their own usage, not {who}'s")
-    if top < 1:
-        raise ConfigError("--top must be 1 or more")
+    check_count(top, "--top")
+    if user:
+        check_name(user, "--user")
     month = month or month_of(now, zone)
     try:
         start, end = month_bounds(month, zone)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from slurmtel.access import Action, Identity, Scope, allowed
+from slurmtel.bounds import MAX_COUNT, check_count, check_name, check_number, parse_count, shown
 from slurmtel.columns import COLUMNS, Kind, json_schema, python_type
 from slurmtel.errors import AccessDenied, ConfigError
 from slurmtel.filters import JobFilter
@@ -121,27 +122,23 @@ class Parameter:
         ConfigError naming the parameter when it is not one."""
         if value is None:
             return self.default
+        flag = f"--{self.name.replace('_', '-')}"
         try:
             if self.kind is bool:
                 typed: Any = value if isinstance(value, bool) else _boolean(str(value))
             elif self.kind is int:
-                typed = int(value)
+                typed = value if isinstance(value, int) else parse_count(str(value), flag, -MAX_COUNT)
+                check_count(typed, flag, -MAX_COUNT)
             elif self.kind is float:
-                typed = float(value)
-                if typed != typed or typed in (float("inf"), float("-inf")):
-                    raise ValueError(value)
+                typed = check_number(float(value), flag)
             else:
-                typed = str(value)
+                typed = check_name(str(value), flag)
         except ValueError:
-            raise ConfigError(
-                f"--{self.name.replace('_', '-')} must be a {self.kind.__name__}, not {value!r}"
-            ) from None
+            raise ConfigError(f"{flag} must be a {self.kind.__name__}, not {shown(value)}") from None
         if self.choices and typed not in self.choices:
-            raise ConfigError(f"--{self.name.replace('_', '-')} must be one of {', '.join(self.choices)}")
+            raise ConfigError(f"{flag} must be one of {', '.join(self.choices)}")
         if self.minimum is not None and typed < self.minimum:
-            raise ConfigError(
-                f"--{self.name.replace('_', '-')} must be {self.minimum:g} or more, not {value}"
-            )
+            raise ConfigError(f"{flag} must be {self.minimum:g} or more, not {shown(value)}")
         return typed
 
 

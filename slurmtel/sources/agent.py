@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slurmtel.agent.token import read_token_file
 from slurmtel.config import AgentSourceConfig, Config
-from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
+from slurmtel.errors import ConfigError, ParseError, SlurmtelError, SourceUnavailable
 from slurmtel.gcpause import gc_paused
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
@@ -226,14 +227,23 @@ def _step(ctx: RunContext, pull: _Pull) -> _Pull:
 
 
 def _fetch(ctx: RunContext, pull: _Pull) -> SummariesPage:
-    from slurmtel.agent.protocol import decode_summaries_response, summaries_query
+    from slurmtel.agent.protocol import decode_summaries_response, salvage_envelope, summaries_query
 
     cfg = ctx.config.sources.agent
     while True:
         url = pull.target.base_url + summaries_query(pull.cursor, cfg.page_size)
-        page = decode_summaries_response(
-            http_request(url, timeout_seconds=cfg.timeout_seconds, headers=pull.headers), origin=pull.origin
-        )
+        raw = http_request(url, timeout_seconds=cfg.timeout_seconds, headers=pull.headers)
+        try:
+            page = decode_summaries_response(raw, origin=pull.origin)
+        except ParseError as exc:
+            # a page this head cannot use (out-of-order items, a damaged envelope): refused
+            # on every pull it would block the node for ever; quarantined and acked instead.
+            # A page cut short is the transfer's fault: the node fails this run, and the page
+            # is asked for again in the next
+            envelope = salvage_envelope(raw)
+            if envelope is None:
+                raise
+            return _unusable_page(ctx, pull, raw, str(exc), envelope)
         if page.spool_id != pull.spool_id:
             if pull.spool_id and pull.cursor:
                 pull.result.notes.append(
@@ -244,6 +254,61 @@ def _fetch(ctx: RunContext, pull: _Pull) -> SummariesPage:
                 continue
             pull.spool_id = page.spool_id
         return page
+
+
+def _unusable_page(
+    ctx: RunContext, pull: _Pull, raw: bytes, reason: str, envelope: dict[str, Any]
+) -> SummariesPage:
+    """A page of no items that quarantines RAW with REASON and moves the node past it: its
+    cursor is what the agent acks when asked for the page's own next_cursor (or, when even that
+    cannot be read, for everything: the agent clamps an ack to the last cursor it served, which
+    is this page's)."""
+    from slurmtel.agent.protocol import (
+        ACK_PATH,
+        MAX_CURSOR,
+        SummariesPage,
+        decode_ack_response,
+        encode_ack_request,
+    )
+    from slurmtel.records import Rejected
+
+    cfg = ctx.config.sources.agent
+    wanted = envelope.get("next_cursor")
+    wanted = wanted if isinstance(wanted, int) and pull.cursor < wanted <= MAX_CURSOR else MAX_CURSOR
+    ack = decode_ack_response(
+        http_request(
+            pull.target.base_url + ACK_PATH,
+            timeout_seconds=cfg.timeout_seconds,
+            data=encode_ack_request(wanted),
+            headers={**pull.headers, "Content-Type": "application/json"},
+        ),
+        origin=pull.origin,
+    )
+    spool_id = envelope.get("spool_id")
+    evicted = envelope.get("evicted_total")
+    pull.result.notes.append(
+        f"{pull.target.node}: a page it served could not be used ({reason}); quarantined, and the "
+        f"node acked to cursor {ack.acked_cursor}"
+    )
+    return SummariesPage(
+        node=pull.target.node,
+        agent_version="",
+        items=(),
+        next_cursor=ack.acked_cursor,
+        evicted_total=evicted if isinstance(evicted, int) and 0 <= evicted <= MAX_CURSOR else 0,
+        spool_items=ack.spool_items,
+        spool_bytes=ack.spool_bytes,
+        spool_id=spool_id if isinstance(spool_id, str) and spool_id else pull.spool_id,
+        rejected=(
+            Rejected(
+                source=NAME,
+                origin=pull.origin,
+                record_key=f"page after cursor {pull.cursor}",
+                reason=f"page not used: {reason}",
+                raw=raw[:65536].decode("utf-8", "replace"),
+            ),
+        ),
+    )
 
 
 def _ack(ctx: RunContext, pull: _Pull, page: SummariesPage) -> None:
@@ -423,8 +488,8 @@ def _shared_token(cfg: AgentSourceConfig) -> str:
     if not cfg.token_file:
         return ""
     try:
-        return Path(cfg.token_file).read_text().strip()
-    except OSError as exc:
+        return read_token_file(Path(cfg.token_file), "sources.agent.token_file", private=False)
+    except FileNotFoundError as exc:
         raise ConfigError(f"sources.agent.token_file: cannot read {cfg.token_file}: {exc.strerror}") from exc
 
 
@@ -434,13 +499,11 @@ def _auth_headers(cfg: AgentSourceConfig, node: str, shared: str) -> dict[str, s
     if cfg.token_dir and _NODE_FILE_NAME.fullmatch(node):
         path = Path(cfg.token_dir) / node
         try:
-            token = path.read_text().strip()
+            return {"Authorization": f"Bearer {read_token_file(path, 'its token', private=False)}"}
         except FileNotFoundError:
-            token = ""
-        except OSError as exc:
-            raise SourceUnavailable(f"cannot read its token {path}: {exc.strerror}") from exc
-        if token:
-            return {"Authorization": f"Bearer {token}"}
+            pass
+        except ConfigError as exc:
+            raise SourceUnavailable(str(exc)) from None
     if shared:
         return {"Authorization": f"Bearer {shared}"}
     raise SourceUnavailable(f"no token for it (sources.agent.token_dir/{node} or sources.agent.token_file)")

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.exc import OperationalError
 
-from slurmtel.errors import DatabaseUnavailable, SlurmtelError
+from slurmtel.errors import DatabaseUnavailable, SlurmtelError, described
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.store.runs import finish_run, mark_interrupted_runs, start_run
 
@@ -44,7 +44,7 @@ def run_recorded(ctx: RunContext, source: str, mode: str, work: Callable[[], Run
         interrupted = mark_interrupted_runs(ctx.engine)
         lock = start_run(ctx.engine, source, mode, started)
     except OperationalError as exc:
-        raise DatabaseUnavailable(f"cannot record the {source} run: {exc.orig}") from exc
+        raise DatabaseUnavailable(f"cannot record the {source} run: {described(exc)}") from exc
     if interrupted:
         log.warning("runs %s were interrupted (their process ended before they did)", interrupted)
     try:
@@ -75,12 +75,13 @@ def _run(
         if isinstance(exc.partial_result, RunResult):
             result = exc.partial_result
     except OperationalError as exc:
-        status, kind, message = "error", DatabaseUnavailable.kind, f"database error: {exc.orig}"
+        status, kind, message = "error", DatabaseUnavailable.kind, f"database error: {described(exc)}"
     except Exception as exc:  # a bug: recorded and logged, never fatal to the daemon
-        # one line for whoever reads the output; the traceback at DEBUG, for a bug report
-        log.error("source %s failed: %s: %s", source, type(exc).__name__, exc)
+        # one line for whoever reads the output, without SQL, parameters or row values; the
+        # traceback at DEBUG, for a bug report
+        log.error("source %s failed: %s", source, described(exc))
         log.debug("source %s failed", source, exc_info=True)
-        status, kind, message = "error", "internal_error", f"{type(exc).__name__}: {exc}"
+        status, kind, message = "error", "internal_error", described(exc)
     try:
         finish_run(
             ctx.engine,
@@ -98,5 +99,5 @@ def _run(
             window_end_at=result.window_end_at,
         )
     except OperationalError as exc:
-        log.warning("could not record the end of the %s run: %s", source, exc.orig)
+        log.warning("could not record the end of the %s run: %s", source, described(exc))
     return RunOutcome(source, status, result, kind, message)

@@ -153,7 +153,6 @@ class SacctSource:
     def ingest(self, ctx: RunContext, path: Path, options: argparse.Namespace) -> RunResult:
         from slurmtel.parsers.sacct_json import parse_sacct_json
         from slurmtel.parsers.sacct_parsable import parse_sacct_parsable
-        from slurmtel.records import JobAttempt
 
         config = ctx.config
         try:
@@ -165,7 +164,9 @@ class SacctSource:
             fmt = "json" if raw.lstrip()[:1] == b"{" else "parsable"
         records: Sequence[JobAttempt | Rejected | SchemaNotice]
         if fmt == "json":
-            records = parse_sacct_json(raw, origin=str(path))
+            records = parse_sacct_json(
+                raw, origin=str(path), default_cluster=options.input_cluster or config.site.cluster
+            )
         else:
             try:
                 zone = ZoneInfo(options.input_timezone) if options.input_timezone else config.zone
@@ -181,12 +182,33 @@ class SacctSource:
                 timezone=zone,
                 default_cluster=options.input_cluster or config.site.cluster,
             )
-        if any(isinstance(r, JobAttempt) and not r.cluster for r in records):
-            raise ConfigError(f"{path} has no Cluster column: give --cluster NAME (or set site.cluster)")
+        records = _without_cluster(records, path)
         result = RunResult()
         # when a saved file was captured is not known: it never replaces a view as far along
         store_records(ctx, records, result, origin=str(path), cursor_scope=None, cursor_at=None)
         return result
+
+
+def _without_cluster(
+    records: Sequence[JobAttempt | Rejected | SchemaNotice], path: Path
+) -> list[JobAttempt | Rejected | SchemaNotice]:
+    """RECORDS, an attempt that names no cluster (when neither the input, --cluster nor
+    site.cluster gives one) quarantined with the reason; ConfigError when none names one."""
+    from slurmtel.records import JobAttempt, Rejected
+
+    attempts = [r for r in records if isinstance(r, JobAttempt)]
+    lacking = [a for a in attempts if not a.cluster]
+    if not lacking:
+        return list(records)
+    if len(lacking) == len(attempts):
+        raise ConfigError(f"{path} names no cluster: give --cluster NAME (or set site.cluster)")
+    reason = "names no cluster (give --cluster NAME, or set site.cluster)"
+    return [
+        Rejected(NAME, str(path), f"job {r.job_id}", reason, repr(r)[:4096])
+        if isinstance(r, JobAttempt) and not r.cluster
+        else r
+        for r in records
+    ]
 
 
 def store_records(
@@ -228,7 +250,9 @@ def parse_document(document: SacctDocument) -> Sequence[JobAttempt | Rejected | 
     from slurmtel.parsers.sacct_parsable import SACCT_DELIMITER, parse_sacct_parsable
 
     if document.format == "json":
-        return parse_sacct_json(document.raw, origin=document.origin)
+        return parse_sacct_json(
+            document.raw, origin=document.origin, default_cluster=document.default_cluster
+        )
     return parse_sacct_parsable(
         document.raw.decode("utf-8", "replace"),
         origin=document.origin,

@@ -8,8 +8,11 @@ kept (its password and attributes untouched), a membership that exists is left a
 
 from __future__ import annotations
 
+import os
 import re
+import secrets
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy import Connection, text
 
@@ -122,3 +125,29 @@ def ensure_login_role(conn: Connection, name: str, group: str, *, timezone: str 
         database = conn.execute(text("SELECT current_database()")).scalar_one().replace('"', '""')
         conn.exec_driver_sql(f"ALTER ROLE {quoted} IN DATABASE \"{database}\" SET timezone = '{zone}'")
     return RoleResult(name, group, created, granted, timezone)
+
+
+def ensure_password(conn: Connection, name: str, directory: Path) -> tuple[str, bool]:
+    """NAME's password: DIRECTORY/NAME.password when it is there (it must be private), else a new
+    one written there (mode 0600); set on the role as a SCRAM-SHA-256 verifier made here, so the
+    password itself never reaches the server or its log. Returns it and whether it was made now."""
+    from slurmtel.agent.token import read_token_file
+
+    quoted = _ident(name)
+    path = directory / f"{name}.password"
+    made = False
+    try:
+        password = read_token_file(path, "password file")
+    except FileNotFoundError:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        password = secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, f"{password}\n".encode())
+        finally:
+            os.close(fd)
+        made = True
+    pgconn = conn.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
+    verifier = pgconn.encrypt_password(password.encode(), name.encode(), b"scram-sha-256").decode()
+    conn.exec_driver_sql(f"ALTER ROLE {quoted} PASSWORD '{verifier}'")
+    return password, made
