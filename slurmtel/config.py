@@ -455,7 +455,7 @@ class ChargebackConfig:
 
 @dataclass(frozen=True)
 class CostConfig:
-    """[cost]: `slurmtel report cost` (README "### Cost"). Money in chargeback.currency, as
+    """[cost]: `slurmtel report cost` (docs/reports.md "report cost"). Money in chargeback.currency, as
     decimal strings ("12000.00"): TOML floats are binary, money is not."""
 
     # monthly costs of the whole site (every cluster slurmtel collects); "" = not set. All

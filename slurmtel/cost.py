@@ -1,5 +1,5 @@
 """`slurmtel report cost`: the effective unit cost of the cluster, a baseline to beat and the
-GPUs a target needs (README "### Cost", where every formula sits next to its inputs).
+GPUs a target needs (docs/reports.md "report cost", where every formula sits next to its inputs).
 
 Pure computation over measured GPU-seconds (slurmtel.store.cost) and the [cost] settings.
 Money and hours are Decimal throughout; every printed figure is computed from exact values
@@ -52,7 +52,7 @@ def settings_of(config: Config, target_work: Decimal | None = None) -> CostSetti
         raise ConfigError(
             "report cost needs the monthly costs in [cost]; not set: "
             + ", ".join(missing)
-            + ' (decimal strings in chargeback.currency, "0" for none; see README "Cost")'
+            + ' (decimal strings in chargeback.currency, "0" for none; see docs/reports.md "report cost")'
         )
 
     def optional(value: str) -> Decimal | None:

@@ -726,7 +726,7 @@ def test_config_defaults_for_the_daemon() -> None:
 
 def test_a_job_end_pulls_telemetry_now_and_after_its_last_window_then_attributes(ctx: RunContext) -> None:
     """In process, a hand-moved monotonic clock, the jobs' work replaced by no-ops: which runs
-    the hook's post and the runs after it ask for (README: Freshness)."""
+    the hook's post and the runs after it ask for (docs/daemon.md: Freshness)."""
     config = config_from_dict(
         {
             "sources": {

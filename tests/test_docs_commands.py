@@ -1,5 +1,6 @@
-"""The README's command table against the argparse parser: every command and subcommand the
-CLI has is in the table, and every command and `--option` the table names exists."""
+"""docs/commands.md's command table against the argparse parser: every command and subcommand
+the CLI has is in the table, and every command and `--option` the table names exists; and every
+`slurmtel ...` command the README's front page gives parses as written."""
 
 from __future__ import annotations
 
@@ -36,10 +37,11 @@ def command_paths() -> dict[tuple[str, ...], argparse.ArgumentParser]:
 
 
 def table_rows() -> list[str]:
-    """The first cell of each row of the README's Commands table."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Commands") :]
-    section = section[: section.index("\n## ", 5)]
+    """The first cell of each row of docs/commands.md's table of every command."""
+    text = (ROOT / "docs" / "commands.md").read_text()
+    section = text[text.index("## Every command") :]
+    end = section.find("\n## ", 5)
+    section = section if end < 0 else section[:end]
     return [row.split(" | ")[0] for row in section.splitlines() if row.startswith("| `slurmtel ")]
 
 
@@ -64,7 +66,7 @@ def documented(path: tuple[str, ...], rows: list[str]) -> bool:
 def test_every_command_is_in_the_readme_table() -> None:
     rows = table_rows()
     missing = [" ".join(path) for path in command_paths() if not documented(path, rows)]
-    assert missing == [], "commands missing from README.md's Commands table"
+    assert missing == [], "commands missing from docs/commands.md's table"
 
 
 def test_every_command_and_option_the_table_names_exists() -> None:
@@ -88,11 +90,36 @@ def test_every_command_and_option_the_table_names_exists() -> None:
             found = next(
                 (tuple(words[:n]) for n in range(len(words), 0, -1) if options_of(tuple(words[:n]))), None
             )
-            assert found is not None, f"README names `{name}`, which is no slurmtel command"
+            assert found is not None, f"docs/commands.md names `{name}`, which is no slurmtel command"
             row_options |= options_of(found)
             # `slurmtel report failures`, `idle`, ...: the siblings a row lists after a command
             row_options |= options_of(found[:-1]) if len(found) > 1 else set()
         for option in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", row):
             assert option in row_options, (
-                f"README's row {row!r} names {option}, which none of its commands has"
+                f"docs/commands.md's row {row!r} names {option}, which none of its commands has"
             )
+
+
+def front_page_commands() -> list[str]:
+    """Every `slurmtel ...` command the README's front page gives, in code spans and blocks."""
+    readme = (ROOT / "README.md").read_text()
+    spans = re.findall(r"`(slurmtel [^`]+)`", readme)
+    blocks = [
+        line.split("#")[0].strip()
+        for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.S)
+        for line in block.splitlines()
+    ]
+    return [c for c in [*spans, *blocks] if c.startswith("slurmtel ") and c != "slurmtel demo"]
+
+
+def test_every_command_the_front_page_gives_parses() -> None:
+    parser = build_parser()
+    commands = front_page_commands()
+    assert len(commands) > 20
+    for command in commands:
+        # the placeholders a reader fills in
+        argv = [{"JOBID": "1", "N": "1", "NAME": "x", "USER": "x"}.get(w, w) for w in command.split()[1:]]
+        try:
+            parser.parse_args(argv)
+        except SystemExit as exc:
+            raise AssertionError(f"README gives `{command}`, which slurmtel refuses") from exc

@@ -171,5 +171,6 @@ def test_the_slurmtel_command_is_the_guarded_entry_point() -> None:
 def test_the_install_lines_name_the_extras() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "pip install '.[head]' && slurmtel demo" in readme  # in the activated venv
-    assert "pip install 'slurmtel[nvml]'" in readme
+    assert "pip install '.[nvml]'" in readme  # a GPU node's line of "Install on a cluster"
+    assert "pip install 'slurmtel[nvml]'" in (ROOT / "docs" / "daemon.md").read_text()
     assert "-e '.[head,test,nvml]'" in (ROOT / "scripts" / "test").read_text()

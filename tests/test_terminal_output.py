@@ -174,7 +174,7 @@ def test_the_uuid_is_in_tables_only_with_wide_and_always_in_csv_and_json(
     render(rows(), data, "csv")
     parsed = list(csv.DictReader(io.StringIO(data.getvalue())))
     assert [r["gpu_uuid"] for r in parsed] == [UUID[:-1] + str(i) for i in range(4)]
-    # csv is data: the names as they are (README: pipe it to a program, not to a terminal)
+    # csv is data: the names as they are (docs/commands.md: pipe it to a program, not to a terminal)
     assert [r["name"] for r in parsed] == HOSTILE
     document = io.StringIO()
     render(rows(), document, "json")

@@ -199,7 +199,7 @@ class MailProgConfig:
 
 @dataclass(frozen=True)
 class ActionsConfig:
-    """[actions]: rules, delivery and limits (README "Acting on what it measures")."""
+    """[actions]: rules, delivery and limits (docs/actions.md)."""
 
     # the daemon evaluates the rules after each attribution run (`act --dry-run` works either way)
     enabled: bool = False

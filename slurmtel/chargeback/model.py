@@ -98,7 +98,7 @@ BILLED_UNITS = {
 KILOGRAMS = Decimal("0.001")
 
 
-# What identifies a statement, on every row of its CSVs (README "## Chargeback" documents each)
+# What identifies a statement, on every row of its CSVs (docs/chargeback.md documents each)
 STATEMENT_HEADER_COLUMNS = (
     "format_version",
     "statement_number",

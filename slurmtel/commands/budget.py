@@ -1,5 +1,5 @@
 """`slurmtel report budget`: per account and period, budget, used, committed, remaining and
-the projected date of exhaustion (README "### Budgets").
+the projected date of exhaustion (docs/chargeback.md "Budgets").
 
 Access: VIEW_AGGREGATES. Rows are the budgets of accounts in the caller's scope (admins and
 finance: all; a coordinator: the accounts they coordinate and their sub-accounts).

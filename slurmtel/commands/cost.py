@@ -1,4 +1,4 @@
-"""`slurmtel report cost`: effective unit cost, baselines and capacity (README "### Cost").
+"""`slurmtel report cost`: effective unit cost, baselines and capacity (docs/reports.md "report cost").
 
 Access: VIEW_STATEMENTS (finance and admins); the figures are cluster-wide.
 """

@@ -6,7 +6,7 @@ joules, fractions); a table converts them, here and nowhere else (`for_table`): 
 bytes to GiB, joules to kWh, shares to percent, each renamed (`queue_wait_p50_seconds` is
 `queue_wait_p50_hours` there, `idle_share` is `idle_percent`).
 
-Tables are for people (README "Tables on a terminal"):
+Tables are for people (docs/commands.md "Tables on a terminal"):
 
 * every cell and title is shown literally: nothing in it is read as rich markup, and a control
   character (C0, DEL, C1: what can move the cursor, retitle or clear a terminal) is shown as

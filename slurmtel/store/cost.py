@@ -1,4 +1,4 @@
-"""The measured inputs of `slurmtel report cost` (README "### Cost"), over whole site days.
+"""The measured inputs of `slurmtel report cost` (docs/reports.md "report cost"), over whole site days.
 
 Two kinds of rows, in exact GPU-seconds (PostgreSQL numeric, Decimal here):
 
