@@ -596,6 +596,29 @@ _add("power_mean_watts", W, "mean GPU power over covered time", design="§4")
 _add("power_max_watts", W, "the highest GPU power of any sample window", design="§4")
 _add("power_limit_watts", W, "the GPU's power limit", design="§3")
 
+# --- a job's timeline (`/v1/jobs/{id}/timeline`, the job page) ------------------------------
+_add("window_start_at", AT, "when a GPU's sample window starts", design="§4")
+_add("window_seconds", S, "how long a GPU's sample window is", design="§4")
+_add("util_share", SH, "the GPU's mean utilisation over one sample window", design="§4")
+_add("memory_used_bytes", B, "the most GPU memory used in one sample window", design="§4")
+_add("power_watts", W, "the GPU's mean power over one sample window", design="§4")
+_add(
+    "idle_gpu",
+    F,
+    "the GPU was idle (idle_share at or above the idle threshold) while the job held it",
+    design="§4",
+)
+_add(
+    "idle_threshold_share",
+    SH,
+    "the idle share from which a job's GPU counts as idle (advice, pages)",
+    design="§4",
+)
+_add("event_at", AT, "when a hardware event (XID, ECC) happened on the GPU", design="§3")
+_add("event_kind", T, "the kind of hardware event: xid, ecc_single_bit, ecc_double_bit", design="§3")
+_add("event_value", INT, "the event's code (XID number) or count (ECC errors)", design="§3")
+_add("event_detail", T, "the event's text as the source reported it", design="§3")
+
 # --- quantities with their own unit ---------------------------------------------------------
 _add(
     "average_gpus_installed",

@@ -466,6 +466,27 @@ def _state_text(r: Mapping[str, Any], zone: tzinfo) -> str:
     return f"{r['state']} ({r['outcome']})"
 
 
+def job_header(r: Mapping[str, Any], zone: tzinfo) -> list[tuple[str, str]]:
+    """The labelled lines of one attempt's header, as `slurmtel job` prints them and the job
+    page shows them: user, account, partition, state, start and end in ZONE, elapsed, GPUs,
+    nodes, queue wait, the host's CPU, memory and time limit, and the GPUs' energy."""
+    so_far = bool(r.get("so_far"))
+    return [
+        ("user", r["user"]),
+        ("account", r["account"]),
+        ("partition", r["partition"]),
+        ("state", _state_text(r, zone)),
+        ("start", _local(r["start_at"], zone) or "not started"),
+        ("end", _local(r["end_at"], zone) or ("running" if r["start_at"] else "")),
+        ("elapsed", _duration(r["elapsed_seconds"]) + (" so far" if so_far else "")),
+        ("GPUs", f"{r['gpus']}{' x ' + r['gpu_model'] if r['gpu_model'] else ''}"),
+        ("nodes", ",".join(r["nodes"])),
+        ("queue wait", _duration(r["queue_wait_seconds"])),
+        *(host_lines(r) if r["start_at"] else []),
+        *energy_lines(r),
+    ]
+
+
 def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzinfo) -> None:
     for i, r in enumerate(reports):
         if i:
@@ -474,20 +495,7 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
         so_far = bool(r.get("so_far"))
         # names come from the job's submitter: shown literally, control characters escaped
         out.write(escape_controls(f"Job {r['job_id']} ({r['name']}) on cluster {r['cluster']}{of}") + "\n")
-        header = [
-            ("user", r["user"]),
-            ("account", r["account"]),
-            ("partition", r["partition"]),
-            ("state", _state_text(r, zone)),
-            ("start", _local(r["start_at"], zone) or "not started"),
-            ("end", _local(r["end_at"], zone) or ("running" if r["start_at"] else "")),
-            ("elapsed", _duration(r["elapsed_seconds"]) + (" so far" if so_far else "")),
-            ("GPUs", f"{r['gpus']}{' x ' + r['gpu_model'] if r['gpu_model'] else ''}"),
-            ("nodes", ",".join(r["nodes"])),
-            ("queue wait", _duration(r["queue_wait_seconds"])),
-            *(host_lines(r) if r["start_at"] else []),
-            *energy_lines(r),
-        ]
+        header = job_header(r, zone)
         for label, value in header:
             out.write(escape_controls(f"  {label:<11} {value}".rstrip()) + "\n")
         if r["gpu_figures"]:
@@ -517,27 +525,42 @@ def job_document(conn: Connection, q: JobQuery) -> list[dict[str, Any]]:
     return [attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key), q.pricing) for a in attempts]
 
 
-def job_plot(conn: Connection, q: JobQuery, fmt: str) -> tuple[bytes, bool] | None:
-    """The job's GPU utilisation, memory and power over time as FMT (png, svg, pdf) bytes, and
-    whether any GPU had telemetry; None when the job is not found in the query's scope."""
-    from slurmtel.reports.plot import plot_job, plot_title, utilisation_series
+def _job_series(
+    conn: Connection, q: JobQuery
+) -> tuple[list[AttemptView], list[tuple[AttemptView, GpuFigures, GpuSeries]]] | None:
+    """The job's attempts and, per mapped GPU of each started attempt (oldest attempt first, in
+    the order gpu_figures gives: per node, as nvidia-smi numbers the GPUs), its series of
+    windows; None when the job is not found in the query's scope."""
+    from slurmtel.reports.plot import utilisation_series
     from slurmtel.store.jobview import find_attempts, gpu_figures, util_windows
 
-    now, zone = q.now, q.zone
     attempts = find_attempts(conn, q.jobid, scope=q.scope, clusters=q.clusters)
     if not attempts:
         return None
-    figures = gpu_figures(conn, [a.key for a in attempts], now=now)
-    series: list[GpuSeries] = []
+    figures = gpu_figures(conn, [a.key for a in attempts], now=q.now)
+    series: list[tuple[AttemptView, GpuFigures, GpuSeries]] = []
     for a in sorted(attempts, key=lambda a: a.submit_at):
         if a.start_at is None:
             continue
-        # in the order gpu_figures gives: per node, as nvidia-smi numbers the GPUs
         gpus = [g for g in figures[a.key] if g.mapped and g.gpu_uuid]
-        windows = util_windows(conn, [g.gpu_uuid for g in gpus], start=a.start_at, end=a.end_at or now)
+        windows = util_windows(conn, [g.gpu_uuid for g in gpus], start=a.start_at, end=a.end_at or q.now)
         points = utilisation_series(windows)
         for g in gpus:
-            series.append(plot_series(g, points.get(g.gpu_uuid, []), a, several=len(attempts) > 1))
+            series.append((a, g, plot_series(g, points.get(g.gpu_uuid, []), a, several=len(attempts) > 1)))
+    return attempts, series
+
+
+def job_plot(conn: Connection, q: JobQuery, fmt: str) -> tuple[bytes, bool] | None:
+    """The job's GPU utilisation, memory and power over time as FMT (png, svg, pdf) bytes, and
+    whether any GPU had telemetry; None when the job is not found in the query's scope."""
+    from slurmtel.reports.plot import plot_job, plot_title
+
+    found = _job_series(conn, q)
+    if found is None:
+        return None
+    attempts, triples = found
+    series = [s for _, _, s in triples]
+    now, zone = q.now, q.zone
     latest = attempts[0]
     running = latest.end_at is None and latest.start_at is not None
     elapsed = (latest.end_at or now) - latest.start_at if latest.start_at else None
@@ -556,6 +579,69 @@ def job_plot(conn: Connection, q: JobQuery, fmt: str) -> tuple[bytes, bool] | No
     buffer = io.BytesIO()
     plot_job(series, buffer, title=title, zone=zone, fmt=fmt, so_far=running)
     return buffer.getvalue(), any(s.points for s in series)
+
+
+# one point of a GPU's timeline (`/v1/jobs/{id}/timeline`, the job page's charts)
+TIMELINE_POINT_COLUMNS = (
+    "window_start_at",
+    "window_seconds",
+    "util_share",
+    "memory_used_bytes",
+    "power_watts",
+)
+# one hardware event on one of the job's GPUs while an attempt ran
+EVENT_COLUMNS = ("event_at", "gpu", "gpu_uuid", "attempt", "event_kind", "event_value", "event_detail")
+
+
+def job_timeline(conn: Connection, q: JobQuery) -> dict[str, Any] | None:
+    """The job's per-GPU windows (utilisation as a share, memory, power) and the XID/ECC events
+    of its GPUs while each attempt ran: what the job page draws, and its JSON. None when the job
+    is not found in the query's scope."""
+    from slurmtel.store.jobview import gpu_events
+
+    found = _job_series(conn, q)
+    if found is None:
+        return None
+    attempts, triples = found
+    gpus = []
+    events: list[dict[str, Any]] = []
+    for a, g, s in triples:
+        gpus.append(
+            {
+                "attempt": a.attempt_number,
+                "gpu": g.name,
+                "gpu_uuid": g.gpu_uuid,
+                "node": g.node,
+                "idle_gpu": s.idle,
+                "idle_share": s.idle_share,
+                "memory_total_bytes": s.memory_total_bytes,
+                "power_limit_watts": s.power_limit_watts,
+                "start_at": a.start_at,
+                "end_at": a.end_at,
+                "so_far_at": q.now if a.end_at is None else None,
+                "points": [
+                    {
+                        "window_start_at": p.start_at,
+                        "window_seconds": p.seconds,
+                        "util_share": _percent_share(p.util_percent),
+                        "memory_used_bytes": p.memory_used_bytes,
+                        "power_watts": None if p.power_watts is None else round(p.power_watts, 1),
+                    }
+                    for p in s.points
+                ],
+            }
+        )
+        assert a.start_at is not None
+        for e in gpu_events(conn, [g.gpu_uuid], start=a.start_at, end=a.end_at or q.now):
+            events.append({**e, "gpu": g.name, "attempt": a.attempt_number})
+    events.sort(key=lambda e: (e["event_at"], e["gpu"]))
+    return {
+        "job_id": attempts[0].job_id,
+        "cluster": attempts[0].cluster,
+        "idle_threshold_share": IDLE_GPU_SHARE,
+        "gpus": gpus,
+        "events": [{c: e.get(c) for c in EVENT_COLUMNS} for e in events],
+    }
 
 
 def write_job(reports: Sequence[Mapping[str, Any]], out: TextIO, fmt: str, zone: tzinfo) -> None:

@@ -224,6 +224,35 @@ def util_windows(
     ]
 
 
+def gpu_events(
+    conn: Connection, gpu_uuids: Sequence[str], *, start: datetime, end: datetime
+) -> list[dict[str, Any]]:
+    """The XID and ECC events of GPU_UUIDS in [START, END), oldest first."""
+    if not gpu_uuids:
+        return []
+    rows = conn.execute(
+        text(
+            """
+            SELECT at, gpu_uuid, node, kind, value, detail FROM gpu_event
+            WHERE gpu_uuid = ANY(CAST(:uuids AS text[])) AND at >= :start AND at < :end
+            ORDER BY at, gpu_uuid, kind
+            """
+        ),
+        {"uuids": list(gpu_uuids), "start": start, "end": end},
+    )
+    return [
+        {
+            "event_at": r.at,
+            "gpu_uuid": r.gpu_uuid,
+            "node": r.node,
+            "event_kind": r.kind,
+            "event_value": int(r.value),
+            "event_detail": r.detail,
+        }
+        for r in rows
+    ]
+
+
 # --------------------------------------------------------------------------------- slurmtel me
 
 

@@ -1,0 +1,502 @@
+"""The pages of `slurmtel serve` (DESIGN §12), against the real server process, the real
+PostgreSQL roles (row security), a trusted reverse proxy per person (tests/pages_site.py) and a
+real headless Chromium (Debian's `chromium` and `chromium-driver`, driven by Selenium).
+
+- over HTTP: the authorisation matrix over every page x {researcher, coordinator, finance,
+  admin, nobody, no proxy}: the status allowed() decides, the same not-found page for another
+  user's job as for a missing one, no other user's rows; the forms that change statements
+  refuse a missing or foreign token and another site's Origin; --dev-user is refused unless
+  the server listens on loopback;
+- in the browser: as each person, the figures on the page equal what the CLI prints as JSON
+  for the same identity (`slurmtel job`, `me`, `report`, `chargeback`); every hostile job name
+  renders as text (no element, no script ran); a statement downloaded from its page has the
+  CLI's bytes; closing a month through the page's form works and is in the audit trail.
+
+The browser tests fail (never skip) without chromium when CI=true or
+SLURMTEL_REQUIRE_BROWSER=1; elsewhere they skip, saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from sqlalchemy import Engine
+
+from slurmtel.access import Identity
+from slurmtel.auth.identity import identity_for
+from slurmtel.cli import main
+from slurmtel.commands.common import coordinated_accounts
+from slurmtel.config import config_from_dict, load_config
+from slurmtel.reports.catalog import REPORTS
+from slurmtel.reports.render import escape_controls
+from tests import pages_site as ps
+from tests.conftest import LoginRoles, _empty_tables
+
+BROWSER_REQUIRED = os.environ.get("CI") == "true" or os.environ.get("SLURMTEL_REQUIRE_BROWSER") == "1"
+
+
+@dataclass
+class Site:
+    server_url: str
+    proxies: dict[str, ps.Proxy]
+    cli_config: Path
+    tmp: Path
+
+    def url(self, who: str, path: str) -> str:
+        return self.proxies[who].url + path
+
+
+@pytest.fixture(scope="module")
+def site(
+    _session_engine: Engine,
+    login_roles: LoginRoles,
+    database_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Site]:
+    tmp = tmp_path_factory.mktemp("pages")
+    sacctmgr = ps.sacctmgr_script(tmp)
+    _empty_tables(_session_engine)
+    settings = ps.site_settings(database_url, sacctmgr)
+    ps.load_site(_session_engine, config_from_dict(settings))
+    cli_config = tmp / "cli.toml"
+    cli_config.write_text(ps.to_toml(settings))
+    port = ps.free_port()
+    config_file = ps.write_serve_config(tmp, login_roles, sacctmgr, port)
+    with ps.serve(config_file, log=tmp / "serve.log") as process:
+        server_url = f"http://127.0.0.1:{port}"
+        ps.wait_for(server_url, process, tmp / "serve.log")
+        proxies = {who: ps.Proxy(port, who) for who in ps.PEOPLE}
+        proxies[""] = ps.Proxy(port, "")
+        try:
+            yield Site(server_url, proxies, cli_config, tmp)
+        finally:
+            for proxy in proxies.values():
+                proxy.close()
+
+
+def identity(site: Site, user: str) -> Identity:
+    config = load_config(site.cli_config)
+    return identity_for(user, None, config.access, lambda u: coordinated_accounts(config, u))
+
+
+def cli_json(
+    site: Site, who: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *argv: str
+) -> Any:
+    """What `slurmtel ARGV` prints (JSON) run by WHO on the head node (the database's own path)."""
+    person = identity(site, who)
+    monkeypatch.setattr("slurmtel.commands.common.current_identity", lambda config: person)
+    capsys.readouterr()
+    code = main(["--config", str(site.cli_config), "--log-level", "WARNING", *argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def cli_bytes(site: Site, who: str, monkeypatch: pytest.MonkeyPatch, *argv: str) -> bytes:
+    person = identity(site, who)
+    monkeypatch.setattr("slurmtel.commands.common.current_identity", lambda config: person)
+    output = site.tmp / f"out-{time.monotonic_ns()}"
+    code = main(["--config", str(site.cli_config), "--log-level", "WARNING", *argv, "--output", str(output)])
+    assert code == 0
+    return output.read_bytes()
+
+
+# --- the matrix over the pages -------------------------------------------------------------
+
+
+def pages() -> list[tuple[str, str]]:
+    found = [
+        ("own job", "/jobs/105"),
+        ("coordinated job", "/jobs/102"),
+        ("missing job", "/jobs/999999"),
+        ("own job json", "/jobs/105/figures.json"),
+        ("own job csv", "/jobs/105/figures.csv"),
+        ("own timeline csv", "/jobs/105/timeline.csv"),
+        ("me", f"/me?month={ps.MONTH}"),
+        ("reports", "/reports"),
+        ("finance", "/finance"),
+        ("statement", f"/finance/{ps.MONTH}"),
+        ("statement csv", f"/finance/{ps.MONTH}/statement.csv"),
+        ("statement parquet", f"/finance/{ps.MONTH}/statement.parquet"),
+        ("index", "/"),
+    ]
+    window = "start=2026-11-01T00:00:00&end=2026-11-02T00:00:00"
+    found += [(f"report {name}", f"/reports/{name}?{window}") for name in REPORTS]
+    found += [("report cost", f"/reports/cost?{window}&by=account"), ("report budget", "/reports/budget")]
+    return found
+
+
+OPERATIONS = {"taxonomy", "nodes", "capacity"}
+
+
+def expected(label: str, who: str) -> int:
+    role = {
+        ps.RESEARCHER: "user",
+        ps.COORDINATOR: "coordinator",
+        ps.FINANCE: "finance",
+        ps.ADMIN: "admin",
+        ps.NOBODY: "nobody",
+        "": "anonymous",
+    }[who]
+    if role == "anonymous":
+        return 401
+    if label in ("index", "reports"):
+        return 200
+    if label == "missing job":
+        return 403 if role == "finance" else 404
+    if label.startswith("report") and label != "reports":
+        name = label.removeprefix("report ")
+        if name in OPERATIONS:
+            return 200 if role == "admin" else 403
+        if name == "cost":
+            return 200 if role in ("finance", "admin") else 403
+        return 200
+    if label.startswith(("finance", "statement")):
+        return 200 if role in ("finance", "admin") else 403
+    if role == "finance":
+        return 403  # finance sees statements and aggregates, no single job
+    if label.startswith("own"):
+        # erin's job, in physics: alice coordinates physics
+        return 200 if role in ("user", "coordinator", "admin") else 404
+    if label == "coordinated job":
+        return 200 if role in ("coordinator", "admin") else 404
+    return 200  # me
+
+
+@pytest.mark.timeout(900)
+def test_every_page_answers_each_person_as_allowed_decides(site: Site) -> None:
+    others = {"alice", "bob", "carol", "dave", "frank"}
+    for label, path in pages():
+        for who in (*ps.PEOPLE, ""):
+            status, body, headers = ps.fetch(site.url(who, path))
+            want = expected(label, who)
+            assert status == want, f"{label} as {who or 'nobody at all'}: {status} {body[:300]!r}"
+            if status != 200 or not headers.get("content-type", "").startswith("text/html"):
+                continue
+            text = body.decode()
+            assert "Content-Security-Policy" in headers or "content-security-policy" in {
+                k.lower() for k in headers
+            }
+            if who == ps.RESEARCHER:
+                # the researcher's pages name no one else
+                named = {u for u in others if re.search(rf">{u}<", text)}
+                assert not named, f"{label} as {who} shows {named}"
+
+
+def test_another_users_job_is_the_same_page_as_a_missing_job(site: Site) -> None:
+    status, theirs, _ = ps.fetch(site.url(ps.RESEARCHER, "/jobs/101"))
+    status_missing, missing, _ = ps.fetch(site.url(ps.RESEARCHER, "/jobs/999999"))
+    assert status == status_missing == 404
+    assert theirs.replace(b"101", b"N") == missing.replace(b"999999", b"N")
+    # the coordinator sees bob's job (chemistry), not carol's (bio)
+    assert ps.fetch(site.url(ps.COORDINATOR, "/jobs/102"))[0] == 200
+    assert ps.fetch(site.url(ps.COORDINATOR, "/jobs/103"))[0] == 404
+
+
+def test_a_user_header_from_the_client_is_never_believed(site: Site) -> None:
+    # the proxy strips what the client sends; straight to the server, the header is from no proxy
+    status, _, _ = ps.fetch(site.url("", "/me"), headers={"X-Remote-User": ps.ADMIN})
+    assert status == 401
+    status, body, _ = ps.fetch(site.server_url + "/me", headers={"X-Remote-User": ps.ADMIN})
+    # the server's peer is 127.0.0.1, a trusted proxy here: the test proxy is what strips it
+    assert status == 200 and ps.ADMIN.encode() in body
+
+
+def test_forms_that_change_statements_need_the_callers_token(site: Site) -> None:
+    month = "2026-10"  # ended, no usage: a close the guards would refuse anyway
+    page = ps.fetch(site.url(ps.FINANCE, f"/finance/{month}"))[1].decode()
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    assert token, "the statement page of an open month has a close form with a token"
+    url = site.url(ps.FINANCE, f"/finance/{month}/close")
+    form = "application/x-www-form-urlencoded"
+    for data, headers in (
+        (b"reason=x", {"Content-Type": form}),
+        (b"csrf=" + b"0" * 64, {"Content-Type": form}),
+        (f"csrf={token.group(1)}".encode(), {"Content-Type": form, "Origin": "http://evil.example"}),
+    ):
+        status, body, _ = ps.fetch(url, data=data, headers=headers)
+        assert status == 403, body[:300]
+    # the admin's token is not finance's
+    admin_page = ps.fetch(site.url(ps.ADMIN, f"/finance/{month}"))[1].decode()
+    admin_token = re.search(r'name="csrf" value="([0-9a-f]+)"', admin_page)
+    assert admin_token and admin_token.group(1) != token.group(1)
+    # a researcher may not post at all
+    status, _, _ = ps.fetch(
+        site.url(ps.RESEARCHER, f"/finance/{month}/close"),
+        data=f"csrf={token.group(1)}".encode(),
+        headers={"Content-Type": form},
+    )
+    assert status == 403
+    listing = ps.fetch(site.url(ps.FINANCE, "/finance"))[1].decode()
+    assert month not in listing, "nothing was closed"
+
+
+def test_dev_user_is_refused_unless_listening_on_loopback(site: Site) -> None:
+    config = site.tmp / "serve.toml"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slurmtel",
+            "--config",
+            str(config),
+            "serve",
+            "--dev-user",
+            "erin",
+            "--listen",
+            "0.0.0.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "--dev-user" in result.stderr and "127.0.0.1" in result.stderr
+
+
+def test_dev_user_serves_the_pages_as_that_user(site: Site) -> None:
+    port = ps.free_port()
+    with ps.serve(
+        site.tmp / "serve.toml", "--dev-user", ps.RESEARCHER, "--port", str(port), log=site.tmp / "dev.log"
+    ) as process:
+        ps.wait_for(f"http://127.0.0.1:{port}", process, site.tmp / "dev.log")
+        status, body, _ = ps.fetch(f"http://127.0.0.1:{port}/jobs/105")
+        assert status == 200 and b"erin" in body
+        assert ps.fetch(f"http://127.0.0.1:{port}/jobs/101")[0] == 404
+    assert "DEVELOPMENT IDENTITY" in (site.tmp / "dev.log").read_text()
+
+
+# --- in the browser -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser(site: Site) -> Iterator[Any]:
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver):
+        message = "chromium and chromium-driver (Debian) are not installed"
+        if BROWSER_REQUIRED:
+            pytest.fail(message + " (CI=true or SLURMTEL_REQUIRE_BROWSER=1: the browser tests must run)")
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    downloads = site.tmp / "downloads"
+    downloads.mkdir()
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(flag)
+    options.add_experimental_option(
+        "prefs", {"download.default_directory": str(downloads), "download.prompt_for_download": False}
+    )
+    chrome = webdriver.Chrome(service=Service(driver), options=options)
+    chrome.downloads = downloads  # type: ignore[attr-defined]
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
+
+
+def by_css(chrome: Any, selector: str) -> list[Any]:
+    from selenium.webdriver.common.by import By
+
+    return chrome.find_elements(By.CSS_SELECTOR, selector)
+
+
+def table_cells(chrome: Any, table_id: str) -> tuple[list[str], list[list[str]]]:
+    headers = [th.text for th in by_css(chrome, f"#{table_id} thead th")]
+    rows = [
+        [td.text for td in tr.find_elements("css selector", "td")]
+        for tr in by_css(chrome, f"#{table_id} tbody tr")
+    ]
+    return headers, rows
+
+
+def shown(column: str, value: Any) -> str:
+    """A value as a page shows it (slurmtel.pages.app.Table, the table units of slurmtel.columns)."""
+    from slurmtel.pages.app import Table
+    from slurmtel.reports.spec import decode_value
+
+    return Table([{column: decode_value(column, value)}], [column], ZoneInfo("UTC")).rows[0][0]
+
+
+def test_the_job_page_shows_the_clis_figures(site: Site, browser: Any, monkeypatch, capsys) -> None:
+    from slurmtel.columns import table_name
+    from slurmtel.reports.researcher import GPU_TABLE_COLUMNS
+
+    for who, job in (
+        (ps.RESEARCHER, "105"),
+        (ps.COORDINATOR, "101"),
+        (ps.COORDINATOR, "102"),
+        (ps.ADMIN, "103"),
+    ):
+        attempts = cli_json(site, who, monkeypatch, capsys, "job", job, "--format", "json")
+        browser.get(site.url(who, f"/jobs/{job}"))
+        assert browser.find_element("id", "who").text.startswith(who)
+        sections = by_css(browser, "section.attempt")
+        assert len(sections) == len(attempts), f"job {job}: every attempt"
+        for section, r in zip(sections, attempts, strict=True):
+            figures = {
+                dd.get_attribute("data-figure"): dd.text for dd in section.find_elements("css selector", "dd")
+            }
+            assert figures["user"] == r["user"] and figures["account"] == r["account"]
+            assert figures["partition"] == r["partition"]
+            assert figures["nodes"] == ",".join(r["nodes"])
+            assert figures["GPUs"].split(" ")[0] == str(r["gpus"])
+            if r["gpu_figures"]:
+                headers, rows = table_cells(browser, f"gpus-{r['attempt']}")
+                assert headers == [table_name(c) for c in GPU_TABLE_COLUMNS]
+                want = [[shown(c, g[c]) for c in GPU_TABLE_COLUMNS] for g in r["gpu_figures"]]
+                assert rows == want, f"job {job} attempt {r['attempt']} as {who}"
+            page_advice = [li.text for li in section.find_elements("css selector", ".advice li")]
+            assert page_advice == r["advice"]
+        # the page's own JSON link is the CLI's JSON
+        browser.get(site.url(who, f"/jobs/{job}/figures.json"))
+        assert json.loads(browser.find_element("tag name", "body").text) == attempts
+
+
+def test_the_idle_gpu_is_marked_and_drawn(site: Site, browser: Any) -> None:
+    browser.get(site.url(ps.COORDINATOR, "/jobs/101"))
+    (chart,) = by_css(browser, "svg.timeline")
+    # job 101 is idle half the time: not an idle GPU; utilisation and memory drawn (the
+    # factory's windows have no power)
+    assert "idle" not in chart.get_attribute("class")
+    assert len(chart.find_elements("css selector", "path")) == 2
+    browser.get(site.url(ps.RESEARCHER, "/jobs/301"))
+    (chart,) = by_css(browser, "svg.timeline")
+    assert "idle" in chart.get_attribute("class").split()
+    assert chart.get_attribute("aria-label") == "gpu03/0 — idle 100 %"
+    assert "idle: gpu03/0" in browser.find_element("css selector", "h2 .idle").text
+
+
+def test_hostile_job_names_render_as_text(site: Site, browser: Any) -> None:
+    for job, name in ps.HOSTILE_JOBS.items():
+        browser.get(site.url(ps.RESEARCHER, f"/jobs/{job}"))
+        title = browser.find_element("id", "job-name").text
+        assert title == f"({escape_controls(name)})", job
+        # nothing of the name became an element, and no script of it ran
+        assert not by_css(browser, "main img, main script, #job-name *")
+        assert browser.title == f"Job {job} · slurmtel"
+    browser.get(site.url(ps.RESEARCHER, f"/me?month={ps.MONTH}"))
+    _, rows = table_cells(browser, "jobs")
+    names = {row[3] for row in rows}
+    assert {escape_controls(n) for n in ps.HOSTILE_NAMES} <= names
+    assert not by_css(browser, "main img, main script")
+
+
+def test_another_users_job_is_not_found_in_the_browser(site: Site, browser: Any) -> None:
+    browser.get(site.url(ps.RESEARCHER, "/jobs/101"))
+    assert browser.find_element("id", "error").text == "Not found"
+    assert "not found or not yours" in browser.find_element("id", "message").text
+
+
+def test_my_month_shows_the_clis_figures(site: Site, browser: Any, monkeypatch, capsys) -> None:
+    from slurmtel.columns import table_name
+    from slurmtel.reports.researcher import ME_SUMMARY_COLUMNS
+
+    for who in (ps.RESEARCHER, ps.COORDINATOR):
+        summary = cli_json(site, who, monkeypatch, capsys, "me", "--month", ps.MONTH, "--format", "json")
+        jobs = cli_json(
+            site, who, monkeypatch, capsys, "me", "--month", ps.MONTH, "--jobs", "--format", "json"
+        )
+        browser.get(site.url(who, f"/me?month={ps.MONTH}"))
+        figures = {td.get_attribute("data-figure"): td.text for td in by_css(browser, "#summary td")}
+        for column in ME_SUMMARY_COLUMNS:
+            assert figures[table_name(column)] == shown(column, summary[column]), (who, column)
+        _, rows = table_cells(browser, "jobs")
+        assert [r[1] for r in rows] == [j["job_id"] for j in jobs]
+    # the coordinator sees her accounts' usage by user
+    assert by_css(browser, "#accounts-usage tbody tr")
+
+
+@pytest.mark.parametrize("name", ["idle", "failures", "queue", "taxonomy", "usage"])
+def test_a_report_page_shows_the_clis_report(
+    site: Site, browser: Any, monkeypatch, capsys, name: str
+) -> None:
+    from slurmtel.columns import table_name
+
+    start, end = ps.WINDOW["start"], ps.WINDOW["end"]
+    who = ps.ADMIN
+    document = cli_json(
+        site, who, monkeypatch, capsys, "report", name, "-S", start, "-E", end, "--format", "json"
+    )
+    browser.get(site.url(who, f"/reports/{name}?start={start}&end={end}"))
+    # the CLI's JSON: {section: rows}, or a single-section report's rows
+    if isinstance(document, list):
+        (table,) = by_css(browser, "table[id^=section-]")
+        by_section = {table.get_attribute("id").removeprefix("section-"): document}
+    else:
+        by_section = document
+    for section, rows in by_section.items():
+        headers, cells = table_cells(browser, f"section-{section}")
+        columns = [c for c in (rows[0] if rows else {}) if table_name(c) in headers]
+        assert len(cells) == len(rows), (name, section)
+        for row, got in zip(rows, cells, strict=True):
+            for c in columns:
+                assert got[headers.index(table_name(c))] == shown(c, row[c]), (name, section, c)
+    # the form holds the filters
+    assert by_css(browser, "form.filters input[name=start]")
+
+
+def test_a_downloaded_statement_has_the_clis_bytes_and_closing_works(
+    site: Site, browser: Any, monkeypatch, capsys
+) -> None:
+    month = ps.MONTH
+    browser.get(site.url(ps.FINANCE, f"/finance/{month}"))
+    assert "Open" in browser.find_element("id", "status").text
+    browser.find_element("css selector", "#close-form input[name=reason]").send_keys("month end <b>test</b>")
+    browser.find_element("css selector", "#close-form button").click()
+    assert browser.find_element("id", "done").text == f"{month} closed."
+    assert browser.find_element("id", "csv-sha256").text
+    for fmt in ("csv", "json", "parquet"):
+        target = browser.downloads / f"slurmtel-{month}.{fmt}"
+        browser.find_element("id", f"download-{fmt}").click()
+        for _ in range(200):
+            if target.exists() and not list(browser.downloads.glob("*.crdownload")):
+                break
+            time.sleep(0.05)
+        downloaded = target.read_bytes()
+        expected_bytes = cli_bytes(
+            site, ps.FINANCE, monkeypatch, "chargeback", "--month", month, "--format", fmt
+        )
+        assert downloaded == expected_bytes, fmt
+    # the audit trail names who closed it, with the reason shown as text
+    browser.get(site.url(ps.FINANCE, "/finance"))
+    _, audit = table_cells(browser, "audit")
+    assert any(ps.FINANCE in row and "month end <b>test</b>" in row for row in audit), audit
+    listing = cli_json(site, ps.FINANCE, monkeypatch, capsys, "chargeback", "--list", "--format", "json")
+    _, statements = table_cells(browser, "statements")
+    assert [r[1] for r in statements] == [s["month"] for s in listing]
+    assert statements[0][8] == listing[0]["csv_sha256"]
+
+
+def test_finance_pages_are_refused_to_researchers_in_the_browser(site: Site, browser: Any) -> None:
+    browser.get(site.url(ps.RESEARCHER, "/finance"))
+    assert browser.find_element("id", "error").text == "Not allowed"
+    assert "Finance" not in [a.text for a in by_css(browser, "header a")]
+
+
+def test_the_job_page_weighs_less_than_300_kb(site: Site) -> None:
+    status, body, _ = ps.fetch(site.url(ps.COORDINATOR, "/jobs/101"))
+    assert status == 200
+    # the whole page: no other resource is loaded (no script, style sheet, font or image)
+    assert len(body) < 300_000
+    assert not re.search(rb"<(script|link|img)\b", body)
