@@ -838,6 +838,10 @@ for _name, _meaning in (
     ("cost_per_completed_job", "amount / completed_jobs"),
     ("billable_per_completed_job", "billable_amount / completed_jobs"),
     ("gpu_energy_amount", "gpu_energy_joules priced at chargeback.price_per_kwh"),
+    (
+        "gpu_cost_amount",
+        "a job attempt's allocated GPU-hours (so far, while it runs) at the chargeback GPU rate of its partition and model",
+    ),
 ):
     _add(_name, M, _meaning, "Decimal, rounded once to the currency's minor unit", STATEMENT)
 

@@ -498,6 +498,23 @@ def write_next_steps(run: DemoRun, out: TextIO, *, seconds: float) -> None:
         )
     for argv in next_commands(run):
         out.write(f"  {next_command(run, argv)}\n")
+    write_pages_steps(run, out)
+
+
+def write_pages_steps(run: DemoRun, out: TextIO) -> None:
+    """How to open the pages on the demo's data: serve with the local development identity
+    (loopback only), then the job page, my month, the reports and the statement."""
+    port = run.config.api.port
+    month = f"{run.simulation.start_at.astimezone(run.config.zone):%Y-%m}"
+    base = f"http://127.0.0.1:{port}"
+    out.write(
+        "The pages (a browser on this machine; --dev-user is a local development identity: every "
+        "request from 127.0.0.1 is that user, and serve refuses it on any other address):\n"
+        f"  {next_command(run, ['serve', '--dev-user', 'root', '--listen', '127.0.0.1'])}\n"
+        f"  then open {base}/jobs/{run.job}  {base}/me?user={_busiest_user(run)}  {base}/reports  "
+        f"{base}/finance/{month}\n"
+        f"  (--dev-user {_busiest_user(run)} shows what that researcher sees: their jobs only)\n"
+    )
 
 
 def _why_not_found(run: DemoRun) -> str:

@@ -169,7 +169,9 @@ def test_pages_hold_no_sql() -> None:
     sql = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b[^\n]*\b(FROM|INTO|SET|WHERE)\b")
     files = [*(PACKAGE / "pages").rglob("*.py"), *(PACKAGE / "pages").rglob("*.html")]
     assert files, "slurmtel/pages exists"
-    found = [f"{path.relative_to(ROOT)}: {m.group(0)}" for path in files for m in sql.finditer(path.read_text())]
+    found = [
+        f"{path.relative_to(ROOT)}: {m.group(0)}" for path in files for m in sql.finditer(path.read_text())
+    ]
     assert found == [], "SQL in the pages:\n" + "\n".join(found)
 
 

@@ -340,7 +340,7 @@ def shown(column: str, value: Any) -> str:
 
 def test_the_job_page_shows_the_clis_figures(site: Site, browser: Any, monkeypatch, capsys) -> None:
     from slurmtel.columns import table_name
-    from slurmtel.reports.researcher import GPU_TABLE_COLUMNS
+    from slurmtel.pages.app import PAGE_GPU_COLUMNS
 
     for who, job in (
         (ps.RESEARCHER, "105"),
@@ -361,10 +361,12 @@ def test_the_job_page_shows_the_clis_figures(site: Site, browser: Any, monkeypat
             assert figures["partition"] == r["partition"]
             assert figures["nodes"] == ",".join(r["nodes"])
             assert figures["GPUs"].split(" ")[0] == str(r["gpus"])
+            # what the attempt's GPU-hours cost at the site's rate (2.00 per GPU-hour here)
+            assert figures["GPU cost"].split(" ")[0] == r["gpu_cost_amount"], (job, figures)
             if r["gpu_figures"]:
                 headers, rows = table_cells(browser, f"gpus-{r['attempt']}")
-                assert headers == [table_name(c) for c in GPU_TABLE_COLUMNS]
-                want = [[shown(c, g[c]) for c in GPU_TABLE_COLUMNS] for g in r["gpu_figures"]]
+                assert headers == [table_name(c) for c in PAGE_GPU_COLUMNS]
+                want = [[shown(c, g[c]) for c in PAGE_GPU_COLUMNS] for g in r["gpu_figures"]]
                 assert rows == want, f"job {job} attempt {r['attempt']} as {who}"
             page_advice = [li.text for li in section.find_elements("css selector", ".advice li")]
             assert page_advice == r["advice"]

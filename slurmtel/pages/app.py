@@ -47,13 +47,16 @@ from slurmtel.errors import AccessDenied, ChargebackError, ConfigError, Slurmtel
 from slurmtel.pages.svg import gpu_timeline_svg
 from slurmtel.reports.catalog import REPORTS
 from slurmtel.reports.render import escape_controls, local_time
+from slurmtel.reports.researcher import GPU_TABLE_COLUMNS
 from slurmtel.timeparse import month_bounds
 
 log = logging.getLogger(__name__)
 
 # a form may send at most this many bytes (a reason, a token)
 MAX_FORM_BYTES = 16 * 1024
-OPERATIONS_REPORTS = ("taxonomy", "nodes", "capacity", "fabric", "fabric_nodes", "nodes_drift")
+# the job page's GPU table: a terminal table's columns (researcher.GPU_TABLE_COLUMNS) without
+# the UUID, as a table shows them without --wide (the CSV and JSON links have every column)
+PAGE_GPU_COLUMNS = tuple(c for c in GPU_TABLE_COLUMNS if c != "gpu_uuid")
 
 
 class PageError(Exception):
@@ -222,7 +225,7 @@ class Pages:
         return self.render("index.html", who, title="slurmtel")
 
     def job(self, request: Request) -> Response:
-        from slurmtel.reports.researcher import GPU_TABLE_COLUMNS, job_header
+        from slurmtel.reports.researcher import job_header
 
         who = self.api.identity(request)
         query = self.api.job_query(who, request.path_params["job_id"])
@@ -245,7 +248,7 @@ class Pages:
                 {
                     "r": r,
                     "header": job_header(r, self.zone),
-                    "gpu_table": Table(r["gpu_figures"], GPU_TABLE_COLUMNS, self.zone),
+                    "gpu_table": Table(r["gpu_figures"], PAGE_GPU_COLUMNS, self.zone),
                     "idle_gpus": [g["gpu"] for g in gpus if g["idle_gpu"]],
                     "charts": charts,
                     "events": Table(

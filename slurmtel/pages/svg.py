@@ -27,7 +27,7 @@ MAX_POINTS = 240
 PANEL_WIDTH = 300
 PANEL_HEIGHT = 70
 GAP = 16
-TOP = 16
+TOP = 30
 BOTTOM = 16
 
 
@@ -125,7 +125,8 @@ def gpu_timeline_svg(
     span = max((end - start).total_seconds(), 1.0)
     out = [
         f'<svg class="timeline{" idle" if idle else ""}" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" role="img" aria-label="{escape(label)}">'
+        f'width="{width}" height="{height}" role="img" aria-label="{escape(label)}">',
+        f'<text x="0" y="11" class="{"gi" if idle else "g"}">{escape(label)}</text>',
     ]
     for i, (title, value, top, top_text) in enumerate(panels):
         x0 = i * (PANEL_WIDTH + GAP)
@@ -133,7 +134,7 @@ def gpu_timeline_svg(
         out.append(
             f'<rect x="{x0}" y="{TOP}" width="{PANEL_WIDTH}" height="{PANEL_HEIGHT}" fill="{fill}" stroke="#d0d7de"/>'
         )
-        out.append(f'<text x="{x0}" y="11" class="t">{escape(title)} (top {escape(top_text)})</text>')
+        out.append(f'<text x="{x0}" y="{TOP - 4}" class="t">{escape(title)} (top {escape(top_text)})</text>')
         for e in events:
             ex = (
                 x0

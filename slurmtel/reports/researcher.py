@@ -189,6 +189,7 @@ JOB_COLUMNS = (
     "gpu_energy_joules",
     "gpu_energy_amount",
     "gpu_co2e_kilograms",
+    "gpu_cost_amount",
     "currency",
     "so_far",
     "so_far_at",
@@ -375,7 +376,7 @@ def attempt_report(
         "usage_steps": host.usage_steps if host else None,
         "time_limit_seconds": attempt.time_limit_seconds,
         "time_limit_used_share": _share(elapsed, attempt.time_limit_seconds) if elapsed is not None else None,
-        **gpu_energy_figures(gpus, pricing),
+        **_with_cost(gpu_energy_figures(gpus, pricing), attempt, elapsed, pricing),
         "gpu_figures": [gpu_row(g) for g in gpus],
         "advice": advise(
             JobFacts(
@@ -392,6 +393,35 @@ def attempt_report(
             ),
             gpus,
         ),
+    }
+
+
+def gpu_cost(
+    attempt: AttemptView, elapsed_seconds: float | None, pricing: ChargebackConfig | None
+) -> Decimal | None:
+    """What the attempt's allocated GPU-hours cost (so far, while it runs) at the
+    [[chargeback.rates]] GPU rate matching its partition and GPU model on the day it started,
+    rounded once as a statement rounds; None without a matching rate."""
+    from slurmtel.chargeback.pricing import charge, match_rate
+
+    if pricing is None or not attempt.alloc_gpus or not elapsed_seconds or attempt.start_at is None:
+        return None
+    rate = match_rate(pricing.rates, attempt.partition, attempt.gpu_model or "", attempt.start_at.date())
+    if rate is None:
+        return None
+    seconds = Decimal(str(round(elapsed_seconds, 3))) * attempt.alloc_gpus
+    return charge(rate.price(), seconds, pricing.currency)
+
+
+def _with_cost(
+    figures: dict[str, Any], attempt: AttemptView, elapsed: float | None, pricing: ChargebackConfig | None
+) -> dict[str, Any]:
+    cost = gpu_cost(attempt, elapsed, pricing)
+    priced = cost is not None or figures["gpu_energy_amount"] is not None
+    return {
+        **figures,
+        "gpu_cost_amount": cost,
+        "currency": pricing.currency if priced and pricing is not None else None,
     }
 
 
@@ -444,15 +474,20 @@ def host_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def energy_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The GPUs' energy line of a job's text, with its price and CO2e when configured."""
+    """The GPUs' cost line (its GPU-hours at the chargeback rate) and energy line of a job's
+    text, with the energy's price and CO2e when configured."""
+    lines = []
+    if r.get("gpu_cost_amount") is not None:
+        so_far = " so far" if r["end_at"] is None else ""
+        lines.append(("GPU cost", f"{r['gpu_cost_amount']} {r['currency']}{so_far} (chargeback rate)"))
     if r.get("gpu_energy_joules") is None:
-        return []
+        return lines
     parts = [energy_text(float(r["gpu_energy_joules"]))]
     if r.get("gpu_energy_amount") is not None:
         parts.append(f"{r['gpu_energy_amount']} {r['currency']}")
     if r.get("gpu_co2e_kilograms") is not None:
         parts.append(f"{r['gpu_co2e_kilograms']} kg CO2e")
-    return [("GPU energy", ", ".join(parts) + (" so far" if r["end_at"] is None else ""))]
+    return [*lines, ("GPU energy", ", ".join(parts) + (" so far" if r["end_at"] is None else ""))]
 
 
 def _state_text(r: Mapping[str, Any], zone: tzinfo) -> str:
