@@ -227,6 +227,12 @@ def openapi_document() -> dict[str, Any]:
         [job, _path("fmt", "png, svg or pdf"), clusters],
         media="image/png",
     )
+    paths["/v1/jobs/{job_id}/timeline"] = _simple(
+        "job_timeline",
+        "one job's per-GPU windows (utilisation, memory, power) and the XID/ECC events of its GPUs "
+        "while it ran: what the job page draws",
+        [job, clusters],
+    )
     paths["/v1/me"] = _simple(
         "me",
         "the caller's month: GPU-hours, idle share, failures, top jobs (slurmtel me)",
