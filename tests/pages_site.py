@@ -160,9 +160,14 @@ def serve(config_file: Path, *extra: str, log: Path) -> Iterator[subprocess.Pope
 
 
 def write_serve_config(
-    directory: Path, roles: LoginRoles, sacctmgr: str, port: int, methods: tuple[str, ...] = ("proxy",)
+    directory: Path,
+    roles: LoginRoles,
+    sacctmgr: str,
+    port: int,
+    methods: tuple[str, ...] = ("proxy",),
+    name: str = "serve.toml",
+    **api: Any,
 ) -> Path:
-    import tomllib  # noqa: F401  (the file below is TOML; config_from_dict checks it the same way)
 
     key = directory / "scope.key"
     key.write_text(roles.scope_key.hex())
@@ -178,9 +183,10 @@ def write_serve_config(
         "trusted_proxies": ["127.0.0.1"],
         "scope_key_file": str(key),
         "statements_database_url_file": str(statements),
+        **api,
     }
     config_from_dict(settings)  # refused here, not in the server, when a key is wrong
-    path = directory / "serve.toml"
+    path = directory / name
     path.write_text(to_toml(settings))
     return path
 

@@ -502,3 +502,91 @@ def test_the_job_page_weighs_less_than_300_kb(site: Site) -> None:
     # the whole page: no other resource is loaded (no script, style sheet, font or image)
     assert len(body) < 300_000
     assert not re.search(rb"<(script|link|img)\b", body)
+
+
+# --- the Open OnDemand app (config/ondemand/slurmtel/passenger_wsgi.py) ----------------------
+
+
+def ondemand_app(monkeypatch: pytest.MonkeyPatch, **env: str) -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "config" / "ondemand" / "slurmtel" / "passenger_wsgi.py"
+    spec = importlib.util.spec_from_file_location("slurmtel_ood_app", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for key in ("SLURMTEL_URL", "SLURMTEL_MODE", "SLURMTEL_TOKEN_COMMAND"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return module.application
+
+
+def call_app(application: Any, path: str, method: str = "GET") -> tuple[str, dict[str, str], bytes]:
+    answer: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
+        answer["status"], answer["headers"] = status, dict(headers)
+
+    environ = {
+        "REQUEST_METHOD": method,
+        "SCRIPT_NAME": "/pun/sys/slurmtel",
+        "PATH_INFO": path,
+        "QUERY_STRING": "",
+    }
+    body = b"".join(application(environ, start_response))
+    return answer["status"], answer["headers"], body
+
+
+def test_the_ondemand_link_of_an_email_redirects_to_the_job_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = ondemand_app(monkeypatch, SLURMTEL_URL="https://slurmtel.example.org/")
+    status, headers, _ = call_app(app, "/12345")
+    assert status.startswith("302") and headers["Location"] == "https://slurmtel.example.org/jobs/12345"
+    assert call_app(app, "/")[1]["Location"] == "https://slurmtel.example.org/me"
+    assert call_app(app, "/123_4")[1]["Location"] == "https://slurmtel.example.org/jobs/123_4"
+    for bad in ("/../../etc/passwd", "/12345/../../v1/chargeback/2026-11", "/<script>", "/v1/whoami"):
+        assert call_app(app, bad)[0].startswith("400"), bad
+    unset = ondemand_app(monkeypatch)
+    assert call_app(unset, "/1")[0].startswith("500")
+
+
+def test_the_ondemand_app_proxies_pages_with_the_users_slurm_token(
+    site: Site, login_roles: LoginRoles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Proxy mode: the PUN asks for the user's Slurm JWT (here a script printing what `scontrol
+    token` prints, a token made with the site's key) and fetches the page with it: slurmtel
+    believes the token, and the page's links stay under /pun/sys/slurmtel/."""
+    from datetime import UTC, datetime
+
+    from slurmtel.auth.jwt import make_token
+
+    key = site.tmp / "jwt.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    port = ps.free_port()
+    config = ps.write_serve_config(
+        site.tmp, login_roles, str(site.tmp / "sacctmgr"), port, ("jwt",), "jwt.toml", jwt_key_file=str(key)
+    )
+    token = make_token(key.read_bytes(), ps.RESEARCHER, datetime.now(UTC), 300)
+    scontrol = site.tmp / "scontrol-token"
+    scontrol.write_text(f"#!/bin/sh\necho SLURM_JWT={token}\n")
+    scontrol.chmod(0o755)
+    with ps.serve(config, log=site.tmp / "jwt.log") as process:
+        ps.wait_for(f"http://127.0.0.1:{port}", process, site.tmp / "jwt.log")
+        app = ondemand_app(
+            monkeypatch,
+            SLURMTEL_URL=f"http://127.0.0.1:{port}",
+            SLURMTEL_MODE="proxy",
+            SLURMTEL_TOKEN_COMMAND=str(scontrol),
+        )
+        status, headers, body = call_app(app, "/105")
+        assert status.startswith("200") and headers["Content-Type"].startswith("text/html")
+        page = body.decode()
+        assert "Job 105" in page and 'href="/pun/sys/slurmtel/jobs/105/figures.json"' in page
+        assert 'href="/jobs/' not in page
+        # the token is erin's: alice's job is not found, as in slurmtel itself
+        assert call_app(app, "/101")[0].startswith("404")
+        assert call_app(app, "/finance")[0].startswith("403")
+        # nothing that changes a statement goes through the PUN
+        assert call_app(app, "/finance/2026-11/close", method="POST")[0].startswith("400")
+        assert call_app(app, "/finance/2026-11", method="POST")[0].startswith("405")
