@@ -590,3 +590,21 @@ def test_the_ondemand_app_proxies_pages_with_the_users_slurm_token(
         # nothing that changes a statement goes through the PUN
         assert call_app(app, "/finance/2026-11/close", method="POST")[0].startswith("400")
         assert call_app(app, "/finance/2026-11", method="POST")[0].startswith("405")
+
+
+def test_a_timeline_in_slices_keeps_each_slices_highest_value(site: Site) -> None:
+    """The page draws at most TIMELINE_POINTS points per GPU: slices of the attempt, each the
+    highest of its windows (job 101: 240 windows of 30 s, half busy at 80 %)."""
+    status, body, _ = ps.fetch(site.url(ps.COORDINATOR, "/jobs/101/timeline.json"))
+    assert status == 200
+    (full,) = json.loads(body)["gpus"]
+    assert len(full["points"]) == 240
+    status, body, _ = ps.fetch(site.url(ps.COORDINATOR, "/v1/jobs/101/timeline?points=10"))
+    assert status == 200
+    (sliced,) = json.loads(body)["gpus"]
+    assert len(sliced["points"]) == 10
+    assert {p["window_seconds"] for p in sliced["points"]} == {720.0}
+    # the first 120 windows busy: slices 0-4 at 80 %, the rest idle
+    assert [p["util_share"] for p in sliced["points"]] == [0.8] * 5 + [0.0] * 5
+    for column in ("util_share", "memory_used_bytes"):
+        assert max(p[column] for p in sliced["points"]) == max(p[column] for p in full["points"])

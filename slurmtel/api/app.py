@@ -308,17 +308,30 @@ class ReadApi:
 
     def job_timeline(self, request: Request) -> Response:
         query = self._job_query(request)
-        return json_response(self.timeline_document(query))
+        given = request.query_params.get("points")
+        points = None if not given else self._positive(given, "points")
+        return json_response(self.timeline_document(query, points))
 
-    def timeline_document(self, query: Any) -> dict[str, Any]:
-        """The job's per-GPU windows and hardware events (researcher.job_timeline), or 404."""
+    def timeline_document(self, query: Any, points: int | None = None) -> dict[str, Any]:
+        """The job's per-GPU windows (at most POINTS per GPU) and hardware events
+        (researcher.job_timeline), or 404."""
         from slurmtel.reports.researcher import job_timeline
 
         with self.transaction(query.scope) as conn:
-            document = job_timeline(conn, query)
+            document = job_timeline(conn, query, points=points)
         if document is None:
             raise ApiError(HTTPStatus.NOT_FOUND, f"job {query.jobid} not found or not yours")
         return document
+
+    def job_page_documents(self, query: Any, points: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """job_document and timeline_document(POINTS) read in one transaction (the job page)."""
+        from slurmtel.reports.researcher import job_page_documents
+
+        with self.transaction(query.scope) as conn:
+            found = job_page_documents(conn, query, points)
+        if found is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"job {query.jobid} not found or not yours")
+        return found
 
     def job_plot(self, request: Request) -> Response:
         from slurmtel.reports.researcher import job_plot

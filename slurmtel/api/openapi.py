@@ -231,7 +231,15 @@ def openapi_document() -> dict[str, Any]:
         "job_timeline",
         "one job's per-GPU windows (utilisation, memory, power) and the XID/ECC events of its GPUs "
         "while it ran: what the job page draws",
-        [job, clusters],
+        [
+            job,
+            clusters,
+            _query(
+                "points",
+                "at most this many points per GPU: slices of the attempt, each the highest of its windows",
+                {"type": "integer", "minimum": 1},
+            ),
+        ],
     )
     paths["/v1/me"] = _simple(
         "me",

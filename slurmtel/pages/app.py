@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 
 # a form may send at most this many bytes (a reason, a token)
 MAX_FORM_BYTES = 16 * 1024
+# points per GPU the job page's charts draw (the timeline's JSON and CSV links have every window)
+TIMELINE_POINTS = 240
 # the job page's GPU table: a terminal table's columns (researcher.GPU_TABLE_COLUMNS) without
 # the UUID, as a table shows them without --wide (the CSV and JSON links have every column)
 PAGE_GPU_COLUMNS = tuple(c for c in GPU_TABLE_COLUMNS if c != "gpu_uuid")
@@ -229,8 +231,7 @@ class Pages:
 
         who = self.api.identity(request)
         query = self.api.job_query(who, request.path_params["job_id"])
-        attempts = self.api.job_document(query)
-        timeline = self.api.timeline_document(query)
+        attempts, timeline = self.api.job_page_documents(query, TIMELINE_POINTS)
         shown = []
         for r in attempts:
             gpus = [g for g in timeline["gpus"] if g["attempt"] == r["attempt"]]

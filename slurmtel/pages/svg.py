@@ -37,26 +37,30 @@ def _instant(value: Any) -> datetime:
 
 def _slices(
     points: Sequence[Mapping[str, Any]],
-    value: Callable[[Mapping[str, Any]], float | None],
+    values: Sequence[Callable[[Mapping[str, Any]], float | None]],
     start: datetime,
     end: datetime,
-) -> list[tuple[float, float | None]]:
-    """(x in 0..1, y or None for a gap) per slice of [START, END): the highest value of the
-    windows that start in it; a slice with no window is a gap."""
+) -> list[list[tuple[float, float | None]]]:
+    """Per value of VALUES, (x in 0..1, y or None for a gap) per slice of [START, END): the
+    highest value of the windows that start in it; a slice with no window is a gap."""
     span = max((end - start).total_seconds(), 1.0)
     slices = min(MAX_POINTS, max(len(points), 1))
-    best: list[float | None] = [None] * slices
+    best: list[list[float | None]] = [[None] * slices for _ in values]
     seen = [False] * slices
+    scale = slices / span
     for p in points:
         at = (_instant(p["window_start_at"]) - start).total_seconds()
-        first = int(max(0.0, at) / span * slices)
-        last = int(max(0.0, at + float(p["window_seconds"]) - 1e-9) / span * slices)
-        v = value(p)
-        for i in range(min(first, slices - 1), min(last, slices - 1) + 1):
+        first = min(int(max(0.0, at) * scale), slices - 1)
+        last = min(int(max(0.0, at + float(p["window_seconds"]) - 1e-9) * scale), slices - 1)
+        got = [value(p) for value in values]
+        for i in range(first, last + 1):
             seen[i] = True
-            if v is not None and (best[i] is None or v > best[i]):  # type: ignore[operator]
-                best[i] = v
-    return [((i + 0.5) / slices, best[i] if seen[i] else None) for i in range(slices)]
+            for row, v in zip(best, got, strict=True):
+                if v is not None:
+                    current = row[i]
+                    if current is None or v > current:
+                        row[i] = v
+    return [[((i + 0.5) / slices, row[i] if seen[i] else None) for i in range(slices)] for row in best]
 
 
 def _path(samples: list[tuple[float, float | None]], top: float, x0: float) -> str:
@@ -128,7 +132,8 @@ def gpu_timeline_svg(
         f'width="{width}" height="{height}" role="img" aria-label="{escape(label)}">',
         f'<text x="0" y="11" class="{"gi" if idle else "g"}">{escape(label)}</text>',
     ]
-    for i, (title, value, top, top_text) in enumerate(panels):
+    drawn = _slices(points, [value for _, value, _, _ in panels], start, end)
+    for i, (title, _, top, top_text) in enumerate(panels):
         x0 = i * (PANEL_WIDTH + GAP)
         fill = "#fde8e8" if idle else "#f6f8fa"
         out.append(
@@ -144,7 +149,7 @@ def gpu_timeline_svg(
                 f'<line x1="{ex:.1f}" y1="{TOP}" x2="{ex:.1f}" y2="{TOP + PANEL_HEIGHT}" class="ev">'
                 f"<title>{escape(e['event_kind'])} {escape(str(e['event_value']))}</title></line>"
             )
-        d = _path(_slices(points, value, start, end), top, x0)
+        d = _path(drawn[i], top, x0)
         if d:
             out.append(f'<path d="{d}" class="l{i}"/>')
         out.append(f'<text x="{x0}" y="{height - 3}" class="t">{escape(_time_label(start, zone))}</text>')

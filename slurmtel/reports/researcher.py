@@ -548,40 +548,73 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
 def job_document(conn: Connection, q: JobQuery) -> list[dict[str, Any]]:
     """Every attempt of the job in the query's scope as attempt_report gives it; [] when there is
     none (a job outside the scope is not found, exactly like one that does not exist)."""
-    from slurmtel.store.efficiency import attempts_efficiency
+    found = _found(conn, q)
+    return [] if found is None else _reports(conn, q, found)
+
+
+# the job's attempts in the query's scope (newest first) and each one's GPU figures
+_Found = tuple["list[AttemptView]", "dict[Any, list[GpuFigures]]"]
+
+
+def _found(conn: Connection, q: JobQuery) -> _Found | None:
     from slurmtel.store.jobview import find_attempts, gpu_figures
 
     attempts = find_attempts(conn, q.jobid, scope=q.scope, clusters=q.clusters)
     if not attempts:
-        return []
-    keys = [a.key for a in attempts]
-    figures = gpu_figures(conn, keys, now=q.now)
-    host = attempts_efficiency(conn, keys, now=q.now)
+        return None
+    return attempts, gpu_figures(conn, [a.key for a in attempts], now=q.now)
+
+
+def _reports(conn: Connection, q: JobQuery, found: _Found) -> list[dict[str, Any]]:
+    from slurmtel.store.efficiency import attempts_efficiency
+
+    attempts, figures = found
+    host = attempts_efficiency(conn, [a.key for a in attempts], now=q.now)
     return [attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key), q.pricing) for a in attempts]
 
 
+def job_page_documents(
+    conn: Connection, q: JobQuery, points: int | None
+) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """job_document and job_timeline (at most POINTS points per GPU) of one read of the job:
+    what the job page shows. None when the job is not found in the query's scope."""
+    found = _found(conn, q)
+    if found is None:
+        return None
+    timeline = job_timeline(conn, q, points=points, found=found)
+    assert timeline is not None
+    return _reports(conn, q, found), timeline
+
+
 def _job_series(
-    conn: Connection, q: JobQuery
+    conn: Connection, q: JobQuery, points: int | None = None, found: _Found | None = None
 ) -> tuple[list[AttemptView], list[tuple[AttemptView, GpuFigures, GpuSeries]]] | None:
     """The job's attempts and, per mapped GPU of each started attempt (oldest attempt first, in
     the order gpu_figures gives: per node, as nvidia-smi numbers the GPUs), its series of
-    windows; None when the job is not found in the query's scope."""
+    windows (with POINTS, at most that many per GPU: slices of the attempt, each the highest of
+    its windows); None when the job is not found in the query's scope."""
     from slurmtel.reports.plot import utilisation_series
-    from slurmtel.store.jobview import find_attempts, gpu_figures, util_windows
+    from slurmtel.store.jobview import util_windows
 
-    attempts = find_attempts(conn, q.jobid, scope=q.scope, clusters=q.clusters)
-    if not attempts:
+    found = found or _found(conn, q)
+    if found is None:
         return None
-    figures = gpu_figures(conn, [a.key for a in attempts], now=q.now)
+    attempts, figures = found
     series: list[tuple[AttemptView, GpuFigures, GpuSeries]] = []
     for a in sorted(attempts, key=lambda a: a.submit_at):
         if a.start_at is None:
             continue
         gpus = [g for g in figures[a.key] if g.mapped and g.gpu_uuid]
-        windows = util_windows(conn, [g.gpu_uuid for g in gpus], start=a.start_at, end=a.end_at or q.now)
-        points = utilisation_series(windows)
+        end = a.end_at or q.now
+        span = (end - a.start_at).total_seconds()
+        # slices shorter than a sample window would only repeat the windows
+        slice_seconds = span / points if points and span / points > MIN_SLICE_SECONDS else None
+        windows = util_windows(
+            conn, [g.gpu_uuid for g in gpus], start=a.start_at, end=end, slice_seconds=slice_seconds
+        )
+        points_of = utilisation_series(windows)
         for g in gpus:
-            series.append((a, g, plot_series(g, points.get(g.gpu_uuid, []), a, several=len(attempts) > 1)))
+            series.append((a, g, plot_series(g, points_of.get(g.gpu_uuid, []), a, several=len(attempts) > 1)))
     return attempts, series
 
 
@@ -628,16 +661,24 @@ TIMELINE_POINT_COLUMNS = (
 EVENT_COLUMNS = ("event_at", "gpu", "gpu_uuid", "attempt", "event_kind", "event_value", "event_detail")
 
 
-def job_timeline(conn: Connection, q: JobQuery) -> dict[str, Any] | None:
+# the smallest slice job_timeline's POINTS makes (the agent's windows are 30 s)
+MIN_SLICE_SECONDS = 60.0
+
+
+def job_timeline(
+    conn: Connection, q: JobQuery, *, points: int | None = None, found: _Found | None = None
+) -> dict[str, Any] | None:
     """The job's per-GPU windows (utilisation as a share, memory, power) and the XID/ECC events
-    of its GPUs while each attempt ran: what the job page draws, and its JSON. None when the job
-    is not found in the query's scope."""
+    of its GPUs while each attempt ran: what the job page draws, and its JSON. With POINTS, at
+    most that many points per GPU and attempt, each a slice of the attempt holding the highest
+    utilisation, memory and power of its windows. None when the job is not found in the
+    query's scope."""
     from slurmtel.store.jobview import gpu_events
 
-    found = _job_series(conn, q)
-    if found is None:
+    series = _job_series(conn, q, points, found)
+    if series is None:
         return None
-    attempts, triples = found
+    attempts, triples = series
     gpus = []
     events: list[dict[str, Any]] = []
     for a, g, s in triples:
@@ -666,9 +707,13 @@ def job_timeline(conn: Connection, q: JobQuery) -> dict[str, Any] | None:
                 ],
             }
         )
-        assert a.start_at is not None
-        for e in gpu_events(conn, [g.gpu_uuid], start=a.start_at, end=a.end_at or q.now):
-            events.append({**e, "gpu": g.name, "attempt": a.attempt_number})
+
+    for a in attempts:
+        names = {g.gpu_uuid: g.name for b, g, _ in triples if b is a}
+        if a.start_at is None or not names:
+            continue
+        for e in gpu_events(conn, list(names), start=a.start_at, end=a.end_at or q.now):
+            events.append({**e, "gpu": names[e["gpu_uuid"]], "attempt": a.attempt_number})
     events.sort(key=lambda e: (e["event_at"], e["gpu"]))
     return {
         "job_id": attempts[0].job_id,

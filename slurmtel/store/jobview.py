@@ -194,22 +194,42 @@ def gpu_figures(
 
 
 def util_windows(
-    conn: Connection, gpu_uuids: Sequence[str], *, start: datetime, end: datetime
+    conn: Connection,
+    gpu_uuids: Sequence[str],
+    *,
+    start: datetime,
+    end: datetime,
+    slice_seconds: float | None = None,
 ) -> list[UtilWindow]:
-    """The windows of GPU_UUIDS that overlap [START, END): utilisation, memory, power."""
+    """The windows of GPU_UUIDS that overlap [START, END): utilisation, memory, power. With
+    SLICE_SECONDS, one row per GPU, source and slice of that length from START instead: the
+    highest utilisation, memory and power of the windows starting in it (a spike stays
+    visible), the slice's start and length; a slice without windows has no row."""
     if not gpu_uuids:
         return []
-    rows = conn.execute(
-        text(
-            """
+    params = {"uuids": list(gpu_uuids), "start": start, "end": end}
+    if slice_seconds is None:
+        sql = """
             SELECT gpu_uuid, window_start_at, window_seconds, util_mean_percent, source,
                    memory_used_max_bytes, power_mean_watts
             FROM slurmtel_gpu_windows(CAST(:uuids AS text[]), CAST(:start AS timestamptz), CAST(:end AS timestamptz))
             ORDER BY gpu_uuid, window_start_at, source
             """
-        ),
-        {"uuids": list(gpu_uuids), "start": start, "end": end},
-    )
+    else:
+        params["slice"] = slice_seconds
+        sql = """
+            SELECT gpu_uuid, CAST(:start AS timestamptz) + make_interval(secs => k * :slice) AS window_start_at,
+                   CAST(:slice AS double precision) AS window_seconds, max(util_mean_percent) AS util_mean_percent,
+                   source, max(memory_used_max_bytes) AS memory_used_max_bytes,
+                   max(power_mean_watts) AS power_mean_watts
+            FROM (
+                SELECT w.*, GREATEST(floor(extract(epoch FROM w.window_start_at - CAST(:start AS timestamptz)) / :slice), 0) AS k
+                FROM slurmtel_gpu_windows(CAST(:uuids AS text[]), CAST(:start AS timestamptz), CAST(:end AS timestamptz)) w
+            ) sliced
+            GROUP BY gpu_uuid, source, k
+            ORDER BY gpu_uuid, k, source
+            """
+    rows = conn.execute(text(sql), params)
     return [
         UtilWindow(
             gpu_uuid=r.gpu_uuid,
