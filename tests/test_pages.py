@@ -608,3 +608,13 @@ def test_a_timeline_in_slices_keeps_each_slices_highest_value(site: Site) -> Non
     assert [p["util_share"] for p in sliced["points"]] == [0.8] * 5 + [0.0] * 5
     for column in ("util_share", "memory_used_bytes"):
         assert max(p[column] for p in sliced["points"]) == max(p[column] for p in full["points"])
+
+
+def test_the_overview_shows_each_reports_own_section(site: Site, browser: Any) -> None:
+    browser.get(site.url(ps.ADMIN, "/reports"))
+    shown = {t.get_attribute("id") for t in by_css(browser, "table[id^=overview-]")}
+    assert shown == {f"overview-{name}" for name in ("idle", "failures", "queue", "taxonomy", "nodes")}
+    # a researcher's overview has their own reports only (no operations report)
+    browser.get(site.url(ps.RESEARCHER, "/reports"))
+    shown = {t.get_attribute("id") for t in by_css(browser, "table[id^=overview-]")}
+    assert shown == {"overview-idle", "overview-failures", "overview-queue"}

@@ -54,6 +54,15 @@ log = logging.getLogger(__name__)
 
 # a form may send at most this many bytes (a reason, a token)
 MAX_FORM_BYTES = 16 * 1024
+# the overview at the top of /reports: (report, section, -S, heading), each the report's own
+# section as its page (and `slurmtel report`) shows it, for whoever may run the report
+OVERVIEW = (
+    ("idle", "top_jobs", "now-1days", "GPUs allocated but idle: which jobs, how long (today and yesterday)"),
+    ("failures", "by_account", "now-7days", "Failed GPU-hours, last 7 days"),
+    ("queue", "wait_by_partition", "now-1days", "Queue wait"),
+    ("taxonomy", "taxonomy", "now-7days", "Where every installed GPU-hour went, last 7 days"),
+    ("nodes", "nodes", "now-1days", "Nodes"),
+)
 # points per GPU the job page's charts draw (the timeline's JSON and CSV links have every window)
 TIMELINE_POINTS = 240
 # the job page's GPU table: a terminal table's columns (researcher.GPU_TABLE_COLUMNS) without
@@ -367,7 +376,14 @@ class Pages:
         listed = [
             (name, spec.help) for name, spec in REPORTS.items() if not allowed(who, spec.action).is_empty
         ] + [(name, view.help) for name, view in VIEWS.items() if not allowed(who, view.action).is_empty]
-        return self.render("reports.html", who, title="Reports", reports=listed)
+        overview = []
+        for name, section, start, heading in OVERVIEW:
+            if allowed(who, REPORTS[name].action).is_empty:
+                continue
+            doc = self.api.report_document(who, name, {"start": start})
+            shown = [s for s in self._sections(doc) if s["name"] == section]
+            overview += [{**s, "report": name, "start": start, "heading": heading} for s in shown]
+        return self.render("reports.html", who, title="Reports", reports=listed, overview=overview)
 
     def report(self, request: Request) -> Response:
         """Report NAME of the catalog (or a view) with its filters as a form (GET)."""
