@@ -39,6 +39,10 @@ CASES = {
         ["slow connections", "idle median", "agent", "serve", "x idle", "target"],
     ),
     "dcgm_scrape.py": (["--gpus", "80,160"], ["GPUs", "ms/GPU", "ratio", "linear", "target"]),
+    "pages.py": (
+        ["--jobs", "500", "--hours", "2", "--requests", "5", "--cli-repeat", "1"],
+        ["GET /jobs/", "p95", "KB", "slurmtel job", "the page's p95 / the CLI's median", "target"],
+    ),
     "cli_start.py": (
         ["--jobs", "300", "--repeat", "1"],
         ["bare interpreter", "slurmtel --version", "floor", "slurmtel job", "report usage", "target"],
