@@ -508,12 +508,13 @@ def write_pages_steps(run: DemoRun, out: TextIO) -> None:
     month = f"{run.simulation.start_at.astimezone(run.config.zone):%Y-%m}"
     base = f"http://127.0.0.1:{port}"
     out.write(
-        "The pages (a browser on this machine; --dev-user is a local development identity: every "
-        "request from 127.0.0.1 is that user, and serve refuses it on any other address):\n"
-        f"  {next_command(run, ['serve', '--dev-user', 'root', '--listen', '127.0.0.1'])}\n"
-        f"  then open {base}/jobs/{run.job}  {base}/me?user={_busiest_user(run)}  {base}/reports  "
+        "The pages, in a browser on this machine (--dev-user is a local development identity: every "
+        "request from this machine is that user, and serve refuses it on any address but 127.0.0.1 or ::1):\n"
+        f"  start: {next_command(run, ['serve', '--dev-user', 'root', '--listen', '127.0.0.1'])}\n"
+        f"  open:  {base}/jobs/{run.job} {base}/me?user={_busiest_user(run)} {base}/reports "
         f"{base}/finance/{month}\n"
-        f"  (--dev-user {_busiest_user(run)} shows what that researcher sees: their jobs only)\n"
+        f"  (root is an admin and sees finance too; --dev-user {_busiest_user(run)} shows what that "
+        "researcher sees: their own jobs)\n"
     )
 
 
