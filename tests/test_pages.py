@@ -618,3 +618,16 @@ def test_the_overview_shows_each_reports_own_section(site: Site, browser: Any) -
     browser.get(site.url(ps.RESEARCHER, "/reports"))
     shown = {t.get_attribute("id") for t in by_css(browser, "table[id^=overview-]")}
     assert shown == {"overview-idle", "overview-failures", "overview-queue"}
+
+
+def test_admins_see_the_fabric_of_the_jobs_nodes_on_its_page(site: Site) -> None:
+    status, body, _ = ps.fetch(site.url(ps.ADMIN, "/jobs/103"))
+    page = body.decode()
+    assert status == 200 and page.count("Fabric of its nodes while it ran") == 2  # both attempts
+    assert (
+        "/reports/fabric_nodes?start=2026-11-01T10%3A00%3A00&amp;end=2026-11-01T12%3A00%3A00&amp;nodes=gpu02"
+        in page
+    )
+    # the fabric is cluster-wide operations data: not on a researcher's or coordinator's page
+    for who, job in ((ps.RESEARCHER, "105"), (ps.COORDINATOR, "101")):
+        assert "Fabric of its nodes" not in ps.fetch(site.url(who, f"/jobs/{job}"))[1].decode()

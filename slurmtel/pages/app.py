@@ -254,9 +254,11 @@ class Pages:
                     if e["gpu_uuid"] == g["gpu_uuid"] and e["attempt"] == r["attempt"]
                 ]
                 charts.append(gpu_timeline_svg(g, start=start, end=end, zone=self.zone, events=events))
+            fabric = self._fabric(who, r)
             shown.append(
                 {
                     "r": r,
+                    "fabric": fabric,
                     "header": job_header(r, self.zone),
                     "gpu_table": Table(r["gpu_figures"], PAGE_GPU_COLUMNS, self.zone),
                     "idle_gpus": [g["gpu"] for g in gpus if g["idle_gpu"]],
@@ -544,6 +546,20 @@ class Pages:
         if not hmac.compare_digest(token, _csrf(self.csrf_key, who.user)):
             raise PageError(HTTPStatus.FORBIDDEN, "the form's token is missing or not yours: reload the page")
         return who, request.path_params["month"], form.get("reason", "").strip()
+
+    def _fabric(self, who: Identity, r: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """The fabric counters of the attempt's nodes while it ran (report fabric_nodes), for
+        whoever may see the fabric (admins); None for others or an attempt that never ran."""
+        if allowed(who, Action.VIEW_OPERATIONS).is_empty or not r["start_at"] or not r["nodes"]:
+            return None
+        end = r["end_at"] or r.get("so_far_at") or self.api.clock()
+        window = {
+            "start": r["start_at"].astimezone(self.zone).strftime("%Y-%m-%dT%H:%M:%S"),
+            "end": end.astimezone(self.zone).strftime("%Y-%m-%dT%H:%M:%S"),
+            "nodes": ",".join(r["nodes"]),
+        }
+        doc = self.api.report_document(who, "fabric_nodes", window)
+        return [{**s, "link": f"/reports/fabric_nodes?{urlencode(window)}"} for s in self._sections(doc)]
 
     def _sections(self, doc: Mapping[str, Any]) -> list[dict[str, Any]]:
         shown = []
