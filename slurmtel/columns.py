@@ -614,6 +614,25 @@ _add(
     "the idle share from which a job's GPU counts as idle (advice, pages)",
     design="§4",
 )
+_add(
+    "idle_gpus_now",
+    INT,
+    "GPUs of a running job idle now (their newest window fresh, a trailing idle run)",
+    design="§4",
+)
+_add("idle_gpu_names", L, "the GPUs (node/index) of a running job idle now", design="§4")
+_add(
+    "idle_since_at",
+    AT,
+    "since when the job's GPUs idle now have been idle (the earliest of them; not before the job started)",
+    design="§4",
+)
+_add(
+    "idle_for_seconds",
+    S,
+    "how long the job's GPUs idle now have been idle, to their newest window",
+    design="§4",
+)
 _add("event_at", AT, "when a hardware event (XID, ECC) happened on the GPU", design="§3")
 _add("event_kind", T, "the kind of hardware event: xid, ecc_single_bit, ecc_double_bit", design="§3")
 _add("event_value", INT, "the event's code (XID number) or count (ECC errors)", design="§3")

@@ -6,7 +6,8 @@ proxy strips any user header its client sends and sets its own person's.
 
 People (their roles come from [access] and the real sacctmgr capture of
 tests/fixtures/slurmctld/slurm-22.05, as in tests/test_coordinators.py):
-- erin, a researcher: job 105 (a MIG slice, busy) and the hostile-named jobs 301...;
+- erin, a researcher: job 105 (a MIG slice, busy), the hostile-named jobs 301... and job 401,
+  running at NOW with one of its two GPUs idle for the last 3 hours;
 - alice, who coordinates physics and chemistry (the capture): her job 101 (idle half the
   time) and bob's 102 (chemistry here);
 - fiona, finance; ada, an admin; nobody, no role and no jobs.
@@ -35,9 +36,10 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from slurmtel.attribution import run_attribution
 from slurmtel.config import Config, config_from_dict
 from tests.conftest import LoginRoles, fixture_path
-from tests.factories import admin_day, at, attempt, load_admin_day, windows
+from tests.factories import admin_day, at, attempt, inventory, load_admin_day, windows
 
 # December: November has ended and can be closed
 NOW = at("2026-12-01T06:00:00")
@@ -115,7 +117,33 @@ def load_site(engine: Engine, config: Config) -> None:
         )
     # the first hostile job's GPU (gpu03) idle all its 5 minutes: the page marks it
     day.summaries["gpu03"] = windows("GPU-C0", at("2026-11-01T16:00:00"), 10, job="301", node="gpu03")
+    # erin's job 401 runs at NOW on gpu07's two GPUs since 02:00: gpu07/0 busy throughout,
+    # gpu07/1 busy for an hour, then idle (since 03:00, 3 hours at NOW)
+    day.attempts.append(
+        attempt(
+            job_id_raw=401,
+            name="finetune",
+            user=RESEARCHER,
+            account="physics",
+            state="RUNNING",
+            submit_at=at("2026-12-01T01:55:00"),
+            eligible_at=at("2026-12-01T01:55:00"),
+            start_at=at("2026-12-01T02:00:00"),
+            end_at=None,
+            alloc_gpus=2,
+            nodes=("gpu07",),
+            nodelist="gpu07",
+        )
+    )
+    day.inventory += inventory("gpu07", ["GPU-G0", "GPU-G1"], seen=at("2026-12-01T00:00:00"))
+    running = at("2026-12-01T02:00:00")
+    day.summaries["gpu07"] = [
+        *windows("GPU-G0", running, 480, set(range(480)), job="401", node="gpu07"),
+        *windows("GPU-G1", running, 480, set(range(120)), job="401", node="gpu07"),
+    ]
     load_admin_day(engine, config, day)
+    # attributed again at the site's now, when 401 runs
+    run_attribution(engine, config, now=NOW)
 
 
 def free_port() -> int:

@@ -135,6 +135,7 @@ def pages() -> list[tuple[str, str]]:
     window = "start=2026-11-01T00:00:00&end=2026-11-02T00:00:00"
     found += [(f"report {name}", f"/reports/{name}?{window}") for name in REPORTS]
     found += [("report cost", f"/reports/cost?{window}&by=account"), ("report budget", "/reports/budget")]
+    found += [("report idle_now", "/reports/idle_now")]
     return found
 
 
@@ -162,6 +163,8 @@ def expected(label: str, who: str) -> int:
             return 200 if role == "admin" else 403
         if name == "cost":
             return 200 if role in ("finance", "admin") else 403
+        if name == "idle_now":
+            return 403 if role == "finance" else 200  # running jobs: job detail
         return 200
     if label.startswith(("finance", "statement")):
         return 200 if role in ("finance", "admin") else 403
@@ -613,11 +616,15 @@ def test_a_timeline_in_slices_keeps_each_slices_highest_value(site: Site) -> Non
 def test_the_overview_shows_each_reports_own_section(site: Site, browser: Any) -> None:
     browser.get(site.url(ps.ADMIN, "/reports"))
     shown = {t.get_attribute("id") for t in by_css(browser, "table[id^=overview-]")}
-    assert shown == {f"overview-{name}" for name in ("idle", "failures", "queue", "taxonomy", "nodes")}
+    assert shown == {f"overview-{name}" for name in ("idle_now", "failures", "queue", "taxonomy", "nodes")}
     # a researcher's overview has their own reports only (no operations report)
     browser.get(site.url(ps.RESEARCHER, "/reports"))
     shown = {t.get_attribute("id") for t in by_css(browser, "table[id^=overview-]")}
-    assert shown == {"overview-idle", "overview-failures", "overview-queue"}
+    assert shown == {"overview-idle_now", "overview-failures", "overview-queue"}
+    # finance: aggregates, no running job
+    browser.get(site.url(ps.FINANCE, "/reports"))
+    shown = {t.get_attribute("id") for t in by_css(browser, "table[id^=overview-]")}
+    assert shown == {"overview-failures", "overview-queue"}
 
 
 def test_admins_see_the_fabric_of_the_jobs_nodes_on_its_page(site: Site) -> None:
@@ -631,3 +638,23 @@ def test_admins_see_the_fabric_of_the_jobs_nodes_on_its_page(site: Site) -> None
     # the fabric is cluster-wide operations data: not on a researcher's or coordinator's page
     for who, job in ((ps.RESEARCHER, "105"), (ps.COORDINATOR, "101")):
         assert "Fabric of its nodes" not in ps.fetch(site.url(who, f"/jobs/{job}"))[1].decode()
+
+
+def test_gpus_idle_now_are_the_clis_and_name_the_idle_gpu(
+    site: Site, browser: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from slurmtel.columns import table_name
+    from slurmtel.commands.idle_now import COLUMNS
+
+    for who in (ps.ADMIN, ps.RESEARCHER, ps.COORDINATOR):
+        rows = cli_json(site, who, monkeypatch, capsys, "report", "idle-now", "--format", "json")
+        assert [
+            (r["job_id"], r["idle_gpu_names"], r["idle_since_at"], r["idle_for_seconds"]) for r in rows
+        ] == [("401", ["gpu07/1"], "2026-12-01T03:00:00+00:00", 3 * 3600.0)], who
+        browser.get(site.url(who, "/reports/idle_now"))
+        headers, cells = table_cells(browser, "section-idle_now")
+        assert headers == [table_name(c) for c in COLUMNS]
+        assert cells == [[shown(c, r[c]) for c in COLUMNS] for r in rows], who
+    # nobody (no jobs) sees no running job; bob's view through the CLI is empty too
+    browser.get(site.url(ps.NOBODY, "/reports/idle_now"))
+    assert table_cells(browser, "section-idle_now")[1] == []

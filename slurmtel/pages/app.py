@@ -57,7 +57,7 @@ MAX_FORM_BYTES = 16 * 1024
 # the overview at the top of /reports: (report, section, -S, heading), each the report's own
 # section as its page (and `slurmtel report`) shows it, for whoever may run the report
 OVERVIEW = (
-    ("idle", "top_jobs", "now-1days", "GPUs allocated but idle: which jobs, how long (today and yesterday)"),
+    ("idle_now", "idle_now", "", "GPUs allocated but idle right now: which jobs, since when"),
     ("failures", "by_account", "now-7days", "Failed GPU-hours, last 7 days"),
     ("queue", "wait_by_partition", "now-1days", "Queue wait"),
     ("taxonomy", "taxonomy", "now-7days", "Where every installed GPU-hour went, last 7 days"),
@@ -380,9 +380,10 @@ class Pages:
         ] + [(name, view.help) for name, view in VIEWS.items() if not allowed(who, view.action).is_empty]
         overview = []
         for name, section, start, heading in OVERVIEW:
-            if allowed(who, REPORTS[name].action).is_empty:
+            action = VIEWS[name].action if name in VIEWS else REPORTS[name].action
+            if allowed(who, action).is_empty:
                 continue
-            doc = self.api.report_document(who, name, {"start": start})
+            doc = self.api.report_document(who, name, {"start": start} if start else {})
             shown = [s for s in self._sections(doc) if s["name"] == section]
             overview += [{**s, "report": name, "start": start, "heading": heading} for s in shown]
         return self.render("reports.html", who, title="Reports", reports=listed, overview=overview)

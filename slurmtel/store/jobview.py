@@ -273,6 +273,45 @@ def gpu_events(
     ]
 
 
+def running_gpus_in_scope(
+    conn: Connection, *, scope: Scope, now: datetime, running_states: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Every GPU attribution mapped to a running attempt in SCOPE at NOW (one row per attempt
+    and GPU: the attempt's job, user, account, partition, start and GPUs, the GPU's node, UUID
+    and index), by start then job."""
+    rows = conn.execute(
+        text(
+            """
+            WITH running AS MATERIALIZED (
+                SELECT a.cluster, a.job_id_raw, a.submit_at, a.job_id, a.name, a.user_name, a.account,
+                       a.partition, a.start_at, a.alloc_gpus
+                FROM job_attempt a
+                WHERE a.end_at IS NULL AND a.start_at IS NOT NULL AND a.start_at <= CAST(:now AS timestamptz)
+                  AND a.alloc_gpus > 0 AND a.state = ANY(CAST(:running AS text[]))
+                  AND slurmtel_in_scope(a.user_name, a.account, :scope_all, :scope_users, :scope_accounts)
+            ),
+            gpus AS (
+                SELECT DISTINCT g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid
+                FROM gpu_attribution g JOIN running r USING (cluster, job_id_raw, submit_at)
+                WHERE g.mapping <> 'unmapped' AND g.gpu_uuid <> ''
+            ),
+            indices AS (
+                SELECT DISTINCT ON (i.node, i.gpu_uuid) i.node, i.gpu_uuid, i.gpu_index
+                FROM gpu_inventory i WHERE i.gpu_uuid IN (SELECT gpu_uuid FROM gpus)
+                ORDER BY i.node, i.gpu_uuid, i.last_seen_at DESC
+            )
+            SELECT r.cluster, r.job_id, r.name, r.user_name, r.account, r.partition, r.start_at, r.alloc_gpus,
+                   g.node, g.gpu_uuid, inv.gpu_index
+            FROM running r JOIN gpus g USING (cluster, job_id_raw, submit_at)
+            LEFT JOIN indices inv ON inv.node = g.node AND inv.gpu_uuid = g.gpu_uuid
+            ORDER BY r.start_at, r.cluster, r.job_id_raw, g.node, inv.gpu_index, g.gpu_uuid
+            """
+        ),
+        {"now": now, "running": list(running_states), **scope.sql_params()},
+    ).mappings()
+    return [dict(r) for r in rows]
+
+
 # --------------------------------------------------------------------------------- slurmtel me
 
 
