@@ -491,6 +491,19 @@ def test_a_downloaded_statement_has_the_clis_bytes_and_closing_works(
     _, statements = table_cells(browser, "statements")
     assert [r[1] for r in statements] == [s["month"] for s in listing]
     assert statements[0][8] == listing[0]["csv_sha256"]
+    # voided through its form, with the reason kept: the listing says so, as the CLI's does
+    browser.get(site.url(ps.FINANCE, f"/finance/{month}"))
+    browser.find_element("css selector", "#void-form input[name=reason]").send_keys("wrong rate")
+    browser.find_element("css selector", "#void-form button").click()
+    assert browser.find_element("id", "done").text == f"{month} voided."
+    assert "Open" in browser.find_element("id", "status").text
+    listing = cli_json(site, ps.FINANCE, monkeypatch, capsys, "chargeback", "--list", "--format", "json")
+    assert [(s["month"], s["status"], s["reason"]) for s in listing] == [(month, "voided", "wrong rate")]
+    browser.get(site.url(ps.FINANCE, "/finance"))
+    _, statements = table_cells(browser, "statements")
+    assert [(r[1], r[2]) for r in statements] == [(month, "voided")]
+    _, audit = table_cells(browser, "audit")
+    assert any("void" in " ".join(row) and "wrong rate" in row for row in audit), audit
 
 
 def test_finance_pages_are_refused_to_researchers_in_the_browser(site: Site, browser: Any) -> None:
@@ -547,6 +560,8 @@ def test_the_ondemand_link_of_an_email_redirects_to_the_job_page(monkeypatch: py
     assert status.startswith("302") and headers["Location"] == "https://slurmtel.example.org/jobs/12345"
     assert call_app(app, "/")[1]["Location"] == "https://slurmtel.example.org/me"
     assert call_app(app, "/123_4")[1]["Location"] == "https://slurmtel.example.org/jobs/123_4"
+    # the [actions] messages link to {base_url}/jobs/ID: with base_url at the app, that works too
+    assert call_app(app, "/jobs/12345")[1]["Location"] == "https://slurmtel.example.org/jobs/12345"
     for bad in ("/../../etc/passwd", "/12345/../../v1/chargeback/2026-11", "/<script>", "/v1/whoami"):
         assert call_app(app, bad)[0].startswith("400"), bad
     unset = ondemand_app(monkeypatch)
