@@ -14,7 +14,10 @@ Per request, in this order, deny by default:
 4. the same function the CLI runs (reports.spec.run_report, reports.researcher, chargeback).
 
 A job outside the caller's scope answers 404 "not found or not yours", exactly like a job that
-does not exist. /healthz and /v1/openapi.json hold no data and need no credential.
+does not exist. Each endpoint's document comes from a method of its own (report_document,
+job_document, timeline_document, me_document, statement_export): the HTML pages
+(slurmtel.pages, routed beside these by `slurmtel serve`) call the same methods, so a page shows
+what the API answers the same caller. /healthz and /v1/openapi.json hold no data and need no credential.
 """
 
 from __future__ import annotations
