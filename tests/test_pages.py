@@ -401,8 +401,8 @@ def test_hostile_job_names_render_as_text(site: Site, browser: Any) -> None:
         assert not by_css(browser, "main img, main script, #job-name *")
         assert browser.title == f"Job {job} · slurmtel"
     browser.get(site.url(ps.RESEARCHER, f"/me?month={ps.MONTH}"))
-    _, rows = table_cells(browser, "jobs")
-    names = {row[3] for row in rows}
+    headers, rows = table_cells(browser, "jobs")
+    names = {row[headers.index("name")] for row in rows}
     assert {escape_controls(n) for n in ps.HOSTILE_NAMES} <= names
     assert not by_css(browser, "main img, main script")
 
@@ -426,8 +426,13 @@ def test_my_month_shows_the_clis_figures(site: Site, browser: Any, monkeypatch, 
         figures = {td.get_attribute("data-figure"): td.text for td in by_css(browser, "#summary td")}
         for column in ME_SUMMARY_COLUMNS:
             assert figures[table_name(column)] == shown(column, summary[column]), (who, column)
-        _, rows = table_cells(browser, "jobs")
-        assert [r[1] for r in rows] == [j["job_id"] for j in jobs]
+        headers, rows = table_cells(browser, "jobs")
+        assert [r[headers.index("job_id")] for r in rows] == [j["job_id"] for j in jobs]
+        assert headers[0] == "flags"
+        flags = {r[headers.index("job_id")]: r[0] for r in rows}
+        if who == ps.RESEARCHER:
+            # 301's GPU was idle all its 5 minutes; 105 was busy
+            assert (flags["301"], flags["105"]) == ("idle GPUs", "")
     # the coordinator sees her accounts' usage by user
     assert by_css(browser, "#accounts-usage tbody tr")
 
