@@ -208,6 +208,14 @@ def test_another_users_job_is_the_same_page_as_a_missing_job(site: Site) -> None
     assert ps.fetch(site.url(ps.COORDINATOR, "/jobs/103"))[0] == 404
 
 
+def test_a_path_that_is_no_page_is_the_not_found_page(site: Site) -> None:
+    for path in ("/jobs", "/nothing/here", "/jobs/105/plot", "/finance/2026-11/statement"):
+        status, body, _ = ps.fetch(site.url(ps.ADMIN, path))
+        assert status == 404 and b'<h1 id="error">Not found</h1>' in body, path
+    status, body, _ = ps.fetch(site.url(ps.ADMIN, "/v1/nothing"))
+    assert status == 404 and json.loads(body) == {"error": "no endpoint /v1/nothing"}
+
+
 def test_a_user_header_from_the_client_is_never_believed(site: Site) -> None:
     # the proxy strips what the client sends; straight to the server, the header is from no proxy
     status, _, _ = ps.fetch(site.url("", "/me"), headers={"X-Remote-User": ps.ADMIN})

@@ -227,9 +227,19 @@ class Pages:
             Route("/finance/{month}/statement.{fmt}", g(self.statement_file)),
             Route("/finance/{month}/close", g(self.close), methods=["POST"]),
             Route("/finance/{month}/void", g(self.void), methods=["POST"]),
+            # last: any other path is the not-found page (JSON under /v1/, as the API answers)
+            Route("/{path:path}", self.not_found, methods=["GET", "HEAD", "POST"]),
         ]
 
     # --- pages
+
+    def not_found(self, request: Request) -> Response:
+        """A path that is no page: 404 without asking who calls (nothing is disclosed)."""
+        if request.url.path.startswith("/v1/"):
+            return json_response({"error": f"no endpoint {request.url.path}"}, HTTPStatus.NOT_FOUND)
+        return self.render(
+            "error.html", None, HTTPStatus.NOT_FOUND, title="Not found", message="There is no such page."
+        )
 
     def index(self, request: Request) -> Response:
         who = self.api.identity(request)
