@@ -63,6 +63,21 @@ OVERVIEW = (
     ("taxonomy", "taxonomy", "now-7days", "Where every installed GPU-hour went, last 7 days"),
     ("nodes", "nodes", "now-1days", "Nodes"),
 )
+# the statement page's line columns first: the line's account, user and partition, what was
+# billed and its amount (the JSON's order after them; the downloads keep the files' own order)
+STATEMENT_FIRST_COLUMNS = (
+    "kind",
+    "account",
+    "user",
+    "partition",
+    "gpu_model",
+    "billed_quantity",
+    "billed_unit",
+    "rate",
+    "amount",
+    "waived_amount",
+    "billable_amount",
+)
 # points per GPU the job page's charts draw (the timeline's JSON and CSV links have every window)
 TIMELINE_POINTS = 240
 # the job page's GPU table: a terminal table's columns (researcher.GPU_TABLE_COLUMNS) without
@@ -470,7 +485,10 @@ class Pages:
         exported = self.api.statement_export(who, month, "json")
         document = json.loads(exported.data)
         lines = document.get("lines", [])
-        columns = list(lines[0]) if lines else []
+        # what finance reads first (who, what, how much), then every other column of the line
+        every = list(lines[0]) if lines else []
+        first = [c for c in STATEMENT_FIRST_COLUMNS if c in every]
+        columns = [*first, *(c for c in every if c not in first)]
         closed = [
             r
             for r in statement_listing(self.api.statements_engine)
@@ -485,6 +503,7 @@ class Pages:
             who,
             title=f"Statement {month}",
             month=month,
+            currency=document.get("currency", ""),
             closed=closed[0] if closed else None,
             notices=exported.notices,
             totals=[(k, _text(v)) for k, v in totals.items() if not isinstance(v, list | dict)],
