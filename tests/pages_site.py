@@ -38,6 +38,9 @@ from sqlalchemy import Engine
 
 from slurmtel.attribution import run_attribution
 from slurmtel.config import Config, config_from_dict
+from slurmtel.parsers.nccl import parse_nccl_tests
+from slurmtel.records import NcclRun
+from slurmtel.store.fabric import NcclLogWrite, write_nccl_log
 from tests.conftest import LoginRoles, fixture_path
 from tests.factories import admin_day, at, attempt, inventory, load_admin_day, windows
 
@@ -57,6 +60,7 @@ HOSTILE_NAMES = (
     "{{ 7*7 }} &amp; </td></tr></table>",
 )
 HOSTILE_JOBS = {str(301 + i): name for i, name in enumerate(HOSTILE_NAMES)}
+ACCEPTANCE = fixture_path("nccl_tests", "cases", "cscs_alps_gh200_2node_srun_v2.17.1_cxi_hook")
 COORDINATORS = fixture_path("slurmctld", "slurm-22.05", "sacctmgr-show-user-withcoord.psv")
 ACCOUNT_TREE = fixture_path("slurmctld", "slurm-22.05", "sacctmgr-show-account-withassoc.psv")
 
@@ -141,7 +145,41 @@ def load_site(engine: Engine, config: Config) -> None:
         *windows("GPU-G0", running, 480, set(range(480)), job="401", node="gpu07"),
         *windows("GPU-G1", running, 480, set(range(120)), job="401", node="gpu07"),
     ]
+    # bob's job 402 on nid005471 (a node of a real nccl-tests acceptance capture), an hour after
+    # an acceptance run used it
+    day.attempts.append(
+        attempt(
+            job_id_raw=402,
+            name="allreduce-check",
+            user="bob",
+            account="chemistry",
+            submit_at=at("2026-11-01T12:50:00"),
+            eligible_at=at("2026-11-01T12:50:00"),
+            start_at=at("2026-11-01T13:00:00"),
+            end_at=at("2026-11-01T14:00:00"),
+            alloc_gpus=4,
+            nodes=("nid005471",),
+            nodelist="nid005471",
+        )
+    )
     load_admin_day(engine, config, day)
+    with engine.begin() as conn:
+        write_nccl_log(
+            conn,
+            NcclLogWrite(
+                log_sha256="pages-acceptance",
+                origin=ACCEPTANCE.name,
+                bytes=1,
+                runs=[
+                    r
+                    for r in parse_nccl_tests((ACCEPTANCE / "input.txt").read_bytes())
+                    if isinstance(r, NcclRun)
+                ],
+                job=None,
+                label="acceptance",
+                run_at=at("2026-11-01T12:00:00"),
+            ),
+        )
     # attributed again at the site's now, when 401 runs
     run_attribution(engine, config, now=NOW)
 

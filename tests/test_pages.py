@@ -332,6 +332,18 @@ def by_css(chrome: Any, selector: str) -> list[Any]:
     return chrome.find_elements(By.CSS_SELECTOR, selector)
 
 
+def wait_for_id(chrome: Any, element_id: str, seconds: float = 60) -> Any:
+    """The element ELEMENT_ID once the page a form was sent from has been replaced by the answer
+    (a click on a submit button does not wait for the POST's redirect to load)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(chrome, seconds).until(
+        expected_conditions.presence_of_element_located((By.ID, element_id))
+    )
+
+
 def table_cells(chrome: Any, table_id: str) -> tuple[list[str], list[list[str]]]:
     headers = [th.text for th in by_css(chrome, f"#{table_id} thead th")]
     rows = [
@@ -482,7 +494,7 @@ def test_a_downloaded_statement_has_the_clis_bytes_and_closing_works(
     assert "Open" in browser.find_element("id", "status").text
     browser.find_element("css selector", "#close-form input[name=reason]").send_keys("month end <b>test</b>")
     browser.find_element("css selector", "#close-form button").click()
-    assert browser.find_element("id", "done").text == f"{month} closed."
+    assert wait_for_id(browser, "done").text == f"{month} closed."
     assert browser.find_element("id", "csv-sha256").text
     for fmt in ("csv", "json", "parquet"):
         target = browser.downloads / f"slurmtel-{month}.{fmt}"
@@ -508,7 +520,7 @@ def test_a_downloaded_statement_has_the_clis_bytes_and_closing_works(
     browser.get(site.url(ps.FINANCE, f"/finance/{month}"))
     browser.find_element("css selector", "#void-form input[name=reason]").send_keys("wrong rate")
     browser.find_element("css selector", "#void-form button").click()
-    assert browser.find_element("id", "done").text == f"{month} voided."
+    assert wait_for_id(browser, "done").text == f"{month} voided."
     assert "Open" in browser.find_element("id", "status").text
     listing = cli_json(site, ps.FINANCE, monkeypatch, capsys, "chargeback", "--list", "--format", "json")
     assert [(s["month"], s["status"], s["reason"]) for s in listing] == [(month, "voided", "wrong rate")]
@@ -663,6 +675,11 @@ def test_admins_see_the_fabric_of_the_jobs_nodes_on_its_page(site: Site) -> None
         "/reports/fabric_nodes?start=2026-11-01T10%3A00%3A00&amp;end=2026-11-01T12%3A00%3A00&amp;nodes=gpu02"
         in page
     )
+    # job 402 ran an hour after an acceptance run (a real nccl-tests capture) used its node
+    status, body, _ = ps.fetch(site.url(ps.ADMIN, "/jobs/402"))
+    page = body.decode()
+    assert "Acceptance runs on its nodes from a day before it started: 1" in page
+    assert "nid005471,nid005487" in page
     # the fabric is cluster-wide operations data: not on a researcher's or coordinator's page
     for who, job in ((ps.RESEARCHER, "105"), (ps.COORDINATOR, "101")):
         assert "Fabric of its nodes" not in ps.fetch(site.url(who, f"/jobs/{job}"))[1].decode()

@@ -28,7 +28,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from http import HTTPStatus
 from typing import Any
@@ -578,18 +578,37 @@ class Pages:
         return who, request.path_params["month"], form.get("reason", "").strip()
 
     def _fabric(self, who: Identity, r: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-        """The fabric counters of the attempt's nodes while it ran (report fabric_nodes), for
-        whoever may see the fabric (admins); None for others or an attempt that never ran."""
+        """For whoever may see the fabric (admins): the acceptance runs (report fabric) that used
+        the attempt's nodes from a day before it started until it ended, and the port and NVLink
+        counters of its nodes while it ran (report fabric_nodes); None for others or an attempt
+        that never ran."""
         if allowed(who, Action.VIEW_OPERATIONS).is_empty or not r["start_at"] or not r["nodes"]:
             return None
         end = r["end_at"] or r.get("so_far_at") or self.api.clock()
-        window = {
-            "start": r["start_at"].astimezone(self.zone).strftime("%Y-%m-%dT%H:%M:%S"),
-            "end": end.astimezone(self.zone).strftime("%Y-%m-%dT%H:%M:%S"),
-            "nodes": ",".join(r["nodes"]),
-        }
+
+        def local(moment: datetime) -> str:
+            return moment.astimezone(self.zone).strftime("%Y-%m-%dT%H:%M:%S")
+
+        nodes = set(r["nodes"])
+        before = {"start": local(r["start_at"] - timedelta(days=1)), "end": local(end)}
+        runs = self.api.report_document(who, "fabric", before)
+        shown = []
+        for section in runs.get("sections", []):
+            if section["name"] != "runs":
+                continue
+            rows = [row for row in section["rows"] if nodes & _node_set(row.get("nodes"))]
+            shown.append(
+                {
+                    "name": "acceptance",
+                    "title": f"Acceptance runs on its nodes from a day before it started: {len(rows)}",
+                    "table": Table(rows, section.get("table_columns") or section["columns"], self.zone),
+                    "link": f"/reports/fabric?{urlencode(before)}",
+                }
+            )
+        window = {"start": local(r["start_at"]), "end": local(end), "nodes": ",".join(r["nodes"])}
         doc = self.api.report_document(who, "fabric_nodes", window)
-        return [{**s, "link": f"/reports/fabric_nodes?{urlencode(window)}"} for s in self._sections(doc)]
+        shown += [{**s, "link": f"/reports/fabric_nodes?{urlencode(window)}"} for s in self._sections(doc)]
+        return shown
 
     def _sections(self, doc: Mapping[str, Any]) -> list[dict[str, Any]]:
         shown = []
@@ -635,6 +654,13 @@ def _read_form(request: Request) -> dict[str, str]:
         raise PageError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "the form is too large")
     parsed = parse_qs(data.decode("utf-8", "replace"), keep_blank_values=True)
     return {k: v[0] for k, v in parsed.items()}
+
+
+def _node_set(value: Any) -> set[str]:
+    """A row's nodes: a list, or the comma-separated text a report gives."""
+    if isinstance(value, str):
+        return {n.strip() for n in value.split(",") if n.strip()}
+    return set(value or ())
 
 
 def _flags(job: Mapping[str, Any]) -> list[str]:
