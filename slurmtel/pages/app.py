@@ -40,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from slurmtel.access import Action, Identity, Role, allowed
+from slurmtel.access import Action, Identity, allowed
 from slurmtel.api.app import ApiError, ReadApi, json_response
 from slurmtel.columns import table_name, table_value
 from slurmtel.errors import AccessDenied, ChargebackError, ConfigError, SlurmtelError
@@ -692,12 +692,3 @@ def _window_text(doc: Mapping[str, Any], zone: Any) -> str:
     start = start if isinstance(start, datetime) else datetime.fromisoformat(str(start))
     end = end if isinstance(end, datetime) else datetime.fromisoformat(str(end))
     return window_text(start, end, zone)
-
-
-def role_name(who: Identity) -> str:
-    if who.role is Role.USER and who.coordinated_accounts:
-        return "coordinator"
-    return who.role.value
-
-
-__all__ = ["Markup", "Pages", "role_name"]
