@@ -4,12 +4,14 @@
 Loads N synthetic jobs (slurmtel.simulate -> sacct --json -> the real parser and writer, as
 benchmarks/api.py), gives the longest 8-GPU job of them a GPU telemetry window every 30 s on
 each of its GPUs for up to --hours of its run (the real sample writer, then attribution), with
-a few XID events, and serves the read API and the pages on loopback (uvicorn in a thread,
-`--dev-user root` as `slurmtel serve` would, connected as the database owner). Then, for that
-job: GET /jobs/ID (the page) and GET /v1/jobs/ID (its JSON) --requests times each, one after
-another (server time on loopback: the client is a thread of this process, the body read in
-full), the page's bytes, and `slurmtel job ID` on the head node (a fresh interpreter per run,
-best and median of --cli-repeat).
+a few XID events, and serves the read API and the pages on loopback (uvicorn in a thread, a
+trusted proxy's user header as identity, connected as the database owner). Then, for that
+job: GET /jobs/ID as the job's user (the researcher who clicks the link in an idle-GPU mail)
+and as an admin (whose page adds the acceptance runs and fabric counters of the job's nodes),
+and GET /v1/jobs/ID (its JSON), --requests times each, one after another (server time on
+loopback: the client is a thread of this process, the body read in full), the page's bytes,
+and `slurmtel job ID` on the head node (a fresh interpreter per run, best and median of
+--cli-repeat).
 
     python benchmarks/pages.py [--jobs 200000] [--hours 24] [--requests 60] [--cli-repeat 5] [--dsn URL]
 """
@@ -39,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from slurmtel.api.app import ReadApi, build_app
 from slurmtel.attribution import run_attribution
 from slurmtel.auth.identity import AuthSettings
+from slurmtel.auth.proxy import parse_networks
 from slurmtel.config import Config, config_from_dict
 from slurmtel.pages.app import Pages
 from slurmtel.records import GpuEvent
@@ -51,13 +54,13 @@ TARGET_PAGE_BYTES = 300_000
 GPUS = 8
 
 
-def telemetry(engine: Engine, config: Config, hours: float) -> tuple[str, int]:
+def telemetry(engine: Engine, config: Config, hours: float) -> tuple[str, str, int]:
     """Windows for every GPU of the longest finished 8-GPU job (up to HOURS of it): its id and
     how many windows were written."""
     with engine.connect() as conn:
         job = conn.execute(
             text(
-                "SELECT job_id, start_at, end_at, nodes[1] AS node FROM job_attempt "
+                "SELECT job_id, user_name, start_at, end_at, nodes[1] AS node FROM job_attempt "
                 "WHERE alloc_gpus = :gpus AND cardinality(nodes) = 1 AND end_at IS NOT NULL "
                 "ORDER BY end_at - start_at DESC, job_id LIMIT 1"
             ),
@@ -84,14 +87,15 @@ def telemetry(engine: Engine, config: Config, hours: float) -> tuple[str, int]:
             ],
         )
     run_attribution(engine, config, now=NOW)
-    return str(job.job_id), count * GPUS
+    return str(job.job_id), job.user_name, count * GPUS
 
 
-def timed_get(url: str, count: int) -> tuple[list[float], int]:
+def timed_get(url: str, count: int, user: str) -> tuple[list[float], int]:
     times, size = [], 0
     for _ in range(count):
         began = time.perf_counter()
-        with urllib.request.urlopen(url, timeout=60) as response:
+        request = urllib.request.Request(url, headers={"X-Remote-User": user})
+        with urllib.request.urlopen(request, timeout=60) as response:
             body = response.read()
             assert response.status == 200, url
         times.append(time.perf_counter() - began)
@@ -133,11 +137,14 @@ def main() -> int:
         load(engine, args.jobs)
         print(f"loaded {args.jobs:,} synthetic jobs in {time.perf_counter() - began:.1f} s")
         began = time.perf_counter()
-        job, written = telemetry(engine, config, args.hours)
+        job, owner, written = telemetry(engine, config, args.hours)
         print(
             f"job {job}: {written:,} windows on its {GPUS} GPUs, attributed in {time.perf_counter() - began:.1f} s"
         )
-        api = ReadApi(config, engine, AuthSettings(access=config.access), lambda: NOW, dev_user="root")
+        settings = AuthSettings(
+            methods=("proxy",), access=config.access, trusted_proxies=parse_networks(["127.0.0.1"])
+        )
+        api = ReadApi(config, engine, settings, lambda: NOW)
         app = build_app(api, pages=Pages(api).routes())
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
@@ -150,9 +157,10 @@ def main() -> int:
         while not server.started:
             time.sleep(0.05)
         base = f"http://127.0.0.1:{port}"
-        timed_get(f"{base}/jobs/{job}", 3)  # warm: templates compiled, pool filled
-        page, page_bytes = timed_get(f"{base}/jobs/{job}", args.requests)
-        document, document_bytes = timed_get(f"{base}/v1/jobs/{job}", args.requests)
+        timed_get(f"{base}/jobs/{job}", 3, owner)  # warm: templates compiled, pool filled
+        page, page_bytes = timed_get(f"{base}/jobs/{job}", args.requests, owner)
+        admin, admin_bytes = timed_get(f"{base}/jobs/{job}", args.requests, "root")
+        document, document_bytes = timed_get(f"{base}/v1/jobs/{job}", args.requests, owner)
         server.should_exit = True
         thread.join(timeout=30)
         cli = cli_job(engine.url.render_as_string(hide_password=False), job, args.cli_repeat)
@@ -160,10 +168,14 @@ def main() -> int:
         f"job page of job {job} ({args.jobs:,} jobs in the database), {args.requests} requests each, loopback:"
     )
     print(
-        f"  GET /jobs/{job:<10} p50 {statistics.median(page) * 1000:6.1f} ms, p95 {p95(page) * 1000:6.1f} ms "
+        f"  GET /jobs/{job:<10} as its user {owner}: p50 {statistics.median(page) * 1000:6.1f} ms, p95 {p95(page) * 1000:6.1f} ms "
         f"(target p95 < {TARGET_P95_SECONDS * 1000:.0f} ms: {'met' if p95(page) < TARGET_P95_SECONDS else 'NOT met'}); "
         f"{page_bytes / 1000:.1f} KB (target < {TARGET_PAGE_BYTES / 1000:.0f} KB: "
         f"{'met' if page_bytes < TARGET_PAGE_BYTES else 'NOT met'}; no other resource loads)"
+    )
+    print(
+        f"  GET /jobs/{job:<10} as an admin (with its nodes' acceptance runs and fabric counters): "
+        f"p50 {statistics.median(admin) * 1000:6.1f} ms, p95 {p95(admin) * 1000:6.1f} ms, {admin_bytes / 1000:.1f} KB"
     )
     print(
         f"  GET /v1/jobs/{job:<7} p50 {statistics.median(document) * 1000:6.1f} ms, p95 {p95(document) * 1000:6.1f} ms "

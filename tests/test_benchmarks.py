@@ -41,7 +41,16 @@ CASES = {
     "dcgm_scrape.py": (["--gpus", "80,160"], ["GPUs", "ms/GPU", "ratio", "linear", "target"]),
     "pages.py": (
         ["--jobs", "500", "--hours", "2", "--requests", "5", "--cli-repeat", "1"],
-        ["GET /jobs/", "p95", "KB", "slurmtel job", "the page's p95 / the CLI's median", "target"],
+        [
+            "GET /jobs/",
+            "as its user",
+            "as an admin",
+            "p95",
+            "KB",
+            "slurmtel job",
+            "the page's p95 / the CLI's median",
+            "target",
+        ],
     ),
     "cli_start.py": (
         ["--jobs", "300", "--repeat", "1"],
