@@ -208,8 +208,17 @@ def test_another_users_job_is_the_same_page_as_a_missing_job(site: Site) -> None
     assert ps.fetch(site.url(ps.COORDINATOR, "/jobs/103"))[0] == 404
 
 
+def test_the_front_page_opens_a_job_by_its_id(site: Site, browser: Any) -> None:
+    browser.get(site.url(ps.RESEARCHER, "/"))
+    browser.find_element("id", "job-id").send_keys("105")
+    browser.find_element("css selector", "form.filters button").click()
+    assert wait_for_id(browser, "title").text.startswith("Job 105")
+    status, body, _ = ps.fetch(site.url(ps.RESEARCHER, "/jobs?id=../v1/whoami"))
+    assert status == 400 and b"not a job id" in body
+
+
 def test_a_path_that_is_no_page_is_the_not_found_page(site: Site) -> None:
-    for path in ("/jobs", "/nothing/here", "/jobs/105/plot", "/finance/2026-11/statement"):
+    for path in ("/jobs?id=", "/nothing/here", "/jobs/105/plot", "/finance/2026-11/statement"):
         status, body, _ = ps.fetch(site.url(ps.ADMIN, path))
         assert status == 404 and b'<h1 id="error">Not found</h1>' in body, path
     status, body, _ = ps.fetch(site.url(ps.ADMIN, "/v1/nothing"))

@@ -231,6 +231,7 @@ class Pages:
         g = self.guarded
         return [
             Route("/", g(self.index)),
+            Route("/jobs", g(self.job_lookup)),
             Route("/jobs/{job_id}", g(self.job)),
             Route("/jobs/{job_id}/figures.{fmt}", g(self.job_figures)),
             Route("/jobs/{job_id}/timeline.{fmt}", g(self.job_timeline)),
@@ -259,6 +260,20 @@ class Pages:
     def index(self, request: Request) -> Response:
         who = self.api.identity(request)
         return self.render("index.html", who, title="slurmtel")
+
+    def job_lookup(self, request: Request) -> Response:
+        """The index's form: /jobs?id=JOBID goes to that job's page (a job id only)."""
+        from slurmtel.commands.argtypes import check_job_id
+
+        self.api.identity(request)
+        jobid = (request.query_params.get("id") or "").strip()
+        if not jobid:
+            raise PageError(HTTPStatus.NOT_FOUND, "There is no such page: give a job id")
+        try:
+            check_job_id(jobid)
+        except (ConfigError, ValueError) as exc:
+            raise PageError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        return RedirectResponse(f"/jobs/{jobid}", status_code=HTTPStatus.SEE_OTHER)
 
     def job(self, request: Request) -> Response:
         from slurmtel.reports.researcher import job_header
