@@ -462,8 +462,17 @@ def test_my_month_shows_the_clis_figures(site: Site, browser: Any, monkeypatch, 
         if who == ps.RESEARCHER:
             # 301's GPU was idle all its 5 minutes; 105 was busy
             assert (flags["301"], flags["105"]) == ("idle GPUs", "")
-    # the coordinator sees her accounts' usage by user
-    assert by_css(browser, "#accounts-usage tbody tr")
+    # the coordinator sees her accounts' usage by user: `report usage --by user` of them
+    accounts = ",".join(sorted(identity(site, ps.COORDINATOR).coordinated_accounts))
+    usage = cli_json(
+        site, ps.COORDINATOR, monkeypatch, capsys, "report", "usage", "--by", "user", "-A", accounts,
+        "-S", "2026-11-01T00:00:00", "-E", "2026-12-01T00:00:00", "--format", "json",
+    )  # fmt: skip
+    headers, rows = table_cells(browser, "accounts-usage")
+    assert rows and [r[headers.index("user")] for r in rows] == [u["user"] for u in usage]
+    assert [r[headers.index("allocated_gpu_hours")] for r in rows] == [
+        shown("allocated_gpu_seconds", u["allocated_gpu_seconds"]) for u in usage
+    ]
 
 
 @pytest.mark.parametrize("name", ["idle", "failures", "queue", "taxonomy", "usage"])
