@@ -189,9 +189,9 @@ def test_every_page_answers_each_person_as_allowed_decides(site: Site) -> None:
             if status != 200 or not headers.get("content-type", "").startswith("text/html"):
                 continue
             text = body.decode()
-            assert "Content-Security-Policy" in headers or "content-security-policy" in {
-                k.lower() for k in headers
-            }
+            lowered = {k.lower(): v for k, v in headers.items()}
+            assert lowered["content-security-policy"].startswith("default-src 'none'"), label
+            assert lowered["cache-control"] == "private, no-store", label
             if who == ps.RESEARCHER:
                 # the researcher's pages name no one else
                 named = {u for u in others if re.search(rf">{u}<", text)}
@@ -405,6 +405,13 @@ def test_the_job_page_shows_the_clis_figures(site: Site, browser: Any, monkeypat
         # the page's own JSON link is the CLI's JSON
         browser.get(site.url(who, f"/jobs/{job}/figures.json"))
         assert json.loads(browser.find_element("tag name", "body").text) == attempts
+
+
+def test_a_running_jobs_page_says_its_figures_are_so_far(site: Site) -> None:
+    status, body, _ = ps.fetch(site.url(ps.RESEARCHER, "/jobs/401"))
+    page = body.decode()
+    assert status == 200 and "still running: every figure below is so far" in page
+    assert page.count('<svg class="timeline') == 2 and "gpu07/1" in page
 
 
 def test_the_idle_gpu_is_marked_and_drawn(site: Site, browser: Any) -> None:

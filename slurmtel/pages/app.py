@@ -652,6 +652,8 @@ SECURITY_HEADERS = {
     "form-action 'self'; frame-ancestors 'self'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
+    # a page holds one caller's figures: no shared cache (a proxy's) may keep it for another
+    "Cache-Control": "private, no-store",
 }
 
 
