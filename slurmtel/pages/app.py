@@ -331,7 +331,7 @@ class Pages:
         query = self.api.job_query(who, request.path_params["job_id"])
         attempts = self.api.job_document(query)
         if fmt == "json":
-            return json_response(jsonable(attempts))
+            return _private(json_response(jsonable(attempts)))
         if fmt != "csv":
             raise PageError(HTTPStatus.NOT_FOUND, f"figures are json or csv, not {fmt}")
         rows = [
@@ -347,7 +347,7 @@ class Pages:
         query = self.api.job_query(who, request.path_params["job_id"])
         timeline = self.api.timeline_document(query)
         if fmt == "json":
-            return json_response(jsonable(timeline))
+            return _private(json_response(jsonable(timeline)))
         if fmt != "csv":
             raise PageError(HTTPStatus.NOT_FOUND, f"timelines are json or csv, not {fmt}")
         rows = [
@@ -655,6 +655,11 @@ SECURITY_HEADERS = {
     # a page holds one caller's figures: no shared cache (a proxy's) may keep it for another
     "Cache-Control": "private, no-store",
 }
+
+
+def _private(response: Response) -> Response:
+    response.headers.update(SECURITY_HEADERS)
+    return response
 
 
 def _read_form(request: Request) -> dict[str, str]:
