@@ -46,7 +46,7 @@ from slurmtel.columns import table_name, table_value
 from slurmtel.errors import AccessDenied, ChargebackError, ConfigError, SlurmtelError
 from slurmtel.pages.svg import gpu_timeline_svg
 from slurmtel.reports.catalog import REPORTS
-from slurmtel.reports.render import escape_controls, local_time
+from slurmtel.reports.render import escape_controls, for_table, local_time
 from slurmtel.reports.researcher import GPU_TABLE_COLUMNS
 from slurmtel.timeparse import month_bounds
 
@@ -109,17 +109,19 @@ def _text(value: Any) -> str:
 
 
 class Table:
-    """Rows as a page shows them: the registered columns in their table units and names
-    (slurmtel.columns, as a terminal table shows them), instants in the site's zone."""
+    """Rows as a page shows them: converted by slurmtel.reports.render.for_table, the one place
+    a table converts (registered columns in their table units and names, as a terminal shows
+    them), instants in the site's zone."""
 
     def __init__(self, rows: Sequence[Mapping[str, Any]], columns: Sequence[str], zone: Any) -> None:
-        self.columns = [table_name(c) for c in columns]
+        decoded = [{c: _decoded(c, r.get(c)) for c in columns} for r in rows]
+        converted, self.columns = for_table(decoded, columns)
         self.numeric = [False] * len(columns)
         self.rows: list[list[str]] = []
-        for r in rows:
+        for row in converted:
             cells = []
-            for i, c in enumerate(columns):
-                value = table_value(c, _decoded(c, r.get(c)))
+            for i, c in enumerate(self.columns):
+                value = row.get(c)
                 if isinstance(value, datetime):
                     value = local_time(value, zone)
                 if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
