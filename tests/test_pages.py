@@ -583,6 +583,7 @@ def ondemand_app(monkeypatch: pytest.MonkeyPatch, **env: str) -> Any:
     spec.loader.exec_module(module)
     for key in ("SLURMTEL_URL", "SLURMTEL_MODE", "SLURMTEL_TOKEN_COMMAND"):
         monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("SLURMTEL_OOD_ENV", "/nonexistent/env")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return module.application
@@ -616,6 +617,19 @@ def test_the_ondemand_link_of_an_email_redirects_to_the_job_page(monkeypatch: py
         assert call_app(app, bad)[0].startswith("400"), bad
     unset = ondemand_app(monkeypatch)
     assert call_app(unset, "/1")[0].startswith("500")
+
+
+def test_the_ondemand_app_reads_its_env_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    env = tmp_path / "env"
+    env.write_text(
+        "# the site's slurmtel\nSLURMTEL_URL='https://slurmtel.example.org'\nSLURMTEL_MODE=redirect\n"
+    )
+    app = ondemand_app(monkeypatch)
+    monkeypatch.setenv("SLURMTEL_OOD_ENV", str(env))
+    assert call_app(app, "/7")[1]["Location"] == "https://slurmtel.example.org/jobs/7"
+    # the process environment wins over the file
+    monkeypatch.setenv("SLURMTEL_URL", "https://other.example.org")
+    assert call_app(app, "/7")[1]["Location"] == "https://other.example.org/jobs/7"
 
 
 def test_the_ondemand_app_proxies_pages_with_the_users_slurm_token(

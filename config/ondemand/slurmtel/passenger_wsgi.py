@@ -5,7 +5,8 @@ user's per-user nginx, as that user). Standard library only: it runs on OnDemand
     /pun/sys/slurmtel/             the caller's month
     /pun/sys/slurmtel/PAGE...      any other page of slurmtel (proxy mode)
 
-Two modes, set in the app's env (/etc/ood/config/apps/slurmtel/env, see docs/pages.md):
+Settings are KEY=VALUE lines in /etc/ood/config/apps/slurmtel/env (another file: SLURMTEL_OOD_ENV),
+read on each request; the process environment wins over the file. Two modes (docs/pages.md):
 
 - SLURMTEL_MODE=redirect (default): answer 302 to SLURMTEL_URL/jobs/JOBID (SLURMTEL_URL/me for
   the bare path). slurmtel sits behind the site's authenticating reverse proxy (OIDC with the
@@ -36,6 +37,24 @@ PAGES = re.compile(
 PREFIX_DEFAULT = "/pun/sys/slurmtel"
 
 
+ENV_FILE = "/etc/ood/config/apps/slurmtel/env"
+
+
+def _settings():
+    """The app's settings: the env file's KEY=VALUE lines, then the process environment."""
+    found = {}
+    try:
+        with open(os.environ.get("SLURMTEL_OOD_ENV", ENV_FILE), encoding="utf-8") as lines:
+            for line in lines:
+                key, sep, value = line.strip().partition("=")
+                if sep and key and not key.startswith("#"):
+                    found[key.strip()] = value.strip().strip("'\"")
+    except OSError:
+        pass
+    found.update({k: v for k, v in os.environ.items() if k.startswith("SLURMTEL_")})
+    return found
+
+
 def _answer(start_response, status, body=b"", headers=()):
     start_response(status, [("Content-Type", "text/plain; charset=utf-8"), *headers])
     return [body]
@@ -53,8 +72,8 @@ def _target(path):
     return None
 
 
-def _token(environ):
-    command = shlex.split(os.environ.get("SLURMTEL_TOKEN_COMMAND", "scontrol token lifespan=300"))
+def _token(settings):
+    command = shlex.split(settings.get("SLURMTEL_TOKEN_COMMAND", "scontrol token lifespan=300"))
     done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
     match = re.search(r"SLURM_JWT=(\S+)", done.stdout)
     if done.returncode != 0 or not match:
@@ -63,7 +82,8 @@ def _token(environ):
 
 
 def application(environ, start_response):
-    base = os.environ.get("SLURMTEL_URL", "").rstrip("/")
+    settings = _settings()
+    base = settings.get("SLURMTEL_URL", "").rstrip("/")
     if not base:
         return _answer(
             start_response, "500 Internal Server Error", b"SLURMTEL_URL is not set (docs/pages.md)\n"
@@ -74,14 +94,14 @@ def application(environ, start_response):
         return _answer(start_response, "400 Bad Request", b"not a job id or a page of slurmtel\n")
     query = environ.get("QUERY_STRING", "")
     url = base + target + (f"?{query}" if query else "")
-    if os.environ.get("SLURMTEL_MODE", "redirect") == "redirect":
+    if settings.get("SLURMTEL_MODE", "redirect") == "redirect":
         return _answer(start_response, "302 Found", headers=[("Location", url)])
     if environ.get("REQUEST_METHOD", "GET") != "GET":
         return _answer(
             start_response, "405 Method Not Allowed", b"closing and voiding: open slurmtel itself\n"
         )
     try:
-        token = _token(environ)
+        token = _token(settings)
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
         return _answer(start_response, "503 Service Unavailable", f"no Slurm token: {exc}\n".encode())
     request = urllib.request.Request(url, headers={"X-SLURM-USER-TOKEN": token})
