@@ -72,6 +72,7 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 
 def cmd_job(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.commands.argtypes import check_job_id, plot_format
+    from slurmtel.store.samples import sample_store
 
     # a bad job id or --plot file is said before any work is done (exit 2, or 1 for the folder)
     check_job_id(args.jobid)
@@ -87,7 +88,13 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
         identity = common.current_identity(config)  # looked up at call time (tests replace it)
         with open_reader(config) as (conn, now):
             query = job_query(
-                identity, args.jobid, clusters=clusters, now=now, zone=config.zone, pricing=config.chargeback
+                identity,
+                args.jobid,
+                clusters=clusters,
+                now=now,
+                zone=config.zone,
+                pricing=config.chargeback,
+                samples=sample_store(config),
             )
             reports = job_document(conn, query)
             plot = job_plot(conn, query, fmt) if fmt and reports else None
