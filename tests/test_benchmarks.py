@@ -41,6 +41,17 @@ CASES = {
         ["slow connections", "idle median", "agent", "serve", "x idle", "target"],
     ),
     "dcgm_scrape.py": (["--gpus", "80,160"], ["GPUs", "ms/GPU", "ratio", "linear", "target"]),
+    "peers.py": (
+        ["--nodes", "1", "--hours", "2", "--repeat", "1"],
+        [
+            "promtool backfill",
+            "ratio backfill",
+            "ratio job SQL",
+            "ratio job end to end",
+            "ratio report idle",
+            "target",
+        ],
+    ),
     "cli_start.py": (
         ["--jobs", "300", "--repeat", "1"],
         ["bare interpreter", "slurmtel --version", "floor", "slurmtel job", "report usage", "target"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurmtel.commands import common
 from slurmtel.commands.argtypes import positive_int
@@ -34,6 +35,9 @@ from slurmtel.reports.researcher import (
     write_job,
     write_me,
 )
+
+if TYPE_CHECKING:
+    from slurmtel.store.samples import SampleStore
 
 
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
@@ -72,7 +76,6 @@ def register(commands: argparse._SubParsersAction, reports: argparse._SubParsers
 
 def cmd_job(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.commands.argtypes import check_job_id, plot_format
-    from slurmtel.store.samples import sample_store
 
     # a bad job id or --plot file is said before any work is done (exit 2, or 1 for the folder)
     check_job_id(args.jobid)
@@ -94,7 +97,7 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
                 now=now,
                 zone=config.zone,
                 pricing=config.chargeback,
-                samples=sample_store(config),
+                samples=_remote_samples(config),
             )
             reports = job_document(conn, query)
             plot = job_plot(conn, query, fmt) if fmt and reports else None
@@ -142,3 +145,14 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
         document = me_document(conn, query)
     write_me(document, sys.stdout, args.format)
     return EXIT_OK
+
+
+def _remote_samples(config: Config) -> SampleStore | None:
+    """The sample store `job` reads windows through when they are kept outside PostgreSQL; None
+    for PostgreSQL's (the read functions read its tables themselves), so that a command on the
+    head node does not import what storing needs (SQLAlchemy: issue 12)."""
+    if config.telemetry.sample_store == "postgresql":
+        return None
+    from slurmtel.store.samples import sample_store
+
+    return sample_store(config)
