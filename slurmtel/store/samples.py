@@ -31,15 +31,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from sqlalchemy import Connection
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
-from slurmtel.config import Config
-from slurmtel.records import GpuSummary
-from slurmtel.store import telemetry
-from slurmtel.store.sql import Connection as ReadableConnection
-from slurmtel.store.telemetry import PartitionBudget, SummaryWriteStats
+    from slurmtel.config import Config
+    from slurmtel.records import GpuSummary
+    from slurmtel.store.sql import Connection as ReadableConnection
+    from slurmtel.store.telemetry import PartitionBudget, SummaryWriteStats
+
+# (the store's modules are imported where they are used: the job view imports this module on
+# the read commands' path, which stays clear of SQLAlchemy: issue 12)
 
 
 class SampleStore(Protocol):
@@ -122,6 +125,8 @@ class PostgresSampleStore:
         node: str = "",
         partition_budget: PartitionBudget | None = None,
     ) -> SummaryWriteStats:
+        from slurmtel.store import telemetry
+
         return telemetry.write_summaries(
             conn, summaries, source=source, node=node, partition_budget=partition_budget
         )
@@ -134,19 +139,27 @@ class PostgresSampleStore:
         source: str,
         partition_budget: PartitionBudget | None = None,
     ) -> list[SummaryWriteStats]:
+        from slurmtel.store import telemetry
+
         return telemetry.write_summary_groups(conn, groups, source=source, partition_budget=partition_budget)
 
     def after_attribution(self, conn: Connection, *, now: datetime) -> int:
+        from slurmtel.store import telemetry
+
         return telemetry.pack_windows(conn, now=now)
 
     def maintain(
         self, conn: Connection, *, first_day: date, last_day: date, cutoff: date
     ) -> tuple[list[str], list[str]]:
+        from slurmtel.store import telemetry
+
         return telemetry.ensure_partitions(conn, first_day, last_day), telemetry.drop_partitions_before(
             conn, cutoff
         )
 
     def size(self, conn: Connection) -> tuple[int, int]:
+        from slurmtel.store import telemetry
+
         return telemetry.window_store_size(conn)
 
     def prepare_batches(self, conn: Connection, batch_ids: Sequence[int], *, now: datetime) -> int:
@@ -212,6 +225,9 @@ class PrometheusSampleStore:
     ) -> list[SummaryWriteStats]:
         """No window is stored: each node's batch records that its windows from the first to the
         last start are in the server now (what attribution folds in next)."""
+        from slurmtel.store import telemetry
+        from slurmtel.store.telemetry import SummaryWriteStats
+
         stats = []
         for node, summaries in groups:
             if not summaries:
@@ -239,9 +255,13 @@ class PrometheusSampleStore:
         return PostgresSampleStore().maintain(conn, first_day=first_day, last_day=last_day, cutoff=cutoff)
 
     def size(self, conn: Connection) -> tuple[int, int]:
+        from slurmtel.store import telemetry
+
         return telemetry.window_store_size(conn)
 
     def prepare_batches(self, conn: Connection, batch_ids: Sequence[int], *, now: datetime) -> int:
+        from slurmtel.store import telemetry
+
         if not batch_ids:
             return 0
         batches = telemetry.batch_spans(conn, batch_ids)
@@ -275,6 +295,8 @@ class PrometheusSampleStore:
     def _load(self, conn: ReadableConnection, spans: Sequence[Span], *, now: datetime) -> int:
         """Fetch the windows overlapping each (node, lo, hi) of SPANS into the temporary tables:
         a node's overlapping spans merged, nodes with the same span read together."""
+        from slurmtel.store import telemetry
+
         step = timedelta(seconds=self.step_seconds)
         merged: dict[str, list[list[datetime]]] = {}
         for node, lo, hi in sorted(spans, key=lambda span: (span[0], span[1])):
@@ -306,9 +328,37 @@ def _floor(at: datetime, step: timedelta) -> datetime:
     return datetime.fromtimestamp(epoch - epoch % seconds, at.tzinfo)
 
 
+def power_max_sql(uuid: str, lo: str, hi: str) -> str:
+    """SQL for the highest window mean power of GPU UUID among its windows that overlap [LO, HI)
+    (SQL expressions), as max(power_mean_watts) over slurmtel_gpu_windows(ARRAY[UUID], LO, HI)
+    gives it (NULL: none), but reading of a packed hour only what is asked: the power array of
+    an hour that lies inside [LO, HI) whole, and of an hour at an edge the window offsets
+    besides; unpacking every field of a job's hours was most of `slurmtel job`'s SQL (issue 28)."""
+    return f"""greatest(
+        (SELECT max(pm_w.power_mean_watts) FROM gpu_window pm_w
+         WHERE pm_w.gpu_uuid = {uuid} AND pm_w.window_start_at >= {lo} - interval '1 hour' AND pm_w.window_start_at < {hi}
+           AND pm_w.window_start_at + make_interval(secs => pm_w.window_seconds) > {lo}),
+        (SELECT CAST(max(pm_p.power) / 10.0 AS real)
+         FROM gpu_window_hour pm_h CROSS JOIN LATERAL unnest(pm_h.power_mean_deciwatts) AS pm_p(power)
+         WHERE pm_h.gpu_uuid = {uuid} AND pm_h.hour_at >= {lo} AND pm_h.hour_at + interval '1 hour' <= {hi}),
+        (SELECT CAST(max(pm_p.power) / 10.0 AS real)
+         FROM gpu_window_hour pm_h
+         CROSS JOIN LATERAL unnest(pm_h.window_offsets_ms, pm_h.power_mean_deciwatts) WITH ORDINALITY AS pm_p(offset_ms, power, n)
+         CROSS JOIN LATERAL (
+             SELECT pm_h.hour_at + coalesce(pm_p.offset_ms, pm_h.first_offset_ms
+                                         + (pm_p.n - 1) * CAST(round(pm_h.window_seconds * 1000) AS integer))
+                                * interval '1 millisecond' AS start_at
+         ) pm_t
+         WHERE pm_h.gpu_uuid = {uuid} AND pm_h.hour_at > {lo} - interval '2 hours' AND pm_h.hour_at < {hi}
+           AND NOT (pm_h.hour_at >= {lo} AND pm_h.hour_at + interval '1 hour' <= {hi})
+           AND pm_t.start_at >= {lo} - interval '1 hour' AND pm_t.start_at < {hi}
+           AND pm_t.start_at + make_interval(secs => pm_h.window_seconds) > {lo}))"""
+
+
 def sample_store(config: Config | None = None) -> SampleStore:
     """The store the daemon, the sources, attribution and the job view use (the one place that
     chooses): `telemetry.sample_store` of CONFIG (PostgreSQL without one)."""
+
     if config is None or config.telemetry.sample_store == "postgresql":
         return PostgresSampleStore()
     from slurmtel.sources.promapi import WindowReader
