@@ -23,7 +23,10 @@ process and its children, the PostgreSQL backends, the Prometheus server's proce
 - `slurmtel report idle` over the dataset end to end, and its store function in process,
   against the PromQL query of idle GPU-hours per job over the same time (in process, and end to
   end through `promtool query instant`);
-- backfill: slurmtel's ingest + first attribution against promtool's backfill.
+- backfill: slurmtel's ingest + first attribution against promtool's backfill; and with the
+  windows left in the Prometheus (telemetry.sample_store = "prometheus"): the prometheus
+  source's run (what is new, no window stored) and the first attribution run reading the
+  windows from the Prometheus.
 
 Each ratio is slurmtel's seconds over the peer's (target <= 1.0 for job and report, <= 2.0 for
 backfill), by wall and by CPU.
@@ -54,11 +57,13 @@ from sqlalchemy import Engine, text
 
 from slurmtel.access import EVERYTHING
 from slurmtel.attribution import run_attribution
-from slurmtel.config import Config
+from slurmtel.config import Config, config_from_dict
 from slurmtel.parsers.sacct_json import parse_sacct_json
 from slurmtel.records import GpuSummary, JobAttempt
 from slurmtel.reports.researcher import JobQuery, job_document
 from slurmtel.simulate import SimNode, sim_inventory, sim_sacct_json, sim_summaries, simulate_cluster
+from slurmtel.sources import default_options, get_source
+from slurmtel.sources.base import RunContext
 from slurmtel.store.jobs import sync_outcome_classes, write_attempts
 from slurmtel.store.reports_idle import idle_report
 from slurmtel.store.telemetry import ensure_partitions, write_inventory, write_summaries
@@ -214,6 +219,49 @@ def backfill_slurmtel(
     return ingest.usage, attribution.usage
 
 
+def remote_store(
+    dsn: str | None, sim: Any, url: str, end: datetime, server_pid: int, postgresql: Usage
+) -> None:
+    """The same jobs with telemetry.sample_store = "prometheus": the prometheus source reads the
+    day from the Prometheus and records what is new (no window stored), then the first
+    attribution run reads the windows it needs from the Prometheus."""
+    print('\nthe sample store in Prometheus (telemetry.sample_store = "prometheus")')
+    span = int((end - START).total_seconds())
+    config = config_from_dict(
+        {
+            "telemetry": {"sample_store": "prometheus"},
+            "sources": {"prometheus": {"enabled": True, "url": url, "delay_seconds": 0,
+                                       "initial_lookback_seconds": span}},
+        }
+    )  # fmt: skip
+    with scratch_database(dsn, prefix="slurmtel_bench_remote") as engine:
+        with engine.begin() as conn:
+            sync_outcome_classes(conn, config.outcomes.mapping())
+            records = parse_sacct_json(sim_sacct_json(sim, until=end), origin="benchmark")
+            write_attempts(conn, [r for r in records if isinstance(r, JobAttempt)])
+            conn.execute(text("UPDATE job_attempt SET updated_at = now() - interval '1 day'"))
+        meter = Meter(engine, server_pids=[server_pid])
+        source = get_source("prometheus")
+        ctx = RunContext(config=config, engine=engine, clock=lambda: end)
+        with meter.measure() as collect:
+            result = source.collect(ctx, default_options(source))
+        with meter.measure() as attribution:
+            attributed = run_attribution(engine, config, now=end + timedelta(hours=2))
+        with engine.connect() as conn:
+            kept = conn.execute(text("SELECT count(*) FROM gpu_window")).scalar_one()
+        print(f"  prometheus source (batches and inventory, {result.rows_written:,} windows seen, {kept} stored): "
+              f"{collect.usage}")  # fmt: skip
+        print(
+            f"  first attribution, windows read from Prometheus ({attributed.attempts:,} attempts): {attribution.usage}"
+        )
+        print(
+            "  "
+            + ratios(
+                "ratio to the PostgreSQL store's backfill", collect.usage + attribution.usage, postgresql
+            )
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -328,6 +376,8 @@ def main() -> int:
             print(
                 f"  {ratios('ratio job end to end slurmtel / jobstats-like', job_cli, peer_cli)} (target <= {TARGET_QUERY_RATIO:g})"
             )
+
+            remote_store(args.dsn, sim, url, end, server.pid, slurmtel_backfill)
 
             print(f"\nidle over the whole {args.hours:g} h")
             first_day, last_day = START.date(), (end - timedelta(microseconds=1)).date()
