@@ -32,7 +32,9 @@ from slurmtel.sources.base import RunContext
 from slurmtel.store.jobs import write_attempts
 from slurmtel.store.jobview import find_attempts, util_windows
 from slurmtel.store.samples import PrometheusSampleStore, sample_store
+from slurmtel.store.telemetry import load_shadow_windows, write_summaries
 from tests.conftest import _empty_tables
+from tests.factories import windows as factory_windows
 from tests.prometheus_server import (
     STEP_SECONDS,
     PrometheusServer,
@@ -244,3 +246,22 @@ def test_the_sample_store_setting_is_checked() -> None:
         )
     with pytest.raises(ConfigError, match="unknown key"):
         config_from_dict({"telemetry": {"sample_stor": "prometheus"}})
+
+
+def test_a_window_the_postgresql_store_refuses_is_left_out_of_a_read_too(engine: Engine) -> None:
+    """A window with a value beyond its column (here a sample count no integer column holds) is
+    refused by the PostgreSQL store; read from the site's store it is left out the same way, and
+    the windows beside it are kept."""
+    good = factory_windows("GPU-a", T0, 3)
+    bad = replace(good[1], sample_count=2**40)
+    with engine.begin() as conn:
+        stats = write_summaries(conn, [good[0], bad, good[2]], source="agent", node="gpu01")
+        conn.rollback()
+    assert stats.inserted == 2 and [r for r, _ in stats.refused] == [bad]
+    with engine.begin() as conn:
+        copied = load_shadow_windows(conn, [(good[0], None), (bad, None), (good[2], 7)])
+        held = conn.execute(text("SELECT window_start_at, batch_id FROM gpu_window ORDER BY 1")).all()
+    assert copied == 2
+    assert [tuple(r) for r in held] == [(good[0].window_start_at, 0), (good[2].window_start_at, 7)]
+    # the temporary table went with the transaction
+    assert rows(engine, "SELECT count(*) FROM gpu_window") == [(0,)]

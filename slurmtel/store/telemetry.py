@@ -747,12 +747,22 @@ def ensure_shadow_tables(conn: ReadableConnection) -> None:
 
 def load_shadow_windows(conn: ReadableConnection, windows: Sequence[tuple[GpuSummary, int | None]]) -> int:
     """Copy WINDOWS (each with its ingest batch, None: none) into the temporary gpu_window, on
-    a SQLAlchemy connection or a read command's ReadConnection."""
+    a SQLAlchemy connection or a read command's ReadConnection; returns the windows copied. A
+    window that the PostgreSQL store would refuse (a value beyond its column) is left out, as
+    that store leaves it out: one COPY when all fit, else the fitting ones only."""
     ensure_shadow_tables(conn)
     if not windows:
         return 0
-    rows = [(*_SUMMARY_ROW(w), batch or 0) for w, batch in windows]
-    copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)  # type: ignore[arg-type]
+    conn.execute(sql_text("SAVEPOINT slurmtel_shadow_copy"))
+    try:
+        rows = [(*_SUMMARY_ROW(w), batch or 0) for w, batch in windows]
+        copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)  # type: ignore[arg-type]
+    except ROW_ERRORS:
+        conn.execute(sql_text("ROLLBACK TO SAVEPOINT slurmtel_shadow_copy"))
+        fitting = [(w, batch) for w, batch in windows if record_problem(w, SUMMARY_COLUMNS) is None]
+        rows = [(*_SUMMARY_ROW(w), batch or 0) for w, batch in fitting]
+        copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)  # type: ignore[arg-type]
+    conn.execute(sql_text("RELEASE SAVEPOINT slurmtel_shadow_copy"))
     return len(rows)
 
 
