@@ -31,9 +31,10 @@ from slurmtel.reports.spec import build_query, run_report
 from slurmtel.sources.base import RunContext
 from slurmtel.store.jobs import write_attempts
 from slurmtel.store.jobview import find_attempts, util_windows
+from slurmtel.store.rls import set_transaction_scope
 from slurmtel.store.samples import PrometheusSampleStore, sample_store
 from slurmtel.store.telemetry import load_shadow_windows, write_summaries
-from tests.conftest import _empty_tables
+from tests.conftest import LoginRoles, _empty_tables
 from tests.factories import windows as factory_windows
 from tests.prometheus_server import (
     STEP_SECONDS,
@@ -265,3 +266,27 @@ def test_a_window_the_postgresql_store_refuses_is_left_out_of_a_read_too(engine:
     assert [tuple(r) for r in held] == [(good[0].window_start_at, 0), (good[2].window_start_at, 7)]
     # the temporary table went with the transaction
     assert rows(engine, "SELECT count(*) FROM gpu_window") == [(0,)]
+
+
+def test_the_read_api_role_reads_a_job_from_the_server(
+    ctx: RunContext, server: PrometheusServer, login_roles: LoginRoles
+) -> None:
+    """The API answers /v1/jobs/JOBID as the reader role, under row security with the caller's
+    scope: it may make the temporary table the store reads into, and gets what the owner gets."""
+    remote = config_for(server.url, "prometheus")
+    with ctx.engine.begin() as conn:
+        write_attempts(conn, jobs())
+    assert collect(replace(ctx, config=remote), remote).status == "ok"
+    run_attribution(ctx.engine, remote, now=NOW)
+    query = JobQuery("101", (), NOW, remote.zone, EVERYTHING, samples=sample_store(remote))
+    with ctx.engine.connect() as conn:
+        owner = job_document(conn, query)
+    reader = login_roles.reader_engine()
+    try:
+        with reader.begin() as conn:
+            set_transaction_scope(conn, EVERYTHING)
+            as_reader = job_document(conn, query)
+    finally:
+        reader.dispose()
+    assert as_reader == owner
+    assert any(g.get("power_max_watts") for g in as_reader[0]["gpu_figures"])
