@@ -303,6 +303,7 @@ class ReadApi:
 
     def _job_query(self, request: Request) -> Any:
         from slurmtel.reports.researcher import job_query
+        from slurmtel.store.samples import sample_store
 
         jobid = self._jobid(request)
         who = self.identity(request)
@@ -314,6 +315,7 @@ class ReadApi:
             now=self.clock(),
             zone=self.config.zone,
             pricing=self.config.chargeback,
+            samples=sample_store(self.config),
         )
 
     def me(self, request: Request) -> Response:
