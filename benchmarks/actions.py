@@ -27,6 +27,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
+from cputime import Meter
 from scratch import configured_server, scratch_database
 from sqlalchemy import Engine, text
 
@@ -192,15 +193,18 @@ def main() -> int:
         with engine.begin() as conn:
             conn.execute(text("UPDATE attribution_watermark SET value_at = now() WHERE name = 'jobs'"))
         attribution_seconds, action_seconds, evaluation_seconds, ratios = [], [], [], []
+        cpu_ratios = []
+        meter = Meter(engine)
         for step in range(args.steps):
             lo, now = now, now + timedelta(minutes=args.step_minutes)
             windows = generate_windows(engine, args.gpus, jobs, lo, now)
-            t0 = time.perf_counter()
-            attributed = run_attribution(engine, Config(), now=now)
-            attribution = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            report = run_cycle(engine, config, now=now, deliver=False, recipients=recipients)
-            acting = time.perf_counter() - t0
+            with meter.measure() as attribution_section:
+                attributed = run_attribution(engine, Config(), now=now)
+            attribution = attribution_section.usage.wall
+            with meter.measure() as acting_section:
+                report = run_cycle(engine, config, now=now, deliver=False, recipients=recipients)
+            acting = acting_section.usage.wall
+            cpu_ratios.append(acting_section.usage.cpu / attribution_section.usage.cpu)
             attribution_seconds.append(attribution)
             action_seconds.append(acting)
             evaluation_seconds.append(report.evaluation_seconds)
@@ -214,13 +218,15 @@ def main() -> int:
                 f"ratio to the attribution run {acting / attribution:.2f}",
                 flush=True,
             )
+            print(f"    attribution {attribution_section.usage}; action round {acting_section.usage}; "
+                  f"CPU ratio {cpu_ratios[-1]:.2f}")  # fmt: skip
             parts = sorted(report.timings.items(), key=lambda kv: -kv[1])
             print("    where: " + ", ".join(f"{part} {seconds:.2f} s" for part, seconds in parts), flush=True)
         median = statistics.median(action_seconds)
         print(
             f"median: attribution run {statistics.median(attribution_seconds):.2f} s, action round "
             f"{median:.2f} s (evaluation {statistics.median(evaluation_seconds):.2f} s), "
-            f"ratio {statistics.median(ratios):.2f}"
+            f"ratio {statistics.median(ratios):.2f} (from CPU seconds {statistics.median(cpu_ratios):.2f})"
         )
         verdict = "met" if median < TARGET_SECONDS else "NOT met"
         print(

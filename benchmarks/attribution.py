@@ -24,6 +24,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
+from cputime import Meter, ratios
 from scratch import configured_server, scratch_database
 from sqlalchemy import Engine, text
 
@@ -152,32 +153,43 @@ def main() -> int:
             f"  generated {len(jobs):,} attempts and {windows:,} windows in {time.perf_counter() - t0:.0f} s"
         )
 
-        t0 = time.perf_counter()
-        first = run_attribution(engine, config, now=end)
-        first_seconds = time.perf_counter() - t0
+        meter = Meter(engine)
+        with meter.measure() as first_section:
+            first = run_attribution(engine, config, now=end)
+        first_seconds = first_section.usage.wall
         print(f"first run (everything new): {first.attempts:,} attempts, {first_seconds:.1f} s, "
               f"{windows * 30 / first_seconds:,.0f} samples/s")  # fmt: skip
+        print(
+            f"  {first_section.usage}; {windows * 30 / first_section.usage.cpu:,.0f} samples per CPU-second"
+        )
 
         with engine.begin() as conn:
             # a day passes: later runs have moved the job watermark on (the jobs, written a day
             # ago, are outside attribution.overlap_seconds) - the steady state of the daemon
             conn.execute(text("UPDATE attribution_watermark SET value_at = now() WHERE name = 'jobs'"))
         hour = generate_windows(engine, args.gpus, end, end + timedelta(hours=1), args.job_hours)
-        t0 = time.perf_counter()
-        step = run_attribution(engine, config, now=end + timedelta(hours=1))
-        step_seconds = time.perf_counter() - t0
+        with meter.measure() as step_section:
+            step = run_attribution(engine, config, now=end + timedelta(hours=1))
+        step_seconds = step_section.usage.wall
         rate = hour * 30 / step_seconds
         print(f"incremental (1 h of new telemetry, {hour:,} windows = {hour * 30:,} samples): "
               f"{step.attempts:,} attempts recomputed in {step_seconds:.2f} s -> {rate:,.0f} new samples/s")  # fmt: skip
+        cpu_rate = hour * 30 / step_section.usage.cpu
+        print(f"  {step_section.usage}; {cpu_rate:,.0f} new samples per CPU-second")
         verdict = "met" if rate >= TARGET_SAMPLES_PER_SECOND else "NOT met"
-        print(f"target: >= {TARGET_SAMPLES_PER_SECOND:,} samples/s incremental: {verdict}")
+        cpu_verdict = "met" if cpu_rate >= TARGET_SAMPLES_PER_SECOND else "NOT met"
+        print(
+            f"target: >= {TARGET_SAMPLES_PER_SECOND:,} samples/s incremental: {verdict} (per CPU-second: {cpu_verdict})"
+        )
 
-        t0 = time.perf_counter()
-        full = run_attribution(engine, config, now=end + timedelta(hours=1), full=True)
-        full_seconds = time.perf_counter() - t0
+        with meter.measure() as full_section:
+            full = run_attribution(engine, config, now=end + timedelta(hours=1), full=True)
+        full_seconds = full_section.usage.wall
         print(f"full recompute: {full.attempts:,} attempts, {full.slices:,} hour slices, {full.rows:,} rows "
               f"rewritten (unchanged rows are kept) in {full_seconds:.1f} s "
               f"({(windows + hour) / full_seconds:,.0f} windows/s, {(windows + hour) * 30 / full_seconds:,.0f} samples/s)")  # fmt: skip
+        print(f"  {full_section.usage}")
+        print(ratios("full recompute / first run", full_section.usage, first_section.usage))
         return 0
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import uvicorn
 from api import NOW, load, p95
+from cputime import Meter
 from scratch import scratch_database
 from sqlalchemy import Engine, text
 
@@ -158,12 +159,18 @@ def main() -> int:
             time.sleep(0.05)
         base = f"http://127.0.0.1:{port}"
         timed_get(f"{base}/jobs/{job}", 3, owner)  # warm: templates compiled, pool filled
-        page, page_bytes = timed_get(f"{base}/jobs/{job}", args.requests, owner)
-        admin, admin_bytes = timed_get(f"{base}/jobs/{job}", args.requests, "root")
-        document, document_bytes = timed_get(f"{base}/v1/jobs/{job}", args.requests, owner)
+        # the server runs in this process: its CPU is the client's here, the backends' measured
+        meter = Meter(engine)
+        with meter.measure() as page_section:
+            page, page_bytes = timed_get(f"{base}/jobs/{job}", args.requests, owner)
+        with meter.measure() as admin_section:
+            admin, admin_bytes = timed_get(f"{base}/jobs/{job}", args.requests, "root")
+        with meter.measure() as document_section:
+            document, document_bytes = timed_get(f"{base}/v1/jobs/{job}", args.requests, owner)
         server.should_exit = True
         thread.join(timeout=30)
-        cli = cli_job(engine.url.render_as_string(hide_password=False), job, args.cli_repeat)
+        with Meter(engine, exited_backends=True).measure() as cli_section:
+            cli = cli_job(engine.url.render_as_string(hide_password=False), job, args.cli_repeat)
     print(
         f"job page of job {job} ({args.jobs:,} jobs in the database), {args.requests} requests each, loopback:"
     )
@@ -181,6 +188,18 @@ def main() -> int:
         f"  GET /v1/jobs/{job:<7} p50 {statistics.median(document) * 1000:6.1f} ms, p95 {p95(document) * 1000:6.1f} ms "
         f"({document_bytes / 1000:.1f} KB): the page / its JSON, p50 = "
         f"{statistics.median(page) / statistics.median(document):.2f}"
+    )
+    per = {
+        "the page as its user": (page_section.usage, args.requests),
+        "the page as an admin": (admin_section.usage, args.requests),
+        "its JSON": (document_section.usage, args.requests),
+        "slurmtel job": (cli_section.usage, args.cli_repeat + 1),
+    }
+    print(
+        "  CPU per request: "
+        + ", ".join(f"{name} {usage.cpu / count * 1000:.1f} ms" for name, (usage, count) in per.items())
+        + f" (the page as its user: {page_section.usage}; slurmtel job, {args.cli_repeat + 1} runs: "
+        f"{cli_section.usage})"
     )
     print(
         f"  slurmtel job {job:<8} best {min(cli):.3f} s, median {statistics.median(cli):.3f} s (a fresh interpreter, "

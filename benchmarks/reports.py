@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from datetime import UTC, date, datetime
 from typing import Any
 
+from cputime import Meter
 from scratch import scratch_database, server_url
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import make_url
@@ -198,21 +199,30 @@ def time_reports(engine: Engine, repeat: int) -> int:
             f"\n{'report':<20}" + "".join(f"{w:>14}" for w in ways) + f"  (best of {repeat} s; target < 1 s)"
         )
         slow = []
+        meter = Meter(engine)
+        cpu_rows = []
         for label in reports():
             best = {}
             timings: dict[str, list[float]] = {w: [] for w in ways}
+            cpus: dict[str, list[float]] = {w: [] for w in ways}
             for _ in range(max(1, repeat)):
                 for way, (transaction_scope, report_scope) in ways.items():
                     run = reports(report_scope)[label]
                     with (reader if transaction_scope is not None else engine).begin() as conn:
                         if transaction_scope is not None:
                             set_transaction_scope(conn, transaction_scope)
-                        t0 = time.perf_counter()
-                        run(conn)
-                        timings[way].append(time.perf_counter() - t0)
+                        with meter.measure() as section:
+                            run(conn)
+                        timings[way].append(section.usage.wall)
+                        cpus[way].append(section.usage.cpu)
             best = {w: min(t) for w, t in timings.items()}
             slow += [f"{label} ({w})" for w, t in best.items() if t >= TARGET_SECONDS]
             print(f"{label:<20}" + "".join(f"{best[w]:>14.3f}" for w in ways), flush=True)
+            cpu_rows.append(f"{label:<20}" + "".join(f"{min(cpus[w]):>14.3f}" for w in ways))
+            if meter.local is False or section.usage.backend is None:
+                cpu_rows[-1] += "  (backend CPU not measured)"
+    print(f"\n{'CPU s':<20}" + "".join(f"{w:>14}" for w in ways) + "  (client + backend, best of each)")
+    print("\n".join(cpu_rows))
     print("\nall reports under target" if not slow else f"\nover target: {', '.join(slow)}")
     return 0
 

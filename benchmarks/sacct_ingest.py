@@ -33,6 +33,7 @@ import sys
 import time
 from datetime import UTC, datetime
 
+from cputime import Meter, Usage, rate_ratios, run_cpu_line
 from scratch import scratch_database
 from sqlalchemy import Engine, text
 
@@ -73,25 +74,29 @@ def main() -> int:
         )
 
         ctx = RunContext(config=Config(), engine=engine)
+        meter = Meter(engine)
+        whole = meter.start()
         # the sacct source's own path: the documents one `collect sacct` run would fetch, parsed
         # and stored in order, one transaction each (store_documents: parse the next document
         # while the previous one is written)
-        steps_seconds = _ingest(ctx, engine, with_steps, args.jobs)
+        steps = _ingest(ctx, engine, meter, with_steps, args.jobs)
+        steps_seconds = steps.wall
         del with_steps
         with engine.begin() as conn:
             conn.execute(text("TRUNCATE job_attempt CASCADE"))
-        ingest_seconds = _ingest(ctx, engine, documents, args.jobs)
+        ingest = _ingest(ctx, engine, meter, documents, args.jobs)
+        ingest_seconds = ingest.wall
 
         # the same documents again, over the stored rows: all conflicts, nothing changes
         captured_at = datetime.now(UTC)
-        t0 = time.perf_counter()
         again = RunResult()
-        store_documents(
-            ctx,
-            (SacctDocument(f"benchmark document {i}", d, captured_at) for i, d in enumerate(documents)),
-            again,
-        )
-        again_seconds = time.perf_counter() - t0
+        with meter.measure() as again_section:
+            store_documents(
+                ctx,
+                (SacctDocument(f"benchmark document {i}", d, captured_at) for i, d in enumerate(documents)),
+                again,
+            )
+        again_seconds = again_section.usage.wall
         assert again.rows_read == args.jobs and again.rows_written == 0, again
 
         # parse alone, one document at a time; its attempts are the rows of the COPY baseline
@@ -106,12 +111,12 @@ def main() -> int:
         assert len(rows) == args.jobs
         with engine.begin() as conn:
             conn.execute(text("TRUNCATE job_attempt CASCADE"))
-        t0 = time.perf_counter()
         # with the collector paused, as write_attempts runs
-        with gc_paused(), engine.begin() as conn:
+        with meter.measure() as copy_section, gc_paused(), engine.begin() as conn:
             for i in range(0, len(rows), args.batch):
                 copy_attempt_rows(conn, "job_attempt", rows[i : i + args.batch])
-        copy_seconds = time.perf_counter() - t0
+        copy = copy_section.usage
+        copy_seconds = copy.wall
 
         ingest_rate = args.jobs / ingest_seconds
         steps_rate = args.jobs / steps_seconds
@@ -130,30 +135,38 @@ def main() -> int:
         print(f"ratio ingest / COPY:    {ingest_rate / copy_rate:.2f}")
         print(f"ratio ingest again / COPY: {again_rate / copy_rate:.2f}")
         print(f"ratio with steps / without: {steps_rate / ingest_rate:.2f}")
+        print(f"ingest:       {ingest}")
+        print(f"ingest again: {again_section.usage}")
+        print(f"with steps:   {steps}")
+        print(f"binary COPY:  {copy}")
+        print(rate_ratios("ratio ingest / COPY", ingest, copy))
+        print(rate_ratios("ratio ingest again / COPY", again_section.usage, copy))
+        print(rate_ratios("ratio with steps / without", steps, ingest))
+        print(f"ingest jobs/s from CPU: {args.jobs / ingest.cpu:,.0f} jobs per CPU-second")
         verdict = "met" if ingest_rate >= TARGET_JOBS_PER_SECOND else "NOT met"
         steps_verdict = "met" if steps_rate >= TARGET_JOBS_PER_SECOND else "NOT met"
         print(
             f"target: >= {TARGET_JOBS_PER_SECOND:,} jobs/s end to end: {verdict} (with steps: {steps_verdict})"
         )
+        print(run_cpu_line(whole.stop()))
         return 0
 
 
-def _ingest(ctx: RunContext, engine: Engine, documents: list[bytes], jobs: int) -> float:
-    """Seconds the sacct source takes to parse and store DOCUMENTS into an empty job_attempt."""
-    t0 = time.perf_counter()
+def _ingest(ctx: RunContext, engine: Engine, meter: Meter, documents: list[bytes], jobs: int) -> Usage:
+    """What the sacct source takes to parse and store DOCUMENTS into an empty job_attempt."""
     result = RunResult()
     # each document carries its capture time, as the daemon's sacct calls do
     captured_at = datetime.now(UTC)
-    store_documents(
-        ctx,
-        (SacctDocument(f"benchmark document {i}", d, captured_at) for i, d in enumerate(documents)),
-        result,
-    )
-    seconds = time.perf_counter() - t0
+    with meter.measure() as section:
+        store_documents(
+            ctx,
+            (SacctDocument(f"benchmark document {i}", d, captured_at) for i, d in enumerate(documents)),
+            result,
+        )
     with engine.connect() as conn:
         stored = conn.execute(text("SELECT count(*) FROM job_attempt")).scalar_one()
     assert stored == result.rows_read == result.rows_written == jobs, (stored, result)
-    return seconds
+    return section.usage
 
 
 if __name__ == "__main__":

@@ -163,9 +163,16 @@ def wait_ready(port: int, path: str, headers: dict[str, str]) -> None:
     raise RuntimeError(f"nothing answers on {port}")
 
 
-def measure(name: str, port: int, path: str, headers: dict[str, str], args: argparse.Namespace) -> float:
+def measure(
+    name: str, port: int, path: str, headers: dict[str, str], args: argparse.Namespace, server_pid: int
+) -> float:
+    from cputime import Meter
+
+    # the server's CPU (from /proc) and the requesting client's, per request
+    meter = Meter(server_pids=[server_pid])
     timed_requests(port, path, headers, 20)  # warm up
-    idle = timed_requests(port, path, headers, args.requests)
+    with meter.measure() as idle_section:
+        idle = timed_requests(port, path, headers, args.requests)
     attacker = subprocess.Popen(
         [
             sys.executable,
@@ -192,7 +199,8 @@ def measure(name: str, port: int, path: str, headers: dict[str, str], args: argp
             if held >= args.connections * 0.98:
                 break
         failures: list[str] = []
-        loaded = timed_requests(port, path, headers, args.requests, failures)
+        with meter.measure() as loaded_section:
+            loaded = timed_requests(port, path, headers, args.requests, failures)
         line = attacker.stdout.readline()
         held_after = int(line.split()[1]) if line else 0
     finally:
@@ -210,6 +218,13 @@ def measure(name: str, port: int, path: str, headers: dict[str, str], args: argp
         f"{name:6s} {path}: {idle_figures}; under {held}..{held_after} slow connections median "
         f"{statistics.median(loaded) * 1000:.2f} ms, p95 {p95(loaded) * 1000:.2f} ms -> {ratio:.2f}x idle "
         f"(target <= {TARGET_RATIO:.0f}x)"
+    )
+    idle_server = (idle_section.usage.server or 0.0) / len(idle)
+    loaded_server = (loaded_section.usage.server or 0.0) / max(1, len(loaded))
+    print(
+        f"{'':6s} server CPU per request: idle {idle_server * 1000:.2f} ms, under the slow connections "
+        f"{loaded_server * 1000:.2f} ms -> {loaded_server / idle_server if idle_server else float('inf'):.2f}x idle "
+        f"(idle: {idle_section.usage}; loaded: {loaded_section.usage})"
     )
     return ratio
 
@@ -252,7 +267,7 @@ def main() -> int:
         try:
             auth = {"Authorization": f"Bearer {TOKEN}"}
             wait_ready(port, "/v1/summaries", auth)
-            ratios.append(measure("agent", port, "/v1/summaries", auth, args))
+            ratios.append(measure("agent", port, "/v1/summaries", auth, args, agent.pid))
         finally:
             agent.terminate()
             agent.wait(timeout=30)
@@ -270,7 +285,7 @@ def main() -> int:
             )
             try:
                 wait_ready(port, "/v1/openapi.json", {})
-                ratios.append(measure("serve", port, "/v1/openapi.json", {}, args))
+                ratios.append(measure("serve", port, "/v1/openapi.json", {}, args, serve.pid))
             finally:
                 serve.terminate()
                 serve.wait(timeout=30)

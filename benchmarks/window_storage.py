@@ -24,6 +24,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
+from cputime import Meter, Usage, ratios
 from scratch import scratch_database
 from sqlalchemy import Engine, text
 
@@ -94,10 +95,10 @@ def measure(engine: Engine) -> tuple[float, int, int]:
     return size / windows, size, windows
 
 
-def attribute(engine: Engine, config: Config, now: datetime, *, pack: bool) -> float:
-    t0 = time.perf_counter()
-    run_attribution(engine, config, now=now, full=True, pack=pack)
-    return time.perf_counter() - t0
+def attribute(engine: Engine, config: Config, now: datetime, *, pack: bool) -> Usage:
+    with Meter(engine).measure() as section:
+        run_attribution(engine, config, now=now, full=True, pack=pack)
+    return section.usage
 
 
 def main() -> int:
@@ -123,12 +124,13 @@ def main() -> int:
         print(f"  stored {windows:,} windows through write_summaries: {windows / writing:,.0f} windows/s")
 
         before, before_size, _ = measure(engine)
-        attributed_unpacked = attribute(engine, config, end + timedelta(hours=2), pack=False)
-        t0 = time.perf_counter()
-        packed = run_attribution(engine, config, now=end + timedelta(hours=2)).packed_windows
-        packing = time.perf_counter() - t0
+        unpacked_usage = attribute(engine, config, end + timedelta(hours=2), pack=False)
+        with Meter(engine).measure() as packing_section:
+            packed = run_attribution(engine, config, now=end + timedelta(hours=2)).packed_windows
+        packing = packing_section.usage.wall
         after, after_size, counted = measure(engine)
-        attributed_packed = attribute(engine, config, end + timedelta(hours=2), pack=False)
+        packed_usage = attribute(engine, config, end + timedelta(hours=2), pack=False)
+        attributed_unpacked, attributed_packed = unpacked_usage.wall, packed_usage.wall
         assert counted == windows, (counted, windows)
 
         print(f"before (one row per window): {before:,.1f} bytes/window ({before_size / 2**20:,.1f} MiB), "
@@ -139,6 +141,10 @@ def main() -> int:
               f"full attribution {attributed_packed:.2f} s = {windows / attributed_packed:,.0f} windows/s")  # fmt: skip
         print(f"ratio: {before / after:.1f}x fewer bytes; attribution packed/unpacked time "
               f"{attributed_packed / attributed_unpacked:.2f}")  # fmt: skip
+        print(f"  full attribution, unpacked: {unpacked_usage}")
+        print(f"  packing run:                {packing_section.usage}")
+        print(f"  full attribution, packed:   {packed_usage}")
+        print(ratios("attribution packed / unpacked", packed_usage, unpacked_usage))
         month = after * WINDOWS_PER_MONTH_10K / 1e9
         verdict = "met" if after <= TARGET_BYTES_PER_WINDOW else "NOT met"
         print(f"target: <= {TARGET_BYTES_PER_WINDOW} bytes/window: {verdict}; a 10,000-GPU month at 30 s: "

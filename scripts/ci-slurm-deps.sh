@@ -6,6 +6,7 @@
 #   scripts/ci-slurm-deps.sh [--check] PKG..  only these packages: `munge` (the MUNGE tests:
 #                                             tests/munge_lab.py), `prometheus openssl` (the
 #                                             prometheus source's tests: tests/prometheus_server.py),
+#                                             `victoria-metrics` (the sample store's tests),
 #                                             `chromium chromium-driver` (the page tests:
 #                                             tests/test_pages.py)
 #
@@ -46,16 +47,16 @@ cleanup() { if [ $tmp_policy = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi; }
 trap cleanup EXIT
 
 install_pkgs() {
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 # without lists (fresh image) update first; with stale lists (a .deb vanished from the mirror)
 # the first install fails, so update and try once more
 if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit)" ]; then
-  apt-get update -qq
+  apt-get -o DPkg::Lock::Timeout=300 update -qq
 fi
 if ! install_pkgs; then
   echo "[slurm-deps] install failed; apt-get update and retry"
-  apt-get update -qq || die "apt-get update failed"
+  apt-get -o DPkg::Lock::Timeout=300 update -qq || die "apt-get update failed"
   install_pkgs || die "apt-get install ${missing[*]} failed"
 fi
 echo "[slurm-deps] installed: $(dpkg-query -W -f='${Package} ${Version}\n' "${missing[@]}" | tr '\n' ' ')"

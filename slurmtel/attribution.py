@@ -63,9 +63,17 @@ def run_attribution(
             overlap_seconds=config.attribution.overlap_seconds,
             everything=full,
         )
+        store = sample_store(config)
+        # the windows of the new batches, for the job ids on each GPU (a remote store fetches them)
+        store.prepare_batches(conn, selection.batches, now=now)
         refresh_job_spans(conn, selection, everything=full)
         done = (
-            recompute_dirty(conn, timezone=config.timezone_name, full=full)
+            recompute_dirty(
+                conn,
+                timezone=config.timezone_name,
+                full=full,
+                before_read=lambda c: store.prepare_attempts(c, now=now),
+            )
             if selection.attempts
             else Recomputed(0, 0, 0)
         )
@@ -77,7 +85,7 @@ def run_attribution(
             full=full,
         )
         mark_batches(conn, selection.batches)
-        packed = sample_store().after_attribution(conn, now=now) if pack else 0
+        packed = store.after_attribution(conn, now=now) if pack else 0
         if selection.max_updated_at is not None:
             set_watermark(conn, "jobs", selection.max_updated_at)
         if selection.max_allocation_seen_at is not None:

@@ -266,6 +266,10 @@ class TelemetryConfig:
     # daily partitions one run of a source may create at most; windows of further new days are
     # quarantined (with the plausible range above, only a very long backlog comes near it)
     max_new_partitions_per_run: int = 100
+    # where the windows are kept: "postgresql" (slurmtel's database), or "prometheus": they stay
+    # in the Prometheus-compatible server of [sources.prometheus] and attribution and `slurmtel
+    # job` read them from it when they need them (PostgreSQL keeps no windows)
+    sample_store: str = "postgresql"
 
 
 @dataclass(frozen=True)
@@ -1304,6 +1308,27 @@ def _validate_cost(cost: CostConfig) -> None:
         raise ConfigError('cost.unit_name and cost.units_per_month apply only with cost.unit = "configured"')
 
 
+SAMPLE_STORES = ("postgresql", "prometheus")
+
+
+def _validate_sample_store(config: Config) -> None:
+    store = config.telemetry.sample_store
+    if store not in SAMPLE_STORES:
+        raise ConfigError(f"telemetry.sample_store must be 'postgresql' or 'prometheus', not '{store}'")
+    if store == "prometheus":
+        if not config.sources.prometheus.url:
+            raise ConfigError(
+                "telemetry.sample_store = 'prometheus' reads the windows from sources.prometheus.url: set it"
+            )
+        # their windows would have nowhere to go: the store keeps none
+        for source in ("dcgm", "agent"):
+            if getattr(config.sources, source).enabled:
+                raise ConfigError(
+                    f"telemetry.sample_store = 'prometheus' keeps no windows in PostgreSQL: sources.{source} "
+                    "cannot be enabled with it (let the site's Prometheus scrape the GPUs)"
+                )
+
+
 def _validated(config: Config) -> Config:
     if config.database.url:
         check_database_url(config.database.url, "database.url")
@@ -1337,6 +1362,7 @@ def _validated(config: Config) -> Config:
         raise ConfigError("telemetry.max_future_seconds must not be negative")
     if config.telemetry.max_new_partitions_per_run < 1:
         raise ConfigError("telemetry.max_new_partitions_per_run must be at least 1")
+    _validate_sample_store(config)
     seen: dict[str, str] = {}
     for f in dataclasses.fields(config.outcomes):
         for state in getattr(config.outcomes, f.name):

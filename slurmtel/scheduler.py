@@ -407,7 +407,7 @@ class Schedule:
         today = self.ctx.clock().astimezone(UTC).date()  # partitions are UTC days
         cutoff = today - timedelta(days=telemetry.retention_days)
         with self.ctx.engine.begin() as conn:
-            created, dropped = sample_store().maintain(
+            created, dropped = sample_store(self.ctx.config).maintain(
                 conn,
                 first_day=today,
                 last_day=today + timedelta(days=telemetry.partitions_ahead_days),

@@ -143,6 +143,61 @@ def start_prometheus(
             time.sleep(0.1)
 
 
+def victoria_binary() -> str:
+    """victoria-metrics (the single-node server), installed from Debian's package when missing
+    and possible, as prometheus_binaries."""
+    (binary,) = debian_binaries("victoria-metrics", "victoria-metrics")
+    return binary
+
+
+def start_victoria(workdir: Path) -> PrometheusServer:
+    """Start VictoriaMetrics (Debian's victoria-metrics) with its data under WORKDIR on a free
+    loopback port, and wait until it answers. Its /api/v1/query_range and label values are the
+    Prometheus API the prometheus source and sample store read; load data with import_prometheus."""
+    binary = victoria_binary()
+    log = workdir / "victoria-metrics.log"
+    port = free_port()
+    args = [
+        binary,
+        f"-storageDataPath={workdir / 'vmdata'}",
+        f"-httpListenAddr=127.0.0.1:{port}",
+        "-retentionPeriod=100y",
+        # the data imported is in the past: no point is too fresh to show, none cached
+        "-search.latencyOffset=0s",
+        "-search.disableCache",
+        "-loggerLevel=WARN",
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    server = PrometheusServer(f"http://127.0.0.1:{port}", process, log)
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"victoria-metrics ended (exit {process.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            if server.get("/health"):
+                return server
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.1)
+
+
+def import_prometheus(server: PrometheusServer, openmetrics_text: str) -> None:
+    """Import OpenMetrics TEXT (openmetrics(): explicit timestamps in seconds) into a
+    VictoriaMetrics through /api/v1/import/prometheus (the exposition format, timestamps in
+    milliseconds), then flush it so that queries see all of it."""
+    lines = []
+    for line in openmetrics_text.split("\n"):
+        if not line or line.startswith("#"):
+            continue
+        head, stamp = line.rsplit(" ", 1)
+        lines.append(f"{head} {round(float(stamp) * 1000)}")
+    body = ("\n".join(lines) + "\n").encode()
+    request = urllib.request.Request(server.url + "/api/v1/import/prometheus", data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        response.read()
+    with urllib.request.urlopen(server.url + "/internal/force_flush", timeout=60) as response:
+        response.read()
+
+
 def self_signed_certificate(workdir: Path) -> tuple[Path, Path]:
     """(certificate, key) for 127.0.0.1, made with Debian's openssl."""
     (openssl,) = debian_binaries("openssl", "openssl")

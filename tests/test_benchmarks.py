@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine, text
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -52,6 +54,17 @@ CASES = {
             "target",
         ],
     ),
+    "peers.py": (
+        ["--nodes", "1", "--hours", "2", "--repeat", "1"],
+        [
+            "promtool backfill",
+            "ratio backfill",
+            "ratio job SQL",
+            "ratio job end to end",
+            "ratio report idle",
+            "target",
+        ],
+    ),
     "cli_start.py": (
         ["--jobs", "300", "--repeat", "1"],
         ["bare interpreter", "slurmtel --version", "floor", "slurmtel job", "report usage", "target"],
@@ -72,10 +85,62 @@ def test_the_benchmark_runs_and_prints_its_measures(script: str, server_url: str
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for word in expected:
         assert word in proc.stdout, f"{script} printed no '{word}':\n{proc.stdout}"
+    # CPU seconds beside wall seconds (benchmarks/cputime.py), the backends' read from /proc: the
+    # tests' server runs on this machine
+    assert "s CPU (client " in proc.stdout or "CPU s" in proc.stdout, f"{script} printed no CPU seconds"
+    assert "backend CPU not measured" not in proc.stdout or script == "slowloris.py", proc.stdout
 
 
 def test_every_benchmark_is_run_here() -> None:
-    helpers = {"scratch.py", "dcgm_parse.py", "agent_cpu.py"}  # run by telemetry_ingest.py
+    helpers = {"scratch.py", "cputime.py", "dcgm_parse.py", "agent_cpu.py"}  # run by telemetry_ingest.py
     # needs the Slurm lab: run by tests/integration/test_slurm_freshness.py
     helpers.add("freshness.py")
     assert {p.name for p in BENCHMARKS.glob("*.py")} - helpers == set(CASES)
+
+
+def _cputime():  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import cputime
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return cputime
+
+
+def test_the_cpu_meter_measures_a_busy_loop_in_the_client_and_in_the_backend(engine: Engine) -> None:
+    cputime = _cputime()
+    meter = cputime.Meter(engine)
+    # the client: a loop that spins until this process has used 0.3 s of CPU
+    with meter.measure() as client_loop:
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.3:
+            pass
+    assert 0.3 <= client_loop.usage.client < 0.3 + client_loop.usage.wall
+    # the backend: a loop in PL/pgSQL spinning for 0.5 s of wall, against one sleeping as long
+    busy = "DO $$ DECLARE t0 timestamptz := clock_timestamp(); BEGIN WHILE clock_timestamp() - t0 < interval '0.5 s' LOOP END LOOP; END $$"
+    with meter.measure() as backend_loop, engine.connect() as conn:
+        conn.execute(text(busy))
+    with meter.measure() as sleeping, engine.connect() as conn:
+        conn.execute(text("SELECT pg_sleep(0.5)"))
+    busy_cpu, idle_cpu = backend_loop.usage.backend, sleeping.usage.backend
+    assert busy_cpu is not None and idle_cpu is not None, "the tests' server runs here: its backends are read"
+    # on a shared 2-CPU machine a spinning backend gets at least a fifth of a core; a sleeping
+    # one almost nothing; neither is counted as the client's
+    assert 0.1 <= busy_cpu <= backend_loop.usage.wall + 0.05, backend_loop.usage
+    assert idle_cpu < 0.05, sleeping.usage
+    assert backend_loop.usage.client < busy_cpu, backend_loop.usage
+    assert "backend" in str(backend_loop.usage) and "not measured" not in str(backend_loop.usage)
+    line = cputime.ratios("busy / sleeping", backend_loop.usage, sleeping.usage)
+    assert line.startswith("busy / sleeping: wall ") and ", CPU " in line
+
+
+def test_the_cpu_meter_says_so_when_the_backends_are_not_on_this_machine(
+    engine: Engine, tmp_path: Path
+) -> None:
+    cputime = _cputime()
+    # a /proc without the backends' pids: what a client sees of a server on another machine
+    meter = cputime.Meter(engine, proc=tmp_path)
+    with meter.measure() as section, engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+    assert section.usage.backend is None
+    assert "backend CPU not measured" in str(section.usage)

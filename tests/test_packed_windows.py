@@ -16,7 +16,7 @@ from slurmtel.config import Config
 from slurmtel.simulate import sampled_windows
 from slurmtel.store.attribution import mark_batches
 from slurmtel.store.jobs import write_attempts
-from slurmtel.store.jobview import util_windows
+from slurmtel.store.jobview import gpu_figures, util_windows
 from slurmtel.store.telemetry import pack_windows, window_store_size, write_inventory, write_summaries
 from tests.factories import attempt, inventory, windows
 
@@ -192,6 +192,82 @@ def test_attribution_and_the_job_plot_are_the_same_after_packing(engine: Engine,
     ]
     for old, new in zip(plot, plot_after, strict=True):
         assert new.util_mean_percent == pytest.approx(old.util_mean_percent, abs=0.005)
+
+
+def test_the_job_views_power_reads_packed_hours_as_their_windows(engine: Engine, config: Config) -> None:
+    """`slurmtel job`'s highest window power reads of a packed hour inside the job only its power
+    array, of an hour at an edge the offsets too (gpu_figures, samples.power_max_sql): the same
+    figure as every window of the job read through slurmtel_gpu_windows, packed or not, a gap
+    in the windows (offsets kept) and a job's edges inside a window included."""
+    job = attempt(
+        job_id_raw=91,
+        nodes=("gpu01",),
+        alloc_gpus=2,
+        submit_at=HOUR,
+        start_at=HOUR + timedelta(minutes=7, seconds=10),
+        end_at=HOUR + timedelta(hours=2, minutes=3, seconds=20),
+    )
+    summaries = [
+        # the GPU's hottest windows: one before the job (left out), one at its first edge, one in
+        # the hour it holds whole; a gap in the second GPU's windows of that hour
+        replace(w, power_mean_watts={10: 990.0, 14: 914.0, 150: 950.0}.get(i, w.power_mean_watts))
+        for g in (0, 1)
+        for i, w in enumerate(sampled_windows("gpu01", f"GPU-u{g}", HOUR, 300))
+        if not (g == 1 and 130 <= i < 140)
+    ]
+    with engine.begin() as conn:
+        write_attempts(conn, [job])
+        write_inventory(conn, inventory("gpu01", ["GPU-u0", "GPU-u1"], HOUR), source="agent")
+        write_summaries(conn, summaries, source="agent", node="gpu01")
+    run_attribution(engine, config, now=HOUR + timedelta(hours=2, minutes=30), full=True)
+
+    def figures() -> tuple[dict[str, float | None], dict[str, float | None]]:
+        with engine.connect() as conn:
+            key = ("lab", 91, HOUR)
+            shown = {g.gpu_uuid: g.power_max_watts for g in gpu_figures(conn, [key], now=LATER)[key]}
+            read = {
+                uuid: conn.execute(
+                    text("SELECT max(power_mean_watts) FROM slurmtel_gpu_windows(ARRAY[:u], :lo, :hi)"),
+                    {"u": uuid, "lo": job.start_at, "hi": job.end_at},
+                ).scalar_one()
+                for uuid in ("GPU-u0", "GPU-u1")
+            }
+        return shown, read
+
+    unpacked, read_unpacked = figures()
+    assert unpacked == read_unpacked == {"GPU-u0": 950.0, "GPU-u1": 950.0}
+    assert fold_and_pack(engine, config) > 0 and packed_rows(engine)
+    with engine.connect() as conn:
+        gapped = conn.execute(
+            text(
+                "SELECT count(*) FROM gpu_window_hour WHERE gpu_uuid = 'GPU-u1' AND window_offsets_ms IS NOT NULL"
+            )
+        ).scalar_one()
+    assert gapped == 1
+    packed, read_packed = figures()
+    assert packed == read_packed == unpacked
+    # a window of an edge hour decides when it holds more
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE gpu_window_hour SET power_mean_deciwatts[15] = 9990 "
+                "WHERE gpu_uuid = 'GPU-u1' AND hour_at = :h"
+            ),
+            {"h": HOUR},
+        )
+    shown, read = figures()
+    assert shown == read and shown == {"GPU-u0": 950.0, "GPU-u1": 999.0}
+    # and one of the hour held whole
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE gpu_window_hour SET power_mean_deciwatts[5] = 9990 "
+                "WHERE gpu_uuid = 'GPU-u0' AND hour_at = :h"
+            ),
+            {"h": HOUR + timedelta(hours=1)},
+        )
+    shown, read = figures()
+    assert shown == read and shown["GPU-u0"] == 999.0
 
 
 def attribution(engine: Engine) -> dict[tuple, dict]:

@@ -608,11 +608,15 @@ def _job_end_decision(
     complete: bool,
 ) -> Decision:
     from slurmtel.reports.researcher import JobQuery, job_document
+    from slurmtel.store.samples import sample_store
 
     config, now = ev.config, ev.now
     document: dict[str, Any] = {}
     if job.submit_at is not None:
-        reports = job_document(conn, JobQuery(job.job_id, (job.cluster,), now, config.zone, EVERYTHING))
+        query = JobQuery(
+            job.job_id, (job.cluster,), now, config.zone, EVERYTHING, samples=sample_store(config)
+        )
+        reports = job_document(conn, query)
         document = next(
             (r for r in reports if r["submit_at"] == job.submit_at), reports[0] if reports else {}
         )

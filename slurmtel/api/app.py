@@ -363,6 +363,7 @@ class ReadApi:
         """What WHO may ask of JOBID (400 for a malformed id, AccessDenied without the right)."""
         from slurmtel.commands.argtypes import check_job_id
         from slurmtel.reports.researcher import job_query
+        from slurmtel.store.samples import sample_store
 
         try:
             check_job_id(jobid)
@@ -375,6 +376,7 @@ class ReadApi:
             now=self.clock(),
             zone=self.config.zone,
             pricing=self.config.chargeback,
+            samples=sample_store(self.config),
         )
 
     def me(self, request: Request) -> Response:

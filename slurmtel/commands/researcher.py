@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurmtel.commands import common
 from slurmtel.commands.argtypes import positive_int
@@ -34,6 +35,9 @@ from slurmtel.reports.researcher import (
     write_job,
     write_me,
 )
+
+if TYPE_CHECKING:
+    from slurmtel.store.samples import SampleStore
 
 
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
@@ -87,7 +91,13 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
         identity = common.current_identity(config)  # looked up at call time (tests replace it)
         with open_reader(config) as (conn, now):
             query = job_query(
-                identity, args.jobid, clusters=clusters, now=now, zone=config.zone, pricing=config.chargeback
+                identity,
+                args.jobid,
+                clusters=clusters,
+                now=now,
+                zone=config.zone,
+                pricing=config.chargeback,
+                samples=_remote_samples(config),
             )
             reports = job_document(conn, query)
             plot = job_plot(conn, query, fmt) if fmt and reports else None
@@ -135,3 +145,14 @@ def cmd_me(args: argparse.Namespace, config: Config) -> int:
         document = me_document(conn, query)
     write_me(document, sys.stdout, args.format)
     return EXIT_OK
+
+
+def _remote_samples(config: Config) -> SampleStore | None:
+    """The sample store `job` reads windows through when they are kept outside PostgreSQL; None
+    for PostgreSQL's (the read functions read its tables themselves), so that a command on the
+    head node does not import what storing needs (SQLAlchemy: issue 12)."""
+    if config.telemetry.sample_store == "postgresql":
+        return None
+    from slurmtel.store.samples import sample_store
+
+    return sample_store(config)

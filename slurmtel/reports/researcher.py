@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from slurmtel.reports.plot import GpuSeries, SeriesPoint
     from slurmtel.store.efficiency import AttemptEfficiency
     from slurmtel.store.jobview import AttemptView
+    from slurmtel.store.samples import SampleStore
     from slurmtel.store.sql import Connection
 
 
@@ -46,6 +47,8 @@ class JobQuery:
     scope: Scope
     # price per kWh and grid carbon intensity ([chargeback]): the GPUs' energy as money and CO2e
     pricing: ChargebackConfig | None = None
+    # where the job's windows are read from (telemetry.sample_store); None: PostgreSQL
+    samples: SampleStore | None = None
 
 
 @dataclass(frozen=True)
@@ -82,9 +85,10 @@ def job_query(
     now: datetime,
     zone: tzinfo,
     pricing: ChargebackConfig | None = None,
+    samples: SampleStore | None = None,
 ) -> JobQuery:
     """What IDENTITY may ask of JOBID (AccessDenied without the job-detail right)."""
-    return JobQuery(jobid, tuple(clusters), now, zone, _scope(identity, Action.VIEW_JOBS), pricing)
+    return JobQuery(jobid, tuple(clusters), now, zone, _scope(identity, Action.VIEW_JOBS), pricing, samples)
 
 
 def me_query(
@@ -562,7 +566,19 @@ def _found(conn: Connection, q: JobQuery) -> _Found | None:
     attempts = find_attempts(conn, q.jobid, scope=q.scope, clusters=q.clusters)
     if not attempts:
         return None
+    _prepare_windows(conn, q, attempts)
     return attempts, gpu_figures(conn, [a.key for a in attempts], now=q.now)
+
+
+def _prepare_windows(conn: Connection, q: JobQuery, attempts: Sequence[AttemptView]) -> None:
+    """Have the sample store fetch the windows of the attempts' nodes while they ran (a store
+    that keeps them elsewhere: samples.py), for the power and the plot."""
+    if q.samples is not None:
+        q.samples.prepare_spans(
+            conn,
+            [(a.nodes, a.start_at, a.end_at or q.now) for a in attempts if a.start_at is not None],
+            now=q.now,
+        )
 
 
 def _reports(conn: Connection, q: JobQuery, found: _Found) -> list[dict[str, Any]]:

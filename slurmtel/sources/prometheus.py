@@ -20,30 +20,23 @@ go through the dcgm summariser into the same gpu_summary and gpu_inventory rows 
 from __future__ import annotations
 
 import argparse
-import ssl
-import urllib.error
-import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import orjson
-
-from slurmtel.config import Config, PrometheusSourceConfig
+from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
 from slurmtel.parsers.dcgm import DcgmScrape
 from slurmtel.parsers.prometheus import (
-    FIELD_LABEL,
     matrix_scrapes,
-    parse_label_values,
     parse_prometheus_matrix,
     scrape_inventory,
     scrape_summaries,
 )
 from slurmtel.records import Rejected
 from slurmtel.sources.base import RunContext, RunResult, time_option
-from slurmtel.sources.io import http_request
+from slurmtel.sources.promapi import PrometheusApi, _ceil, _floor, _span, time_chunks
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -229,7 +222,9 @@ def _store_node(
         inventory=scrape_inventory(kept),
     )
     write_inventory(conn, screened.inventory, source=NAME)
-    stats = sample_store().write(conn, screened.summaries, source=NAME, node=node, partition_budget=budget)
+    stats = sample_store(ctx.config).write(
+        conn, screened.summaries, source=NAME, node=node, partition_budget=budget
+    )
     resolve_allocation_uuids(conn, nodes=[node])
     result.rows_written += stats.inserted
     dropped: dict[str, int] = {}
@@ -244,129 +239,3 @@ def _store_node(
         *screened.rejected,
         *rejections(stats.refused, source=NAME, origin=f"{origin} {node}"),
     ]
-
-
-def time_chunks(
-    start: datetime, end: datetime, step: int, max_points: int
-) -> list[tuple[datetime, datetime]]:
-    """[first, last] window starts of each query: at most MAX_POINTS - 1 windows each (a query
-    also asks for the window before its first)."""
-    per_chunk = timedelta(seconds=step * (max_points - 2))
-    chunks = []
-    while start <= end:
-        last = min(start + per_chunk, end)
-        chunks.append((start, last))
-        start = last + timedelta(seconds=step)
-    return chunks
-
-
-def _floor(at: datetime, step: int) -> datetime:
-    seconds = int(at.timestamp())
-    return datetime.fromtimestamp(seconds - seconds % step, at.tzinfo)
-
-
-def _ceil(at: datetime, step: int) -> datetime:
-    floor = _floor(at, step)
-    return floor if floor == at else floor + timedelta(seconds=step)
-
-
-def _span(start: datetime, end: datetime) -> str:
-    return f"{start.isoformat()}..{end.isoformat()}"
-
-
-def _regex_literal(value: str) -> str:
-    """VALUE as an RE2 pattern that matches it alone."""
-    return "".join("\\" + ch if ch in "\\.^$*+?{}[]|()" else ch for ch in value)
-
-
-def _promql_string(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-class PrometheusApi:
-    """The HTTP calls of one run: GET label values, POST query_range; counts its queries."""
-
-    def __init__(self, cfg: PrometheusSourceConfig) -> None:
-        self.cfg = cfg
-        self.base_url = cfg.url.rstrip("/")
-        self.queries = 0
-        self.headers = {"Accept": "application/json"}
-        if cfg.bearer_token_file:
-            try:
-                token = Path(cfg.bearer_token_file).read_text().strip()
-            except OSError as exc:
-                raise ConfigError(
-                    f"sources.prometheus.bearer_token_file: cannot read {cfg.bearer_token_file}: {exc.strerror}"
-                ) from exc
-            self.headers["Authorization"] = f"Bearer {token}"
-        self.context: ssl.SSLContext | None = None
-        if self.base_url.startswith("https://"):
-            try:
-                self.context = ssl.create_default_context(cafile=cfg.ca_file or None)
-            except (OSError, ssl.SSLError) as exc:
-                raise ConfigError(f"sources.prometheus.ca_file: cannot read {cfg.ca_file}: {exc}") from exc
-            if cfg.insecure_skip_verify:
-                self.context.check_hostname = False
-                self.context.verify_mode = ssl.CERT_NONE
-        # queried name -> the DCGM field it is read as
-        self.metrics = {cfg.metric_names.get(field, field): field for field in cfg.metrics}
-
-    def node_values(self, start: datetime, end: datetime) -> list[str]:
-        """The node label's values of the DCGM series between START and END."""
-        match = "{__name__=~" + _promql_string("|".join(_regex_literal(m) for m in self.metrics)) + "}"
-        params = urllib.parse.urlencode({"match[]": match, "start": _unix(start), "end": _unix(end)})
-        label = urllib.parse.quote(self.cfg.node_label, safe="")
-        url = f"{self.base_url}/api/v1/label/{label}/values?{params}"
-        return parse_label_values(self._request(url, None), origin=url)
-
-    def query(self, node_values: Sequence[str]) -> str:
-        """The PromQL of one query: each metric's latest reading per step, renamed back to its
-        DCGM field, for the nodes NODE_VALUES."""
-        nodes = _promql_string("|".join(_regex_literal(v) for v in node_values))
-        selector = f"{{{self.cfg.node_label}=~{nodes}}}"
-        # the step before the window, its start left out: (start - step, start]
-        span = f"{self.cfg.step_seconds * 1000 - 1}ms"
-        return " or ".join(
-            f'label_replace(last_over_time({name}{selector}[{span}]), "{FIELD_LABEL}", "{field}", "", "")'
-            for name, field in self.metrics.items()
-        )
-
-    def query_range(self, node_values: Sequence[str], start: datetime, end: datetime) -> bytes:
-        form = {
-            "query": self.query(node_values),
-            "start": _unix(start),
-            "end": _unix(end),
-            "step": str(self.cfg.step_seconds),
-            "timeout": f"{self.cfg.timeout_seconds}s",
-        }
-        self.queries += 1
-        return self._request(f"{self.base_url}/api/v1/query_range", urllib.parse.urlencode(form).encode())
-
-    def _request(self, url: str, form: bytes | None) -> bytes:
-        headers: Mapping[str, str] = self.headers
-        if form is not None:
-            headers = {**headers, "Content-Type": "application/x-www-form-urlencoded"}
-        return http_request(
-            url,
-            timeout_seconds=self.cfg.timeout_seconds,
-            data=form,
-            headers=headers,
-            context=self.context,
-            shown_url=url.split("?", 1)[0],
-            error_detail=_error_detail,
-        )
-
-
-def _error_detail(exc: urllib.error.HTTPError) -> str:
-    """The API's own error text of a refused request (`{"status":"error","error":...}`)."""
-    try:
-        document = orjson.loads(exc.read(4096))
-    except (OSError, ValueError):
-        return ""
-    if isinstance(document, dict) and isinstance(document.get("error"), str):
-        return f": {document.get('errorType', 'error')}: {document['error'][:300]}"
-    return ""
-
-
-def _unix(at: datetime) -> str:
-    return str(int(at.timestamp()))

@@ -17,6 +17,7 @@ as unmeasured), never guessed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -163,7 +164,13 @@ _ROW_VALUES = (
 _ROW_KEY = ("cluster", "job_id_raw", "submit_at", "node", "gpu_uuid", "day")
 
 
-def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> Recomputed:
+def recompute_dirty(
+    conn: Connection,
+    *,
+    timezone: str,
+    full: bool = False,
+    before_read: Callable[[Connection], object] | None = None,
+) -> Recomputed:
     """Bring the gpu_attribution rows of every attempt in dirty_attempt up to date.
 
     Two grains (migration 0014): gpu_attribution_part holds per attempt x node x GPU x slice
@@ -302,6 +309,9 @@ def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> R
             ),
             {"tz": timezone},
         )
+    if before_read is not None:
+        # the sample store fetches the windows about to be read (samples.py)
+        before_read(conn)
     # the slices from from_at on: a slice ends at the end of its UTC hour or of its site day
     # through the index, attempt by attempt: a hash join would read every attempt's slices
     conn.execute(text("SET LOCAL enable_hashjoin = off"))
@@ -554,6 +564,29 @@ _SEGMENTS = """
                 ) dd
                 WHERE ns.from_day IS NULL OR dd.day >= ns.from_day
             )"""
+
+
+def dirty_attempt_spans(conn: Connection) -> list[tuple[str, datetime, datetime]]:
+    """(node, lo, hi) per attempt in dirty_attempt and node it has a mapped GPU on: the time
+    recompute_dirty reads windows of, from the hour of from_at (or the start) to its end."""
+    return [
+        (r.node, r.lo, r.hi)
+        for r in conn.execute(
+            text(
+                """
+                SELECT DISTINCT m.node,
+                       CASE WHEN d.from_at IS NULL THEN d.start_at
+                            ELSE greatest(d.start_at,
+                                          date_trunc('hour', d.from_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')
+                       END AS lo,
+                       d.end_eff AS hi
+                FROM dirty_attempt d
+                JOIN dirty_mapping m USING (cluster, job_id_raw, submit_at)
+                WHERE m.gpu_uuid <> ''
+                """
+            )
+        )
+    ]
 
 
 def refresh_job_spans(conn: Connection, selection: DirtySelection, *, everything: bool = False) -> int:

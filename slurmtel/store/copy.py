@@ -125,7 +125,8 @@ def copy_rows(
     text[] values may be lists or tuples of str; jsonb values are dumped by orjson; numeric
     values are ints; an int that does not fit an int4 column is a DataError.
     """
-    raw = conn.connection.driver_connection
+    # a read command's ReadConnection (store/sql.py) is psycopg's own connection
+    raw = getattr(conn, "driver_connection", None) or conn.connection.driver_connection
     assert raw is not None
     # jsonb parameters of other statements on this connection are dumped by orjson too
     use_orjson_for_json(raw)

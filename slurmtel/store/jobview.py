@@ -113,9 +113,15 @@ def gpu_figures(
     highest window mean power during the attempt (its windows; a running attempt up to NOW)."""
     if not keys:
         return {}
+    from slurmtel.store.samples import power_max_sql
+
+    # the GPU's highest window mean power while the attempt ran (a running one: up to NOW)
+    power_max = power_max_sql(
+        "p.gpu_uuid", "a.start_at", "coalesce(a.end_at, CAST(:now AS timestamptz), now())"
+    )
     rows = conn.execute(
         text(
-            """
+            f"""
             WITH wanted AS (
                 SELECT * FROM unnest(CAST(:clusters AS text[]), CAST(:jobs AS bigint[]),
                                      CAST(:submits AS timestamptz[])) AS k(cluster, job_id_raw, submit_at)
@@ -146,10 +152,8 @@ def gpu_figures(
                 ORDER BY x.last_seen_at DESC LIMIT 1
             ) al ON true
             LEFT JOIN LATERAL (
-                SELECT max(s.power_mean_watts) AS power_max
+                SELECT {power_max} AS power_max
                 FROM job_attempt a
-                CROSS JOIN LATERAL slurmtel_gpu_windows(
-                    ARRAY[p.gpu_uuid], a.start_at, coalesce(a.end_at, CAST(:now AS timestamptz), now())) s
                 WHERE a.cluster = p.cluster AND a.job_id_raw = p.job_id_raw AND a.submit_at = p.submit_at
                   AND p.gpu_uuid <> '' AND a.start_at IS NOT NULL
             ) pw ON true

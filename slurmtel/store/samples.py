@@ -9,24 +9,40 @@ Two halves, and nothing else touches windows:
   attribution run calls `after_attribution` (the PostgreSQL store packs the closed hours it
   has folded in), the daily job calls `maintain` (partitions ahead, retention).
 
-Another store (docs/scale.md: windows kept in the site's Prometheus-compatible store, or
-gpu_window distributed by node with Citus) is another class here and another body of
-`slurmtel_gpu_windows` (for a remote store: a temporary table it fills before attribution
-reads it), not a change to attribution.
+Two stores (`telemetry.sample_store`, chosen by sample_store()):
+
+- `PostgresSampleStore`: the windows in PostgreSQL (gpu_window, packed into gpu_window_hour).
+- `PrometheusSampleStore`: the windows stay in the site's Prometheus-compatible server
+  (Prometheus, VictoriaMetrics, Thanos, Mimir: docs/scale.md). The prometheus source records
+  what it saw (the inventory, and an ingest batch per node and stretch of time: what is new for
+  attribution) and stores no window. When attribution or `slurmtel job` needs windows, the
+  store reads them with query_range (slurmtel.sources.promapi.WindowReader) into a temporary
+  table named gpu_window, dropped at commit. PostgreSQL searches a session's temporary tables
+  first, so inside that transaction the two SQL functions read it (and the real
+  gpu_window_hour, empty: this store packs nothing): the same functions, attribution and the
+  job view unchanged.
+
+The `prepare_*` calls say which windows a transaction is about to read: the PostgreSQL store
+has them all and does nothing; the Prometheus store fetches them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
-from typing import Protocol
+from datetime import date, datetime, timedelta
+from typing import TYPE_CHECKING, Protocol
 
-from sqlalchemy import Connection
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
-from slurmtel.records import GpuSummary
-from slurmtel.store import telemetry
-from slurmtel.store.telemetry import PartitionBudget, SummaryWriteStats
+    from slurmtel.config import Config
+    from slurmtel.records import GpuSummary
+    from slurmtel.store.sql import Connection as ReadableConnection
+    from slurmtel.store.telemetry import PartitionBudget, SummaryWriteStats
+
+# (the store's modules are imported where they are used: the job view imports this module on
+# the read commands' path, which stays clear of SQLAlchemy: issue 12)
 
 
 class SampleStore(Protocol):
@@ -72,6 +88,28 @@ class SampleStore(Protocol):
         """(bytes, windows) held."""
         ...
 
+    def prepare_batches(self, conn: Connection, batch_ids: Sequence[int], *, now: datetime) -> int:
+        """Before attribution reads the windows of these ingest batches (the job ids on each
+        GPU, slurmtel_batch_windows); returns the windows fetched."""
+        ...
+
+    def prepare_attempts(self, conn: Connection, *, now: datetime) -> int:
+        """Before attribution reads the windows of the attempts in dirty_attempt (those of
+        their mapped nodes from the hour of from_at on, or from their start); returns the
+        windows fetched."""
+        ...
+
+    def prepare_spans(
+        self,
+        conn: ReadableConnection,
+        spans: Sequence[tuple[Sequence[str], datetime, datetime]],
+        *,
+        now: datetime,
+    ) -> int:
+        """Before the job view reads the windows of these (nodes, start, end) spans; returns the
+        windows fetched."""
+        ...
+
 
 @dataclass(frozen=True)
 class PostgresSampleStore:
@@ -87,6 +125,8 @@ class PostgresSampleStore:
         node: str = "",
         partition_budget: PartitionBudget | None = None,
     ) -> SummaryWriteStats:
+        from slurmtel.store import telemetry
+
         return telemetry.write_summaries(
             conn, summaries, source=source, node=node, partition_budget=partition_budget
         )
@@ -99,22 +139,228 @@ class PostgresSampleStore:
         source: str,
         partition_budget: PartitionBudget | None = None,
     ) -> list[SummaryWriteStats]:
+        from slurmtel.store import telemetry
+
         return telemetry.write_summary_groups(conn, groups, source=source, partition_budget=partition_budget)
 
     def after_attribution(self, conn: Connection, *, now: datetime) -> int:
+        from slurmtel.store import telemetry
+
         return telemetry.pack_windows(conn, now=now)
 
     def maintain(
         self, conn: Connection, *, first_day: date, last_day: date, cutoff: date
     ) -> tuple[list[str], list[str]]:
+        from slurmtel.store import telemetry
+
         return telemetry.ensure_partitions(conn, first_day, last_day), telemetry.drop_partitions_before(
             conn, cutoff
         )
 
     def size(self, conn: Connection) -> tuple[int, int]:
+        from slurmtel.store import telemetry
+
         return telemetry.window_store_size(conn)
 
+    def prepare_batches(self, conn: Connection, batch_ids: Sequence[int], *, now: datetime) -> int:
+        return 0
 
-def sample_store() -> SampleStore:
-    """The store the daemon, the sources and attribution use (the one place that chooses)."""
-    return PostgresSampleStore()
+    def prepare_attempts(self, conn: Connection, *, now: datetime) -> int:
+        return 0
+
+    def prepare_spans(
+        self,
+        conn: ReadableConnection,
+        spans: Sequence[tuple[Sequence[str], datetime, datetime]],
+        *,
+        now: datetime,
+    ) -> int:
+        return 0
+
+
+class ReadWindows(Protocol):
+    def __call__(
+        self, nodes: Sequence[str], first: datetime, last: datetime, *, now: datetime
+    ) -> list[GpuSummary]:
+        """The windows of NODES starting FIRST..LAST (multiples of the step), as the source
+        would have stored them."""
+        ...
+
+
+# (node, first window start, last window start)
+Span = tuple[str, datetime, datetime]
+
+
+@dataclass
+class PrometheusSampleStore:
+    """Windows kept in the site's Prometheus-compatible server, read when needed (see above).
+
+    READ fetches windows of STEP_SECONDS; FETCHED counts the windows read so far (benchmarks)."""
+
+    read: ReadWindows
+    step_seconds: int
+    fetched: int = 0
+
+    def write(
+        self,
+        conn: Connection,
+        summaries: Sequence[GpuSummary],
+        *,
+        source: str,
+        node: str = "",
+        partition_budget: PartitionBudget | None = None,
+    ) -> SummaryWriteStats:
+        (stats,) = self.write_groups(
+            conn, [(node, summaries)], source=source, partition_budget=partition_budget
+        )
+        return stats
+
+    def write_groups(
+        self,
+        conn: Connection,
+        groups: Sequence[tuple[str, Sequence[GpuSummary]]],
+        *,
+        source: str,
+        partition_budget: PartitionBudget | None = None,
+    ) -> list[SummaryWriteStats]:
+        """No window is stored: each node's batch records that its windows from the first to the
+        last start are in the server now (what attribution folds in next)."""
+        from slurmtel.store import telemetry
+        from slurmtel.store.telemetry import SummaryWriteStats
+
+        stats = []
+        for node, summaries in groups:
+            if not summaries:
+                stats.append(SummaryWriteStats(None, 0, 0))
+                continue
+            batch_id = telemetry.record_batch(
+                conn,
+                source=source,
+                node=node,
+                first=min(s.window_start_at for s in summaries),
+                last=max(s.window_start_at for s in summaries),
+                rows=len(summaries),
+            )
+            stats.append(SummaryWriteStats(batch_id, len(summaries), len(summaries)))
+        return stats
+
+    def after_attribution(self, conn: Connection, *, now: datetime) -> int:
+        return 0
+
+    def maintain(
+        self, conn: Connection, *, first_day: date, last_day: date, cutoff: date
+    ) -> tuple[list[str], list[str]]:
+        # the (empty) partitions of gpu_window are kept as the schema has them: cheap, and a
+        # site can go back to the PostgreSQL store
+        return PostgresSampleStore().maintain(conn, first_day=first_day, last_day=last_day, cutoff=cutoff)
+
+    def size(self, conn: Connection) -> tuple[int, int]:
+        from slurmtel.store import telemetry
+
+        return telemetry.window_store_size(conn)
+
+    def prepare_batches(self, conn: Connection, batch_ids: Sequence[int], *, now: datetime) -> int:
+        from slurmtel.store import telemetry
+
+        if not batch_ids:
+            return 0
+        batches = telemetry.batch_spans(conn, batch_ids)
+        by_span: dict[tuple[datetime, datetime], list[tuple[str, int]]] = {}
+        for batch_id, node, first, last in batches:
+            by_span.setdefault((first, last), []).append((node, batch_id))
+        fetched = 0
+        for (first, last), members in by_span.items():
+            ids = dict(members)
+            windows = self.read(sorted(ids), first, last, now=now)
+            fetched += telemetry.load_shadow_windows(
+                conn, [(w, ids[w.node]) for w in windows if w.node in ids]
+            )
+        self.fetched += fetched
+        return fetched
+
+    def prepare_attempts(self, conn: Connection, *, now: datetime) -> int:
+        from slurmtel.store.attribution import dirty_attempt_spans
+
+        return self._load(conn, dirty_attempt_spans(conn), now=now)
+
+    def prepare_spans(
+        self,
+        conn: ReadableConnection,
+        spans: Sequence[tuple[Sequence[str], datetime, datetime]],
+        *,
+        now: datetime,
+    ) -> int:
+        return self._load(conn, [(node, lo, hi) for nodes, lo, hi in spans for node in nodes], now=now)
+
+    def _load(self, conn: ReadableConnection, spans: Sequence[Span], *, now: datetime) -> int:
+        """Fetch the windows overlapping each (node, lo, hi) of SPANS into the temporary tables:
+        a node's overlapping spans merged, nodes with the same span read together."""
+        from slurmtel.store import telemetry
+
+        step = timedelta(seconds=self.step_seconds)
+        merged: dict[str, list[list[datetime]]] = {}
+        for node, lo, hi in sorted(spans, key=lambda span: (span[0], span[1])):
+            # the windows [t, t + step) that overlap [lo, hi): t from lo's window to the last before hi
+            first, last = _floor(lo, step), _floor(hi - timedelta(microseconds=1), step)
+            if last < first:
+                continue
+            runs = merged.setdefault(node, [])
+            if runs and first <= runs[-1][1] + step:
+                runs[-1][1] = max(runs[-1][1], last)
+            else:
+                runs.append([first, last])
+        by_span: dict[tuple[datetime, datetime], list[str]] = {}
+        for node, runs in merged.items():
+            for first, last in runs:
+                by_span.setdefault((first, last), []).append(node)
+        fetched = 0
+        telemetry.ensure_shadow_tables(conn)
+        for (first, last), nodes in sorted(by_span.items()):
+            windows = self.read(nodes, first, last, now=now)
+            fetched += telemetry.load_shadow_windows(conn, [(w, None) for w in windows])
+        self.fetched += fetched
+        return fetched
+
+
+def _floor(at: datetime, step: timedelta) -> datetime:
+    seconds = int(step.total_seconds())
+    epoch = int(at.timestamp())
+    return datetime.fromtimestamp(epoch - epoch % seconds, at.tzinfo)
+
+
+def power_max_sql(uuid: str, lo: str, hi: str) -> str:
+    """SQL for the highest window mean power of GPU UUID among its windows that overlap [LO, HI)
+    (SQL expressions), as max(power_mean_watts) over slurmtel_gpu_windows(ARRAY[UUID], LO, HI)
+    gives it (NULL: none), but reading of a packed hour only what is asked: the power array of
+    an hour that lies inside [LO, HI) whole, and of an hour at an edge the window offsets
+    besides; unpacking every field of a job's hours was most of `slurmtel job`'s SQL (issue 28)."""
+    return f"""greatest(
+        (SELECT max(pm_w.power_mean_watts) FROM gpu_window pm_w
+         WHERE pm_w.gpu_uuid = {uuid} AND pm_w.window_start_at >= {lo} - interval '1 hour' AND pm_w.window_start_at < {hi}
+           AND pm_w.window_start_at + make_interval(secs => pm_w.window_seconds) > {lo}),
+        (SELECT CAST(max(pm_p.power) / 10.0 AS real)
+         FROM gpu_window_hour pm_h CROSS JOIN LATERAL unnest(pm_h.power_mean_deciwatts) AS pm_p(power)
+         WHERE pm_h.gpu_uuid = {uuid} AND pm_h.hour_at >= {lo} AND pm_h.hour_at + interval '1 hour' <= {hi}),
+        (SELECT CAST(max(pm_p.power) / 10.0 AS real)
+         FROM gpu_window_hour pm_h
+         CROSS JOIN LATERAL unnest(pm_h.window_offsets_ms, pm_h.power_mean_deciwatts) WITH ORDINALITY AS pm_p(offset_ms, power, n)
+         CROSS JOIN LATERAL (
+             SELECT pm_h.hour_at + coalesce(pm_p.offset_ms, pm_h.first_offset_ms
+                                         + (pm_p.n - 1) * CAST(round(pm_h.window_seconds * 1000) AS integer))
+                                * interval '1 millisecond' AS start_at
+         ) pm_t
+         WHERE pm_h.gpu_uuid = {uuid} AND pm_h.hour_at > {lo} - interval '2 hours' AND pm_h.hour_at < {hi}
+           AND NOT (pm_h.hour_at >= {lo} AND pm_h.hour_at + interval '1 hour' <= {hi})
+           AND pm_t.start_at >= {lo} - interval '1 hour' AND pm_t.start_at < {hi}
+           AND pm_t.start_at + make_interval(secs => pm_h.window_seconds) > {lo}))"""
+
+
+def sample_store(config: Config | None = None) -> SampleStore:
+    """The store the daemon, the sources, attribution and the job view use (the one place that
+    chooses): `telemetry.sample_store` of CONFIG (PostgreSQL without one)."""
+
+    if config is None or config.telemetry.sample_store == "postgresql":
+        return PostgresSampleStore()
+    from slurmtel.sources.promapi import WindowReader
+
+    return PrometheusSampleStore(WindowReader(config), config.sources.prometheus.step_seconds)

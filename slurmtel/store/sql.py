@@ -186,5 +186,10 @@ class ReadConnection:
             rows = cursor.fetchall() if cursor.description is not None else []
             return Result(names, rows, cursor.rowcount)
 
+    @property
+    def driver_connection(self) -> psycopg.Connection[tuple[Any, ...]]:
+        """The psycopg connection (a COPY into a temporary table: store/telemetry.py)."""
+        return self._connection
+
     def close(self) -> None:
         self._connection.close()

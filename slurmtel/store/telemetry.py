@@ -27,6 +27,8 @@ from slurmtel.records import GpuAllocation, GpuEvent, GpuInventory, GpuSummary, 
 from slurmtel.store.checks import record_problem, sort_out, value_problem
 from slurmtel.store.copy import ROW_ERRORS, copy_rows, copy_rows_isolating
 from slurmtel.store.locks import PARTITION_LOCK_KEY, advisory_xact_lock
+from slurmtel.store.sql import Connection as ReadableConnection
+from slurmtel.store.sql import text as sql_text
 
 PARTITIONED_TABLE = "gpu_window"
 # a window spans at most an hour: the window reads look back an hour for windows that began
@@ -689,6 +691,79 @@ def window_store_size(conn: Connection) -> tuple[int, int]:
         )
     ).one()
     return int(size), int(windows)
+
+
+# ---------------------------------------------------------------- windows read from elsewhere
+
+
+def record_batch(
+    conn: Connection, *, source: str, node: str, first: datetime, last: datetime, rows: int
+) -> int:
+    """An ingest batch without windows (the windows stay in the site's store: samples.py): NODE's
+    windows starting FIRST..LAST are there now, for the next attribution run to fold in."""
+    return int(
+        conn.execute(
+            text(
+                "INSERT INTO ingest_batch (source, node, window_min_at, window_max_at, rows) "
+                "VALUES (:source, :node, :first, :last, :rows) RETURNING id"
+            ),
+            {"source": source, "node": node, "first": first, "last": last, "rows": rows},
+        ).scalar_one()
+    )
+
+
+def batch_spans(conn: Connection, batch_ids: Sequence[int]) -> list[tuple[int, str, datetime, datetime]]:
+    """(id, node, first window start, last window start) of each batch of BATCH_IDS that has windows."""
+    return [
+        (int(r.id), r.node, r.window_min_at, r.window_max_at)
+        for r in conn.execute(
+            text(
+                "SELECT id, node, window_min_at, window_max_at FROM ingest_batch "
+                "WHERE id = ANY (CAST(:ids AS bigint[])) AND window_min_at IS NOT NULL ORDER BY id"
+            ),
+            {"ids": list(batch_ids)},
+        )
+    ]
+
+
+def ensure_shadow_tables(conn: ReadableConnection) -> None:
+    """A temporary table gpu_window, shaped as the real one and dropped when the transaction
+    ends. A session's temporary tables come first in its search path, so until then every
+    statement that names gpu_window, slurmtel_gpu_windows and slurmtel_batch_windows among
+    them, reads this one: the windows a remote store fetched. (Their other half, the packed
+    hours of gpu_window_hour, is empty with such a store: it packs nothing.)"""
+    exists = conn.execute(sql_text("SELECT to_regclass('pg_temp.gpu_window') IS NOT NULL")).scalar_one()
+    if exists:
+        return
+    conn.execute(
+        sql_text(
+            f"CREATE TEMP TABLE {PARTITIONED_TABLE} (LIKE {PARTITIONED_TABLE} INCLUDING DEFAULTS) ON COMMIT DROP"
+        )
+    )
+    # a plan prepared earlier in this session (psycopg prepares statements it runs often) has
+    # the real tables resolved in it: plan again, so that it reads these
+    conn.execute(sql_text("DISCARD PLANS"))
+
+
+def load_shadow_windows(conn: ReadableConnection, windows: Sequence[tuple[GpuSummary, int | None]]) -> int:
+    """Copy WINDOWS (each with its ingest batch, None: none) into the temporary gpu_window, on
+    a SQLAlchemy connection or a read command's ReadConnection; returns the windows copied. A
+    window that the PostgreSQL store would refuse (a value beyond its column) is left out, as
+    that store leaves it out: one COPY when all fit, else the fitting ones only."""
+    ensure_shadow_tables(conn)
+    if not windows:
+        return 0
+    conn.execute(sql_text("SAVEPOINT slurmtel_shadow_copy"))
+    try:
+        rows = [(*_SUMMARY_ROW(w), batch or 0) for w, batch in windows]
+        copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)  # type: ignore[arg-type]
+    except ROW_ERRORS:
+        conn.execute(sql_text("ROLLBACK TO SAVEPOINT slurmtel_shadow_copy"))
+        fitting = [(w, batch) for w, batch in windows if record_problem(w, SUMMARY_COLUMNS) is None]
+        rows = [(*_SUMMARY_ROW(w), batch or 0) for w, batch in fitting]
+        copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)  # type: ignore[arg-type]
+    conn.execute(sql_text("RELEASE SAVEPOINT slurmtel_shadow_copy"))
+    return len(rows)
 
 
 # ---------------------------------------------------------------- events and inventory

@@ -228,14 +228,14 @@ def shown(report: dict[str, Any], gpus: int) -> bool:
     rows = report["gpu_figures"]
     if len(rows) != gpus or any(r["gpu_uuid"] == "(unmapped)" for r in rows):
         return False
-    gpu_hours = sum(r["allocated_hours"] for r in rows)
-    return abs(gpu_hours - gpus * report["elapsed_seconds"] / 3600) < 1e-3 and all(
-        r["mean_util_percent"] is not None for r in rows
+    gpu_seconds = sum(r["allocated_gpu_seconds"] for r in rows)
+    return abs(gpu_seconds - gpus * report["elapsed_seconds"]) < 3.6 and all(
+        r["mean_util_share"] is not None for r in rows
     )
 
 
 def coverage(report: dict[str, Any]) -> tuple[float | None, ...]:
-    return tuple(r["coverage_percent"] for r in report["gpu_figures"])
+    return tuple(r["covered_share"] for r in report["gpu_figures"])
 
 
 @dataclass

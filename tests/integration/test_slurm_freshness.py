@@ -66,13 +66,13 @@ def test_a_finished_gpu_job_is_shown_by_slurmtel_job_with_its_gpu_hours_and_util
     assert len({g["gpu_uuid"] for g in figures}) == 2
     assert {g["gpu_uuid"] for g in figures} <= {gpu_uuid(int(node[-2:]), i) for i in range(4)}
     assert {(g["node"], g["mapping"]) for g in figures} == {(node, "slurmctld")}
-    # GPU-hours: every allocated GPU-second, on a GPU (allocated_hours is rounded to 4 places)
-    assert sum(g["allocated_hours"] for g in figures) == pytest.approx(2 * elapsed / 3600, abs=2e-4)
+    # GPU time: every allocated GPU-second, on a GPU (to the millisecond)
+    assert sum(g["allocated_gpu_seconds"] for g in figures) == pytest.approx(2 * elapsed, abs=0.01)
     for g in figures:
         # the capture is of a GPU under load
-        assert g["mean_util_percent"] is not None and 0 < g["mean_util_percent"] <= 100
+        assert g["mean_util_share"] is not None and 0 < g["mean_util_share"] <= 1
         # how much the agents' 1 s samples cover depends on how busy the host is
-        assert g["coverage_percent"] is not None and 0 < g["coverage_percent"] <= 100
+        assert g["covered_share"] is not None and 0 < g["covered_share"] <= 1
     assert job.shown_after is not None and job.complete_after is not None
     # the job's end came through the hook: slurmctld ran it as SlurmUser, MUNGE let it in
     assert notified >= 1
