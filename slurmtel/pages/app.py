@@ -44,7 +44,7 @@ from slurmtel.access import Action, Identity, allowed
 from slurmtel.api.app import ApiError, ReadApi, json_response
 from slurmtel.columns import table_name, table_value
 from slurmtel.errors import AccessDenied, ChargebackError, ConfigError, SlurmtelError
-from slurmtel.pages.svg import gpu_timeline_svg
+from slurmtel.pages.svg import chart_points, gpu_timeline_svg
 from slurmtel.reports.catalog import REPORTS
 from slurmtel.reports.render import escape_controls, for_table, local_time
 from slurmtel.reports.researcher import GPU_TABLE_COLUMNS
@@ -295,7 +295,16 @@ class Pages:
                     for e in timeline["events"]
                     if e["gpu_uuid"] == g["gpu_uuid"] and e["attempt"] == r["attempt"]
                 ]
-                charts.append(gpu_timeline_svg(g, start=start, end=end, zone=self.zone, events=events))
+                charts.append(
+                    gpu_timeline_svg(
+                        g,
+                        start=start,
+                        end=end,
+                        zone=self.zone,
+                        events=events,
+                        max_points=chart_points(len(gpus)),
+                    )
+                )
             fabric = self._fabric(who, r)
             shown.append(
                 {

@@ -22,8 +22,19 @@ from typing import Any
 from markupsafe import Markup, escape
 
 GIB = 2**30
-# points per panel at most (a 300 KB page holds many GPUs at this)
+# points per panel at most; a page of many GPUs draws fewer each (chart_points)
 MAX_POINTS = 240
+# points per panel over all the GPUs of an attempt: the charts of a page stay near 200 KB
+PAGE_POINTS = 1920
+MIN_POINTS = 24
+
+
+def chart_points(gpus: int) -> int:
+    """Points per panel for an attempt of GPUS charted GPUs: MAX_POINTS up to 8 GPUs, then
+    fewer so that all of them together draw about PAGE_POINTS, never below MIN_POINTS."""
+    return max(MIN_POINTS, min(MAX_POINTS, PAGE_POINTS // max(gpus, 1)))
+
+
 PANEL_WIDTH = 300
 PANEL_HEIGHT = 70
 GAP = 16
@@ -40,11 +51,13 @@ def _slices(
     values: Sequence[Callable[[Mapping[str, Any]], float | None]],
     start: datetime,
     end: datetime,
+    max_points: int = MAX_POINTS,
 ) -> list[list[tuple[float, float | None]]]:
-    """Per value of VALUES, (x in 0..1, y or None for a gap) per slice of [START, END): the
-    highest value of the windows that start in it; a slice with no window is a gap."""
+    """Per value of VALUES, (x in 0..1, y or None for a gap) per slice of [START, END) (at most
+    MAX_POINTS slices): the highest value of the windows that start in it; a slice with no
+    window is a gap."""
     span = max((end - start).total_seconds(), 1.0)
-    slices = min(MAX_POINTS, max(len(points), 1))
+    slices = min(max_points, max(len(points), 1))
     best: list[list[float | None]] = [[None] * slices for _ in values]
     seen = [False] * slices
     scale = slices / span
@@ -91,8 +104,10 @@ def gpu_timeline_svg(
     end: datetime,
     zone: tzinfo,
     events: Sequence[Mapping[str, Any]] = (),
+    max_points: int = MAX_POINTS,
 ) -> Markup:
-    """GPU's row (a GPU of `/v1/jobs/{id}/timeline`) over [START, END) as an <svg> element."""
+    """GPU's row (a GPU of `/v1/jobs/{id}/timeline`) over [START, END) as an <svg> element, each
+    panel at most MAX_POINTS points."""
     points = gpu["points"]
     memory_total = gpu.get("memory_total_bytes")
     power_limit = gpu.get("power_limit_watts")
@@ -132,7 +147,7 @@ def gpu_timeline_svg(
         f'width="{width}" height="{height}" role="img" aria-label="{escape(label)}">',
         f'<text x="0" y="11" class="{"gi" if idle else "g"}">{escape(label)}</text>',
     ]
-    drawn = _slices(points, [value for _, value, _, _ in panels], start, end)
+    drawn = _slices(points, [value for _, value, _, _ in panels], start, end, max_points)
     for i, (title, _, top, top_text) in enumerate(panels):
         x0 = i * (PANEL_WIDTH + GAP)
         fill = "#fde8e8" if idle else "#f6f8fa"
