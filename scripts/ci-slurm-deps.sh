@@ -6,7 +6,9 @@
 #   scripts/ci-slurm-deps.sh [--check] PKG..  only these packages: `munge` (the MUNGE tests:
 #                                             tests/munge_lab.py), `prometheus openssl` (the
 #                                             prometheus source's tests: tests/prometheus_server.py),
-#                                             `victoria-metrics` (the sample store's tests)
+#                                             `victoria-metrics` (the sample store's tests),
+#                                             `chromium chromium-driver` (the page tests:
+#                                             tests/test_pages.py)
 #
 # tests/slurm_lab/up.sh and force-rollup.sh call this too, so CI may run it up front (to keep the
 # apt time out of the test timings) or leave it to the tests.

@@ -596,6 +596,48 @@ _add("power_mean_watts", W, "mean GPU power over covered time", design="§4")
 _add("power_max_watts", W, "the highest GPU power of any sample window", design="§4")
 _add("power_limit_watts", W, "the GPU's power limit", design="§3")
 
+# --- a job's timeline (`/v1/jobs/{id}/timeline`, the job page) ------------------------------
+_add("window_start_at", AT, "when a GPU's sample window starts", design="§4")
+_add("window_seconds", S, "how long a GPU's sample window is", design="§4")
+_add("util_share", SH, "the GPU's mean utilisation over one sample window", design="§4")
+_add("memory_used_bytes", B, "the most GPU memory used in one sample window", design="§4")
+_add("power_watts", W, "the GPU's mean power over one sample window", design="§4")
+_add(
+    "idle_gpu",
+    F,
+    "the GPU was idle (idle_share at or above the idle threshold) while the job held it",
+    design="§4",
+)
+_add(
+    "idle_threshold_share",
+    SH,
+    "the idle share from which a job's GPU counts as idle (advice, pages)",
+    design="§4",
+)
+_add(
+    "idle_gpus_now",
+    INT,
+    "GPUs of a running job idle now (their newest window fresh, a trailing idle run)",
+    design="§4",
+)
+_add("idle_gpu_names", L, "the GPUs (node/index) of a running job idle now", design="§4")
+_add(
+    "idle_since_at",
+    AT,
+    "since when the job's GPUs idle now have been idle (the earliest of them; not before the job started)",
+    design="§4",
+)
+_add(
+    "idle_for_seconds",
+    S,
+    "how long the job's GPUs idle now have been idle, to their newest window",
+    design="§4",
+)
+_add("event_at", AT, "when a hardware event (XID, ECC) happened on the GPU", design="§3")
+_add("event_kind", T, "the kind of hardware event: xid, ecc_single_bit, ecc_double_bit", design="§3")
+_add("event_value", INT, "the event's code (XID number) or count (ECC errors)", design="§3")
+_add("event_detail", T, "the event's text as the source reported it", design="§3")
+
 # --- quantities with their own unit ---------------------------------------------------------
 _add(
     "average_gpus_installed",
@@ -815,6 +857,10 @@ for _name, _meaning in (
     ("cost_per_completed_job", "amount / completed_jobs"),
     ("billable_per_completed_job", "billable_amount / completed_jobs"),
     ("gpu_energy_amount", "gpu_energy_joules priced at chargeback.price_per_kwh"),
+    (
+        "gpu_cost_amount",
+        "a job attempt's allocated GPU-hours (so far, while it runs) at the chargeback GPU rate of its partition and model",
+    ),
 ):
     _add(_name, M, _meaning, "Decimal, rounded once to the currency's minor unit", STATEMENT)
 

@@ -498,6 +498,24 @@ def write_next_steps(run: DemoRun, out: TextIO, *, seconds: float) -> None:
         )
     for argv in next_commands(run):
         out.write(f"  {next_command(run, argv)}\n")
+    write_pages_steps(run, out)
+
+
+def write_pages_steps(run: DemoRun, out: TextIO) -> None:
+    """How to open the pages on the demo's data: serve with the local development identity
+    (loopback only), then the job page, my month, the reports and the statement."""
+    port = run.config.api.port
+    month = f"{run.simulation.start_at.astimezone(run.config.zone):%Y-%m}"
+    base = f"http://127.0.0.1:{port}"
+    out.write(
+        "The pages, in a browser on this machine (--dev-user is a local development identity: every "
+        "request from this machine is that user, and serve refuses it on any address but 127.0.0.1 or ::1):\n"
+        f"  start: {next_command(run, ['serve', '--dev-user', 'root', '--listen', '127.0.0.1'])}\n"
+        f"  open:  {base}/jobs/{run.job} {base}/me?user={_busiest_user(run)} {base}/reports "
+        f"{base}/finance/{month}\n"
+        f"  (root is an admin and sees finance too; --dev-user {_busiest_user(run)} shows what that "
+        "researcher sees: their own jobs)\n"
+    )
 
 
 def _why_not_found(run: DemoRun) -> str:

@@ -27,6 +27,7 @@ HEAD_MODULES = frozenset(
         "starlette",
         "uvicorn",
         "jinja2",
+        "markupsafe",
         "h11",
         "anyio",
     }

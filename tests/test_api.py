@@ -258,6 +258,7 @@ def endpoints(people: People) -> list[tuple[str, str, dict[str, str]]]:
         ("own job", "/v1/jobs/101", {}),
         ("coordinated job", "/v1/jobs/103", {}),
         ("plot", "/v1/jobs/101/plot.png", {}),
+        ("timeline", "/v1/jobs/101/timeline", {}),
         ("me", "/v1/me", {"month": "2026-11"}),
         ("me --jobs", "/v1/me", {"month": "2026-11", "jobs": "1"}),
         ("actions", "/v1/actions", {}),
@@ -289,7 +290,7 @@ def expected_status(label: str, who: str, people: People) -> int:
         return 403 if role == "finance" else 200
     if role == "finance":
         return 403  # finance sees statements and aggregates, no single job
-    if label in ("own job", "plot"):
+    if label in ("own job", "plot", "timeline"):
         return 200 if role in ("user", "admin") else 404
     if label == "coordinated job":
         return 200 if role in ("coordinator", "admin") else 404
@@ -319,6 +320,10 @@ def test_every_endpoint_answers_each_identity_as_allowed_decides(
             assert status == want, f"{label} as {who}: {status} {body[:300]!r}"
             if status != 200:
                 assert json.loads(body)["error"], f"{label} as {who}: a denial says why"
+                continue
+            if label == "timeline":
+                # the windows of the job's GPUs: the job's own, with its events
+                assert json.loads(body)["job_id"] == "101", f"{label} as {who}"
                 continue
             if label in ("plot", "statement", "whoami"):
                 continue

@@ -133,6 +133,86 @@ def served(engine: Engine, login_roles: LoginRoles) -> Iterator[Server]:
     statements.dispose()
 
 
+@pytest.fixture
+def served_pages(engine: Engine, login_roles: LoginRoles) -> Iterator[Server]:
+    """The pages (slurmtel.pages) beside the API, as `slurmtel serve` routes them."""
+    from slurmtel.pages.app import Pages
+
+    config = config_from_dict(
+        {
+            "site": {"timezone": "UTC", "clock": NOW.isoformat()},
+            "api": {"auth_methods": ["proxy"], "trusted_proxies": ["127.0.0.1/32"]},
+        }
+    )
+    load_admin_day(engine, config)
+    reader = login_roles.reader_engine()
+    statements = scope_sessions_to_everything(create_engine(login_roles.url(login_roles.writer)))
+    settings = AuthSettings(
+        methods=("proxy",),
+        access=AccessConfig(admins=["root"], finance=[]),
+        trusted_proxies=proxy.parse_networks(["127.0.0.1/32"]),
+    )
+    api = ReadApi(config, reader, settings, lambda: NOW, statements)
+    with Server(build_app(api, ListenerState(ApiLimits()), pages=Pages(api).routes())) as server:
+        yield server
+    reader.dispose()
+    statements.dispose()
+
+
+def page_endpoints() -> list[tuple[str, str, str, dict[str, str]]]:
+    """Every page and parameter (path parameters as {}), and the timeline's points."""
+    window = {"start": "2026-11-01T00:00:00", "end": "2026-11-02T00:00:00"}
+    cases: list[tuple[str, str, str, dict[str, str]]] = [
+        ("GET", "/jobs/{}", "", {}),
+        ("GET", "/jobs/101/figures.{}", "", {}),
+        ("GET", "/jobs/101/timeline.{}", "", {}),
+        ("GET", "/v1/jobs/101/timeline", "points", {}),
+        ("GET", "/me", "month", {}),
+        ("GET", "/me", "user", {}),
+        ("GET", "/reports/{}", "", {}),
+        ("GET", "/finance/{}", "", {}),
+        ("GET", "/finance/2026-10/statement.{}", "", {}),
+        ("GET", "/finance/{}/statement.parquet", "", {}),
+        ("POST", "/finance/{}/close", "", {}),
+        ("POST", "/finance/{}/void", "", {}),
+    ]
+    for name in ("usage", "idle"):
+        for param in ("start", "end", "accounts", "top", "by", "unknown"):
+            others = {k: v for k, v in window.items() if k != param}
+            cases.append(("GET", f"/reports/{name}", param, others))
+    return cases
+
+
+@pytest.mark.timeout(600)
+def test_every_page_refuses_hostile_values_with_a_page_saying_why(
+    served_pages: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    failures: list[str] = []
+    sent = 0
+    with caplog.at_level(logging.DEBUG):
+        for method, path, param, others in page_endpoints():
+            for label, value in HOSTILE:
+                for target in targets(path, param, others, value):
+                    status, body = served_pages.send(method, target)
+                    sent += 1
+                    where = f"{method} {path} {param or 'path'}={label}"
+                    if status >= 500:
+                        failures.append(f"{where}: {status} {body[:200]!r}")
+                    elif status >= 400 and status not in (404, 405) and len(target) < 65_000:
+                        text = body.decode("utf-8", "replace")
+                        said = text.split('<p id="message">', 1)[-1] if "<html" in text else text
+                        if not said.strip() or said.startswith("</p>"):
+                            failures.append(f"{where}: {status} without a reason")
+    tracebacks = [
+        f"{r.name}: {r.getMessage()[:200]}"
+        for r in caplog.records
+        if r.exc_info is not None or "Traceback" in r.getMessage() or "(a bug)" in r.getMessage()
+    ]
+    assert sent > 1000
+    assert not failures, f"{len(failures)} of {sent}:\n" + "\n".join(failures[:40])
+    assert not tracebacks, "\n".join(tracebacks[:20])
+
+
 def endpoints() -> list[tuple[str, str, str, dict[str, str]]]:
     """(method, path template, parameter, the other parameters' good values): every endpoint and
     parameter, a path parameter as {}."""

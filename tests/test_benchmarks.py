@@ -41,6 +41,19 @@ CASES = {
         ["slow connections", "idle median", "agent", "serve", "x idle", "target"],
     ),
     "dcgm_scrape.py": (["--gpus", "80,160"], ["GPUs", "ms/GPU", "ratio", "linear", "target"]),
+    "pages.py": (
+        ["--jobs", "500", "--hours", "2", "--requests", "5", "--cli-repeat", "1"],
+        [
+            "GET /jobs/",
+            "as its user",
+            "as an admin",
+            "p95",
+            "KB",
+            "slurmtel job",
+            "the page's p95 / the CLI's median",
+            "target",
+        ],
+    ),
     "peers.py": (
         ["--nodes", "1", "--hours", "2", "--repeat", "1"],
         [

@@ -14,6 +14,8 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -171,6 +173,8 @@ def run_the_first_hour(home: Path) -> None:
     printed = lines[lines.index(next(line for line in lines if line.startswith("Next, try these"))) + 1 :]
     printed = [line.strip() for line in printed if line.startswith("  slurmtel ")]
     assert printed, demo.stdout[-2000:]
+    pages_start = next(line for line in lines if line.startswith("  start: "))
+    pages_open = next(line for line in lines if line.startswith("  open: "))
     demo_config = home / ".local/state/slurmtel/demo/slurmtel.toml"
     note = f"slurmtel: note: using the demo's config {demo_config}"
     for command in dict.fromkeys([*readme_next_commands(), *printed]):
@@ -185,3 +189,28 @@ def run_the_first_hour(home: Path) -> None:
         assert note in result.stderr
         assert result.stdout.strip(), f"{command} printed nothing"
         assert "(no rows)" not in result.stdout.split("\n\n")[0], f"{command}:\n{result.stdout}"
+    # the pages, as the demo says to open them: the server it names, each URL it names
+    server = subprocess.Popen(
+        shlex.split(pages_start.removeprefix("  start: ")),
+        cwd=home,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        urls = pages_open.removeprefix("  open: ").split()
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(urls[0].split("/jobs/")[0] + "/healthz", timeout=5):
+                    break
+            except OSError:
+                assert server.poll() is None, server.stderr.read() if server.stderr else ""
+                time.sleep(0.2)
+        for url in urls:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                page = response.read().decode()
+            assert response.status == 200 and "root (admin)" in page, url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -8,6 +8,8 @@ relative names resolved.
 - the store imports no reports, commands, CLI, parsers or the modules that shape its rows
   (chargeback, budget, cost): it returns rows (slurmtel.rows), callers shape them; the SQL of
   advisory locks and of a Scope is the store's (store/locks.py; the scope test is the database function slurmtel_in_scope);
+- the pages (slurmtel.pages) import no database code and hold no SQL: they render the
+  documents the read API computes (slurmtel.api.app.ReadApi), no second query path;
 - slurmtel.records imports nothing of slurmtel, slurmtel.rows nothing but slurmtel.errors;
 - no two slurmtel modules import each other, directly or through a longer cycle.
 
@@ -109,6 +111,7 @@ DATABASE = ("sqlalchemy", "psycopg", "psycopg2", "alembic", "pgserver", "slurmte
         pytest.param(("slurmtel.parsers",), DATABASE, id="parsers-no-database"),
         pytest.param(("slurmtel.agent",), DATABASE, id="agent-no-store-no-driver"),
         pytest.param(("slurmtel.auth",), DATABASE, id="auth-no-database"),
+        pytest.param(("slurmtel.pages",), DATABASE, id="pages-no-database"),
         pytest.param(
             ("slurmtel.chargeback.model", "slurmtel.chargeback.pricing", "slurmtel.chargeback.render"),
             DATABASE,
@@ -158,6 +161,18 @@ def test_locks_and_scope_sql_live_in_the_store() -> None:
         if needle in path.read_text()
     ]
     assert found == [], "SQL outside slurmtel/store:\n" + "\n".join(found)
+
+
+def test_pages_hold_no_sql() -> None:
+    """The pages and their templates write no query: what they show comes from the API's
+    documents (a page that queried for itself would be a second path around its scope)."""
+    sql = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b[^\n]*\b(FROM|INTO|SET|WHERE)\b")
+    files = [*(PACKAGE / "pages").rglob("*.py"), *(PACKAGE / "pages").rglob("*.html")]
+    assert files, "slurmtel/pages exists"
+    found = [
+        f"{path.relative_to(ROOT)}: {m.group(0)}" for path in files for m in sql.finditer(path.read_text())
+    ]
+    assert found == [], "SQL in the pages:\n" + "\n".join(found)
 
 
 def test_no_sql_text_is_imported_across_modules() -> None:

@@ -49,6 +49,7 @@ HEAD_IMPORTS = (
     "starlette",
     "uvicorn",
     "jinja2",
+    "markupsafe",
     "h11",
     "anyio",
 )

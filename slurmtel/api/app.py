@@ -14,7 +14,10 @@ Per request, in this order, deny by default:
 4. the same function the CLI runs (reports.spec.run_report, reports.researcher, chargeback).
 
 A job outside the caller's scope answers 404 "not found or not yours", exactly like a job that
-does not exist. /healthz and /v1/openapi.json hold no data and need no credential.
+does not exist. Each endpoint's document comes from a method of its own (report_document,
+job_document, timeline_document, me_document, statement_export): the HTML pages
+(slurmtel.pages, routed beside these by `slurmtel serve`) call the same methods, so a page shows
+what the API answers the same caller. /healthz and /v1/openapi.json hold no data and need no credential.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -37,7 +40,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from slurmtel.access import Action, Identity, Scope, allowed
 from slurmtel.api.limits import ListenerState
@@ -130,6 +133,7 @@ class ReadApi:
         *,
         scope_key: bytes | None = None,
         check_database: bool = True,
+        dev_user: str = "",
     ):
         from slurmtel.store.rls import check_scope_proofs, load_scope_key, sign_scopes
 
@@ -151,10 +155,15 @@ class ReadApi:
         self.clock = clock
         # credentials are fresh or not by the wall clock, whatever site.clock says of the data
         self.auth_clock = auth_clock or (lambda: datetime.now(UTC))
+        # `slurmtel serve --dev-user NAME` (loopback only, checked by serve): every request
+        # from this machine is NAME, with NAME's role as the CLI resolves it
+        self.dev_user = dev_user
 
     # --- the steps every endpoint takes
 
     def identity(self, request: Request) -> Identity:
+        if self.dev_user:
+            return self._dev_identity(request)
         view = RequestView(
             method=request.method,
             path=request.url.path,
@@ -167,6 +176,15 @@ class ReadApi:
         if isinstance(result, Denied):
             raise ApiError(int(result.status), result.reason)
         return result
+
+    def _dev_identity(self, request: Request) -> Identity:
+        from slurmtel.auth.identity import identity_for
+        from slurmtel.auth.proxy import LOOPBACK, peer_in
+
+        peer = request.client.host if request.client else ""
+        if not peer_in(peer, LOOPBACK):
+            raise ApiError(HTTPStatus.UNAUTHORIZED, f"development identity: {peer} is not this machine")
+        return identity_for(self.dev_user, None, self.settings.access, self.settings.coordinators)
 
     @staticmethod
     def scope(identity: Identity, action: Action) -> Scope:
@@ -200,17 +218,20 @@ class ReadApi:
         )
 
     def report(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        return json_response(self.report_document(self.identity(request), name, request.query_params))
+
+    def report_document(self, who: Identity, name: str, q: Mapping[str, str]) -> dict[str, Any]:
+        """Report NAME (a spec of the catalog or a view) for WHO with the query parameters Q: the
+        document `/v1/reports/NAME` sends and the pages show."""
         from slurmtel.commands.view_catalog import VIEWS
 
-        name = request.path_params["name"]
         if name in VIEWS:
-            return self.view(request, VIEWS[name])
+            return self.view_document(who, VIEWS[name], q)
         spec = REPORTS.get(name)
         if spec is None:
             names = ", ".join([*REPORTS, *VIEWS])
             raise ApiError(HTTPStatus.NOT_FOUND, f"no report '{name}' (reports: {names})")
-        who = self.identity(request)
-        q = request.query_params
         known = {
             "start",
             "end",
@@ -247,13 +268,11 @@ class ReadApi:
             # what the CLI warns of on the head, in the same scope (slurmtel.commands.common)
             warnings = unknown_filter_warnings(conn, query.scope, wanted)
             result = run_report(conn, spec, query)
-        return json_response({**report_document(result), "warnings": warnings})
+        return {**report_document(result), "warnings": warnings}
 
-    def view(self, request: Request, view: View) -> Response:
+    def view_document(self, who: Identity, view: View, q: Mapping[str, str]) -> dict[str, Any]:
         """A report that is not a spec (cost, budget, fabric, ...): the document its CLI prints,
         computed by the same function in a transaction scoped to the caller."""
-        who = self.identity(request)
-        q = request.query_params
         known = {
             *(("start", "end") if view.window else ()),
             *view.filters,
@@ -273,17 +292,49 @@ class ReadApi:
             job_filter=JobFilter(**{kind: _split(q.get(kind)) for kind in view.filters}),
             options={p.name: q[p.name] for p in view.parameters if q.get(p.name)},
         )
-        return json_response(view.build(self.config, view_request, self.transaction))
+        return view.build(self.config, view_request, self.transaction)
 
     def job(self, request: Request) -> Response:
+        query = self._job_query(request)
+        return json_response(self.job_document(query))
+
+    def job_document(self, query: Any) -> list[dict[str, Any]]:
+        """Every attempt of the job (slurmtel.reports.researcher.job_document), or 404 "not
+        found or not yours" (the same for a job outside the caller's scope)."""
         from slurmtel.reports.researcher import job_document
 
-        query = self._job_query(request)
         with self.transaction(query.scope) as conn:
             document = job_document(conn, query)
         if not document:
             raise ApiError(HTTPStatus.NOT_FOUND, f"job {query.jobid} not found or not yours")
-        return json_response(document)
+        return document
+
+    def job_timeline(self, request: Request) -> Response:
+        query = self._job_query(request)
+        given = request.query_params.get("points")
+        points = None if not given else self._positive(given, "points")
+        return json_response(self.timeline_document(query, points))
+
+    def timeline_document(self, query: Any, points: int | None = None) -> dict[str, Any]:
+        """The job's per-GPU windows (at most POINTS per GPU) and hardware events
+        (researcher.job_timeline), or 404."""
+        from slurmtel.reports.researcher import job_timeline
+
+        with self.transaction(query.scope) as conn:
+            document = job_timeline(conn, query, points=points)
+        if document is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"job {query.jobid} not found or not yours")
+        return document
+
+    def job_page_documents(self, query: Any, points: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """job_document and timeline_document(POINTS) read in one transaction (the job page)."""
+        from slurmtel.reports.researcher import job_page_documents
+
+        with self.transaction(query.scope) as conn:
+            found = job_page_documents(conn, query, points)
+        if found is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"job {query.jobid} not found or not yours")
+        return found
 
     def job_plot(self, request: Request) -> Response:
         from slurmtel.reports.researcher import job_plot
@@ -302,16 +353,26 @@ class ReadApi:
         )
 
     def _job_query(self, request: Request) -> Any:
+        return self.job_query(
+            self.identity(request),
+            request.path_params["job_id"],
+            _split(request.query_params.get("clusters")),
+        )
+
+    def job_query(self, who: Identity, jobid: str, clusters: tuple[str, ...] = ()) -> Any:
+        """What WHO may ask of JOBID (400 for a malformed id, AccessDenied without the right)."""
+        from slurmtel.commands.argtypes import check_job_id
         from slurmtel.reports.researcher import job_query
         from slurmtel.store.samples import sample_store
 
-        jobid = self._jobid(request)
-        who = self.identity(request)
-        clusters = check_names(_split(request.query_params.get("clusters")), "clusters")
+        try:
+            check_job_id(jobid)
+        except (ConfigError, ValueError) as exc:
+            raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
         return job_query(
             who,
             jobid,
-            clusters=clusters,
+            clusters=check_names(clusters, "clusters"),
             now=self.clock(),
             zone=self.config.zone,
             pricing=self.config.chargeback,
@@ -319,10 +380,12 @@ class ReadApi:
         )
 
     def me(self, request: Request) -> Response:
+        return json_response(self.me_document(self.identity(request), request.query_params))
+
+    def me_document(self, who: Identity, q: Mapping[str, str]) -> dict[str, Any]:
+        """WHO's month (`/v1/me`): researcher.me_document with the CLI's warnings."""
         from slurmtel.reports.researcher import me_document, me_query
 
-        who = self.identity(request)
-        q = request.query_params
         query = me_query(
             who,
             user=q.get("user") or None,
@@ -340,7 +403,7 @@ class ReadApi:
                 else []
             )
             document = me_document(conn, query)
-        return json_response({**document, "warnings": warnings})
+        return {**document, "warnings": warnings}
 
     def actions(self, request: Request) -> Response:
         """The record of messages and actions (`slurmtel act log`), in the caller's scope."""
@@ -376,28 +439,37 @@ class ReadApi:
         return self._statement(request, close=True)
 
     def _statement(self, request: Request, *, close: bool) -> Response:
-        from slurmtel.chargeback.export import export_statement
-
-        who = self.identity(request)
-        scope = self.scope(who, Action.CLOSE_STATEMENTS if close else Action.VIEW_STATEMENTS)
         fmt = request.query_params.get("format", "csv")
-        if fmt not in ("csv", "json"):
-            raise ApiError(HTTPStatus.BAD_REQUEST, f"format must be csv or json, not {fmt}")
-        exported = export_statement(
-            self.statements_engine,
-            self.config,
-            request.path_params["month"],
-            self.clock(),
-            scope=scope,
-            fmt=fmt,
-            close=close,
-            closed_by=who.user,
+        exported = self.statement_export(
+            self.identity(request), request.path_params["month"], fmt, close=close
         )
         media = "text/csv; charset=utf-8" if fmt == "csv" else "application/json"
         # what the CLI says on stderr beside the statement; percent-encoded (headers are latin-1)
         headers = {f"X-Slurmtel-Notice-{i}": quote(n) for i, n in enumerate(exported.notices)}
         status = HTTPStatus.CONFLICT if exported.refused else HTTPStatus.OK
         return Response(exported.data, status_code=status, media_type=media, headers=headers)
+
+    def statement_export(
+        self, who: Identity, month: str, fmt: str, *, close: bool = False, reason: str = ""
+    ) -> Any:
+        """MONTH's statement as FMT (csv, json) bytes for WHO, closed first with CLOSE
+        (slurmtel.chargeback.export.export_statement, as `slurmtel chargeback` writes it)."""
+        from slurmtel.chargeback.export import export_statement
+
+        scope = self.scope(who, Action.CLOSE_STATEMENTS if close else Action.VIEW_STATEMENTS)
+        if fmt not in ("csv", "json"):
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"format must be csv or json, not {fmt}")
+        return export_statement(
+            self.statements_engine,
+            self.config,
+            month,
+            self.clock(),
+            scope=scope,
+            fmt=fmt,
+            close=close,
+            closed_by=who.user,
+            reason=reason,
+        )
 
     # --- helpers
 
@@ -406,17 +478,6 @@ class ReadApi:
             return report_window(start, end, now=now, zone=self.config.zone)
         except ValueError as exc:
             raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
-
-    @staticmethod
-    def _jobid(request: Request) -> str:
-        from slurmtel.commands.argtypes import check_job_id
-
-        jobid = request.path_params["job_id"]
-        try:
-            check_job_id(jobid)
-        except (ConfigError, ValueError) as exc:
-            raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
-        return jobid
 
     @staticmethod
     def _positive(value: str, name: str) -> int:
@@ -469,10 +530,12 @@ def _guarded(endpoint: Callable[[Request], Response]) -> Callable[[Request], Res
     return handle
 
 
-def build_app(api: ReadApi, state: ListenerState | None = None) -> Starlette:
+def build_app(api: ReadApi, state: ListenerState | None = None, pages: Sequence[BaseRoute] = ()) -> Starlette:
     """API's endpoints routed, with /healthz, /metrics (the listener's own counts) and the
     OpenAPI document (made once); requests in flight bounded (slurmtel.api.limits). STATE: the
-    listener's counts and limits (by default from [api]); serve gives it to uvicorn too."""
+    listener's counts and limits (by default from [api]); serve gives it to uvicorn too. PAGES:
+    the HTML pages' routes (slurmtel.pages.app.Pages.routes, which serve adds), under the same
+    limits."""
     from prometheus_client.exposition import choose_encoder
 
     from slurmtel.api.limits import ApiLimits, InFlightLimit, listener_registry, startup_hook
@@ -500,10 +563,12 @@ def build_app(api: ReadApi, state: ListenerState | None = None) -> Starlette:
         Route("/v1/reports/{name}", _guarded(api.report)),
         Route("/v1/jobs/{job_id}", _guarded(api.job)),
         Route("/v1/jobs/{job_id}/plot.{fmt}", _guarded(api.job_plot)),
+        Route("/v1/jobs/{job_id}/timeline", _guarded(api.job_timeline)),
         Route("/v1/me", _guarded(api.me)),
         Route("/v1/actions", _guarded(api.actions)),
         Route("/v1/chargeback/{month}", _guarded(api.statement)),
         Route("/v1/chargeback/{month}/close", _guarded(api.close), methods=["POST"]),
+        *pages,
     ]
     app = Starlette(
         routes=routes, middleware=[Middleware(InFlightLimit, state=state)], lifespan=startup_hook(state)

@@ -227,6 +227,20 @@ def openapi_document() -> dict[str, Any]:
         [job, _path("fmt", "png, svg or pdf"), clusters],
         media="image/png",
     )
+    paths["/v1/jobs/{job_id}/timeline"] = _simple(
+        "job_timeline",
+        "one job's per-GPU windows (utilisation, memory, power) and the XID/ECC events of its GPUs "
+        "while it ran: what the job page draws",
+        [
+            job,
+            clusters,
+            _query(
+                "points",
+                "at most this many points per GPU: slices of the attempt, each the highest of its windows",
+                {"type": "integer", "minimum": 1},
+            ),
+        ],
+    )
     paths["/v1/me"] = _simple(
         "me",
         "the caller's month: GPU-hours, idle share, failures, top jobs (slurmtel me)",

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from slurmtel.errors import ConfigError
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+# this machine: `slurmtel serve --dev-user` listens and answers only here
+LOOPBACK: tuple[Network, ...] = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}")
 
 
@@ -42,3 +44,11 @@ def peer_in(peer_address: str, networks: Iterable[Network]) -> bool:
 
 def valid_user_name(value: str) -> bool:
     return bool(_USER.fullmatch(value))
+
+
+def is_loopback(address: str) -> bool:
+    """Whether ADDRESS (a listen address as configured) is this machine only."""
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False

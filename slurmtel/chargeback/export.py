@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -77,8 +78,10 @@ def export_statement(
     fmt: str,
     close: bool = False,
     closed_by: str = "",
+    reason: str = "",
 ) -> ExportedStatement:
-    """MONTH's statement as FMT ("csv" or "json") bytes; CLOSE freezes it first."""
+    """MONTH's statement as FMT ("csv" or "json") bytes; CLOSE freezes it first (REASON kept
+    in the audit trail beside the closing)."""
     if not scope.everything:
         raise ConfigError("a statement covers every account: only finance and admins export it")
     month = check_month(month)
@@ -91,7 +94,7 @@ def export_statement(
         if stored is not None:
             notices.append(already_closed_notice(stored))
             return ExportedStatement(b"", tuple(notices), refused=True)
-        stored = close_month(engine, config, month, now, closed_by=closed_by)
+        stored = close_month(engine, config, month, now, closed_by=closed_by, reason=reason)
         notices.append(f"closed {month} at {stored.closed_at.isoformat()}")
     if stored is not None:
         unpriced = unpriced_notice(statement_of_closed(stored))
@@ -108,3 +111,50 @@ def export_statement(
     return ExportedStatement(
         render_csv(statement) if fmt == "csv" else render_json(statement), tuple(notices)
     )
+
+
+def statement_parquet(engine: Engine, config: Config, month: str, now: datetime, *, scope: Scope) -> bytes:
+    """MONTH's lines as the Parquet file `slurmtel chargeback --month M --format parquet` writes
+    (a closed month's stored lines, else computed now), as bytes."""
+    import tempfile
+    from pathlib import Path
+
+    from slurmtel.chargeback import LINE_COLUMNS, line_records, statement_sha256
+    from slurmtel.reports.parquet import write_parquet
+
+    if not scope.everything:
+        raise ConfigError("a statement covers every account: only finance and admins export it")
+    month = check_month(month)
+    check_begun(month, config, now)
+    stored = closed_statement(engine, month)
+    if stored is not None:
+        statement = statement_of_closed(stored)
+    else:
+        with engine.connect() as conn:
+            statement = build_statement(conn, config, month, now, scope)
+    with tempfile.TemporaryDirectory(prefix="slurmtel-parquet-") as tmp:
+        path = Path(tmp) / f"{month}.parquet"
+        write_parquet(
+            line_records(statement, statement_sha256(statement)), LINE_COLUMNS, path, statement.currency
+        )
+        return path.read_bytes()
+
+
+def statement_listing(engine: Engine) -> list[dict[str, Any]]:
+    """`chargeback --list`: every closed and voided statement (LISTING columns), as rows."""
+    from dataclasses import asdict
+
+    from slurmtel.store.chargeback import list_statements
+
+    with engine.connect() as conn:
+        return [asdict(listing) for listing in list_statements(conn)]
+
+
+def audit_listing(engine: Engine) -> list[dict[str, Any]]:
+    """`chargeback --audit`: every close, void and forced close, oldest first, as rows."""
+    from dataclasses import asdict
+
+    from slurmtel.store.chargeback import audit_entries
+
+    with engine.connect() as conn:
+        return [{"action_at": e.at, **asdict(e)} for e in audit_entries(conn)]

@@ -23,6 +23,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "budget": ("report",),
     "cost": ("report",),
     "fabric": ("report",),
+    "idle_now": ("report",),
     "act": ("act", "mailprog"),
     "daemon": ("run", "check-config"),
     "serve": ("serve",),

@@ -7,7 +7,6 @@ import argparse
 import io
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -313,19 +312,18 @@ def _void(args: argparse.Namespace, config: Config) -> int:
 
 
 def _listing(args: argparse.Namespace, config: Config) -> int:
-    from slurmtel.store.chargeback import audit_entries, list_statements
+    from slurmtel.chargeback.export import audit_listing, statement_listing
 
     identity = common.current_identity(config)
     scope_for(config, Action.VIEW_STATEMENTS, identity)
     ctx = open_context(config)
-    with ctx.engine.connect() as conn:
-        if args.audit:
-            rows = [{"action_at": e.at, **asdict(e)} for e in audit_entries(conn)]
-            columns: Sequence[str] = AUDIT_COLUMNS
-            title = "Chargeback audit"
-        else:
-            rows = [asdict(listing) for listing in list_statements(conn)]
-            columns, title = LISTING_COLUMNS, "Closed and voided statements"
+    if args.audit:
+        rows = audit_listing(ctx.engine)
+        columns: Sequence[str] = AUDIT_COLUMNS
+        title = "Chargeback audit"
+    else:
+        rows = statement_listing(ctx.engine)
+        columns, title = LISTING_COLUMNS, "Closed and voided statements"
     _emit_records(rows, columns, args, title)
     return EXIT_OK
 

@@ -1,4 +1,9 @@
-"""`slurmtel serve`: the read API (slurmtel.api.app) on uvicorn, as its own systemd unit."""
+"""`slurmtel serve`: the read API (slurmtel.api.app) and the HTML pages (slurmtel.pages) on
+uvicorn, as its own systemd unit.
+
+`--dev-user NAME` is the local development identity (the demo's way to open the pages): every
+request from this machine is NAME. It is refused unless the server listens on a loopback
+address only (127.0.0.1, ::1), and the server says so in its log at start."""
 
 from __future__ import annotations
 
@@ -17,7 +22,19 @@ log = logging.getLogger("slurmtel.serve")
 def register(commands: argparse._SubParsersAction, reports: argparse._SubParsersAction) -> None:
     serve = commands.add_parser(
         "serve",
-        help="the read API for login nodes and portals: reports, jobs, me, statements ([api]; MUNGE, JWT)",
+        help="the read API and the pages for login nodes and portals: reports, jobs, me, statements "
+        "([api]; MUNGE, JWT, a trusted proxy)",
+    )
+    serve.add_argument(
+        "--listen", metavar="ADDRESS", help="listen on ADDRESS instead of api.listen_address (e.g. 127.0.0.1)"
+    )
+    serve.add_argument("--port", type=int, metavar="PORT", help="listen on PORT instead of api.port")
+    serve.add_argument(
+        "--dev-user",
+        metavar="NAME",
+        default="",
+        help="LOCAL DEVELOPMENT ONLY: treat every request from this machine as user NAME (no credential); "
+        "refused unless listening on 127.0.0.1 or ::1",
     )
     serve.set_defaults(handler=cmd_serve)
 
@@ -28,16 +45,29 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
     from slurmtel.api.app import CoordinatorCache, ReadApi, build_app
     from slurmtel.api.limits import ApiLimits, ListenerState, uvicorn_options
     from slurmtel.auth.identity import AuthSettings
+    from slurmtel.auth.proxy import is_loopback, valid_user_name
     from slurmtel.clock import site_clock
     from slurmtel.config import check_database_url
+    from slurmtel.pages.app import Pages
     from slurmtel.sources.base import utc_now
     from slurmtel.store.engine import make_engine, normalize_url, require_schema
     from slurmtel.store.rls import scope_sessions_to_everything
 
     api = config.api
+    address = getattr(args, "listen", None) or api.listen_address
+    port = api.port if getattr(args, "port", None) is None else args.port
+    dev_user = getattr(args, "dev_user", "") or ""
+    if dev_user:
+        if not valid_user_name(dev_user):
+            raise ConfigError(f"--dev-user: {dev_user!r} is not a user name")
+        if not is_loopback(address):
+            raise ConfigError(
+                f"--dev-user trusts every request without a credential: it listens on 127.0.0.1 or ::1 "
+                f"only, not {address} (give --listen 127.0.0.1)"
+            )
     # the port first: a busy one is said in one line (exit 1) before a database is opened or
     # an embedded one started; uvicorn serves on this socket
-    listener = listening_socket(api.listen_address, api.port)
+    listener = listening_socket(address, port)
     statements_url = None
     if api.statements_database_url_file:
         try:
@@ -48,12 +78,18 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
         statements_url = normalize_url(check_database_url(text, origin))
     engine = make_engine(config)
     require_schema(engine, config.database_description())
+    # ReadApi signs the engine's sessions with the scope key as each connects: the connection
+    # the schema check opened must not stay in the pool unsigned (every scope would be refused)
+    engine.dispose()
     statements_engine = scope_sessions_to_everything(make_engine(config, statements_url))
     settings = AuthSettings.from_config(
         config, CoordinatorCache(lambda user: coordinated_accounts(config, user))
     )
     limits = ListenerState(ApiLimits.from_config(config.api))
-    app = build_app(ReadApi(config, engine, settings, site_clock(config, utc_now), statements_engine), limits)
+    read_api = ReadApi(
+        config, engine, settings, site_clock(config, utc_now), statements_engine, dev_user=dev_user
+    )
+    app = build_app(read_api, limits, pages=Pages(read_api).routes())
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -70,7 +106,13 @@ def cmd_serve(args: argparse.Namespace, config: Config) -> int:
         )
     )
     scheme = "https" if api.tls_cert_file else "http"
-    log.info("read API listening on %s://%s:%d", scheme, api.listen_address, listener.getsockname()[1])
+    shown = f"[{address}]" if ":" in address else address
+    log.info("read API and pages listening on %s://%s:%d", scheme, shown, listener.getsockname()[1])
+    if dev_user:
+        log.warning(
+            "DEVELOPMENT IDENTITY: every request from this machine is %s (--dev-user); never in production",
+            dev_user,
+        )
     try:
         # uvicorn stops on SIGTERM and SIGINT by itself, then raises the signal again:
         # Terminated or KeyboardInterrupt here is the end of a clean stop

@@ -3,9 +3,10 @@ serves them beside the specs of slurmtel.reports.catalog, with the same access r
 
 from __future__ import annotations
 
-from slurmtel.commands import budget, cost, fabric
+from slurmtel.commands import budget, cost, fabric, idle_now
 from slurmtel.commands.views import View
 
 VIEWS: dict[str, View] = {
-    view.name: view for view in (cost.VIEW, budget.VIEW, fabric.VIEW, fabric.NODES_VIEW, fabric.DRIFT_VIEW)
+    view.name: view
+    for view in (cost.VIEW, budget.VIEW, fabric.VIEW, fabric.NODES_VIEW, fabric.DRIFT_VIEW, idle_now.VIEW)
 }

@@ -18,7 +18,11 @@ from pathlib import Path
 from slurmtel.columns import COLUMNS, markdown, table_name, unit_text
 
 # the CLI's spelling of the views whose API name differs
-VIEW_TITLES = {"fabric_nodes": "report fabric --nodes", "nodes_drift": "report nodes --drift"}
+VIEW_TITLES = {
+    "fabric_nodes": "report fabric --nodes",
+    "nodes_drift": "report nodes --drift",
+    "idle_now": "report idle-now",
+}
 BLOCK = re.compile(r"<!-- columns: (?P<name>[^>]+?) -->\n.*?<!-- /columns -->", re.DOTALL)
 
 

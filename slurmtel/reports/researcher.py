@@ -193,6 +193,7 @@ JOB_COLUMNS = (
     "gpu_energy_joules",
     "gpu_energy_amount",
     "gpu_co2e_kilograms",
+    "gpu_cost_amount",
     "currency",
     "so_far",
     "so_far_at",
@@ -379,7 +380,7 @@ def attempt_report(
         "usage_steps": host.usage_steps if host else None,
         "time_limit_seconds": attempt.time_limit_seconds,
         "time_limit_used_share": _share(elapsed, attempt.time_limit_seconds) if elapsed is not None else None,
-        **gpu_energy_figures(gpus, pricing),
+        **_with_cost(gpu_energy_figures(gpus, pricing), attempt, elapsed, pricing),
         "gpu_figures": [gpu_row(g) for g in gpus],
         "advice": advise(
             JobFacts(
@@ -396,6 +397,35 @@ def attempt_report(
             ),
             gpus,
         ),
+    }
+
+
+def gpu_cost(
+    attempt: AttemptView, elapsed_seconds: float | None, pricing: ChargebackConfig | None
+) -> Decimal | None:
+    """What the attempt's allocated GPU-hours cost (so far, while it runs) at the
+    [[chargeback.rates]] GPU rate matching its partition and GPU model on the day it started,
+    rounded once as a statement rounds; None without a matching rate."""
+    from slurmtel.chargeback.pricing import charge, match_rate
+
+    if pricing is None or not attempt.alloc_gpus or not elapsed_seconds or attempt.start_at is None:
+        return None
+    rate = match_rate(pricing.rates, attempt.partition, attempt.gpu_model or "", attempt.start_at.date())
+    if rate is None:
+        return None
+    seconds = Decimal(str(round(elapsed_seconds, 3))) * attempt.alloc_gpus
+    return charge(rate.price(), seconds, pricing.currency)
+
+
+def _with_cost(
+    figures: dict[str, Any], attempt: AttemptView, elapsed: float | None, pricing: ChargebackConfig | None
+) -> dict[str, Any]:
+    cost = gpu_cost(attempt, elapsed, pricing)
+    priced = cost is not None or figures["gpu_energy_amount"] is not None
+    return {
+        **figures,
+        "gpu_cost_amount": cost,
+        "currency": pricing.currency if priced and pricing is not None else None,
     }
 
 
@@ -448,15 +478,20 @@ def host_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def energy_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The GPUs' energy line of a job's text, with its price and CO2e when configured."""
+    """The GPUs' cost line (its GPU-hours at the chargeback rate) and energy line of a job's
+    text, with the energy's price and CO2e when configured."""
+    lines = []
+    if r.get("gpu_cost_amount") is not None:
+        so_far = " so far" if r["end_at"] is None else ""
+        lines.append(("GPU cost", f"{r['gpu_cost_amount']} {r['currency']}{so_far} (chargeback rate)"))
     if r.get("gpu_energy_joules") is None:
-        return []
+        return lines
     parts = [energy_text(float(r["gpu_energy_joules"]))]
     if r.get("gpu_energy_amount") is not None:
         parts.append(f"{r['gpu_energy_amount']} {r['currency']}")
     if r.get("gpu_co2e_kilograms") is not None:
         parts.append(f"{r['gpu_co2e_kilograms']} kg CO2e")
-    return [("GPU energy", ", ".join(parts) + (" so far" if r["end_at"] is None else ""))]
+    return [*lines, ("GPU energy", ", ".join(parts) + (" so far" if r["end_at"] is None else ""))]
 
 
 def _state_text(r: Mapping[str, Any], zone: tzinfo) -> str:
@@ -470,6 +505,27 @@ def _state_text(r: Mapping[str, Any], zone: tzinfo) -> str:
     return f"{r['state']} ({r['outcome']})"
 
 
+def job_header(r: Mapping[str, Any], zone: tzinfo) -> list[tuple[str, str]]:
+    """The labelled lines of one attempt's header, as `slurmtel job` prints them and the job
+    page shows them: user, account, partition, state, start and end in ZONE, elapsed, GPUs,
+    nodes, queue wait, the host's CPU, memory and time limit, and the GPUs' energy."""
+    so_far = bool(r.get("so_far"))
+    return [
+        ("user", r["user"]),
+        ("account", r["account"]),
+        ("partition", r["partition"]),
+        ("state", _state_text(r, zone)),
+        ("start", _local(r["start_at"], zone) or "not started"),
+        ("end", _local(r["end_at"], zone) or ("running" if r["start_at"] else "")),
+        ("elapsed", _duration(r["elapsed_seconds"]) + (" so far" if so_far else "")),
+        ("GPUs", f"{r['gpus']}{' x ' + r['gpu_model'] if r['gpu_model'] else ''}"),
+        ("nodes", ",".join(r["nodes"])),
+        ("queue wait", _duration(r["queue_wait_seconds"])),
+        *(host_lines(r) if r["start_at"] else []),
+        *energy_lines(r),
+    ]
+
+
 def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzinfo) -> None:
     for i, r in enumerate(reports):
         if i:
@@ -478,20 +534,7 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
         so_far = bool(r.get("so_far"))
         # names come from the job's submitter: shown literally, control characters escaped
         out.write(escape_controls(f"Job {r['job_id']} ({r['name']}) on cluster {r['cluster']}{of}") + "\n")
-        header = [
-            ("user", r["user"]),
-            ("account", r["account"]),
-            ("partition", r["partition"]),
-            ("state", _state_text(r, zone)),
-            ("start", _local(r["start_at"], zone) or "not started"),
-            ("end", _local(r["end_at"], zone) or ("running" if r["start_at"] else "")),
-            ("elapsed", _duration(r["elapsed_seconds"]) + (" so far" if so_far else "")),
-            ("GPUs", f"{r['gpus']}{' x ' + r['gpu_model'] if r['gpu_model'] else ''}"),
-            ("nodes", ",".join(r["nodes"])),
-            ("queue wait", _duration(r["queue_wait_seconds"])),
-            *(host_lines(r) if r["start_at"] else []),
-            *energy_lines(r),
-        ]
+        header = job_header(r, zone)
         for label, value in header:
             out.write(escape_controls(f"  {label:<11} {value}".rstrip()) + "\n")
         if r["gpu_figures"]:
@@ -509,17 +552,22 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
 def job_document(conn: Connection, q: JobQuery) -> list[dict[str, Any]]:
     """Every attempt of the job in the query's scope as attempt_report gives it; [] when there is
     none (a job outside the scope is not found, exactly like one that does not exist)."""
-    from slurmtel.store.efficiency import attempts_efficiency
+    found = _found(conn, q)
+    return [] if found is None else _reports(conn, q, found)
+
+
+# the job's attempts in the query's scope (newest first) and each one's GPU figures
+_Found = tuple["list[AttemptView]", "dict[Any, list[GpuFigures]]"]
+
+
+def _found(conn: Connection, q: JobQuery) -> _Found | None:
     from slurmtel.store.jobview import find_attempts, gpu_figures
 
     attempts = find_attempts(conn, q.jobid, scope=q.scope, clusters=q.clusters)
     if not attempts:
-        return []
+        return None
     _prepare_windows(conn, q, attempts)
-    keys = [a.key for a in attempts]
-    figures = gpu_figures(conn, keys, now=q.now)
-    host = attempts_efficiency(conn, keys, now=q.now)
-    return [attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key), q.pricing) for a in attempts]
+    return attempts, gpu_figures(conn, [a.key for a in attempts], now=q.now)
 
 
 def _prepare_windows(conn: Connection, q: JobQuery, attempts: Sequence[AttemptView]) -> None:
@@ -533,28 +581,70 @@ def _prepare_windows(conn: Connection, q: JobQuery, attempts: Sequence[AttemptVi
         )
 
 
-def job_plot(conn: Connection, q: JobQuery, fmt: str) -> tuple[bytes, bool] | None:
-    """The job's GPU utilisation, memory and power over time as FMT (png, svg, pdf) bytes, and
-    whether any GPU had telemetry; None when the job is not found in the query's scope."""
-    from slurmtel.reports.plot import plot_job, plot_title, utilisation_series
-    from slurmtel.store.jobview import find_attempts, gpu_figures, util_windows
+def _reports(conn: Connection, q: JobQuery, found: _Found) -> list[dict[str, Any]]:
+    from slurmtel.store.efficiency import attempts_efficiency
 
-    now, zone = q.now, q.zone
-    attempts = find_attempts(conn, q.jobid, scope=q.scope, clusters=q.clusters)
-    if not attempts:
+    attempts, figures = found
+    host = attempts_efficiency(conn, [a.key for a in attempts], now=q.now)
+    return [attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key), q.pricing) for a in attempts]
+
+
+def job_page_documents(
+    conn: Connection, q: JobQuery, points: int | None
+) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """job_document and job_timeline (at most POINTS points per GPU) of one read of the job:
+    what the job page shows. None when the job is not found in the query's scope."""
+    found = _found(conn, q)
+    if found is None:
         return None
-    _prepare_windows(conn, q, attempts)
-    figures = gpu_figures(conn, [a.key for a in attempts], now=now)
-    series: list[GpuSeries] = []
+    timeline = job_timeline(conn, q, points=points, found=found)
+    assert timeline is not None
+    return _reports(conn, q, found), timeline
+
+
+def _job_series(
+    conn: Connection, q: JobQuery, points: int | None = None, found: _Found | None = None
+) -> tuple[list[AttemptView], list[tuple[AttemptView, GpuFigures, GpuSeries]]] | None:
+    """The job's attempts and, per mapped GPU of each started attempt (oldest attempt first, in
+    the order gpu_figures gives: per node, as nvidia-smi numbers the GPUs), its series of
+    windows (with POINTS, at most that many per GPU: slices of the attempt, each the highest of
+    its windows); None when the job is not found in the query's scope."""
+    from slurmtel.reports.plot import utilisation_series
+    from slurmtel.store.jobview import util_windows
+
+    found = found or _found(conn, q)
+    if found is None:
+        return None
+    attempts, figures = found
+    series: list[tuple[AttemptView, GpuFigures, GpuSeries]] = []
     for a in sorted(attempts, key=lambda a: a.submit_at):
         if a.start_at is None:
             continue
-        # in the order gpu_figures gives: per node, as nvidia-smi numbers the GPUs
         gpus = [g for g in figures[a.key] if g.mapped and g.gpu_uuid]
-        windows = util_windows(conn, [g.gpu_uuid for g in gpus], start=a.start_at, end=a.end_at or now)
-        points = utilisation_series(windows)
+        end = a.end_at or q.now
+        span = (end - a.start_at).total_seconds()
+        # slices shorter than a sample window would only repeat the windows
+        slice_seconds = span / points if points and span / points > MIN_SLICE_SECONDS else None
+        windows = util_windows(
+            conn, [g.gpu_uuid for g in gpus], start=a.start_at, end=end, slice_seconds=slice_seconds
+        )
+        points_of = utilisation_series(windows)
         for g in gpus:
-            series.append(plot_series(g, points.get(g.gpu_uuid, []), a, several=len(attempts) > 1))
+            series.append((a, g, plot_series(g, points_of.get(g.gpu_uuid, []), a, several=len(attempts) > 1)))
+    return attempts, series
+
+
+def job_plot(conn: Connection, q: JobQuery, fmt: str) -> tuple[bytes, bool] | None:
+    """The job's GPU utilisation, memory and power over time as FMT (png, svg, pdf) bytes, and
+    whether any GPU had telemetry; None when the job is not found in the query's scope."""
+    from slurmtel.reports.plot import plot_job, plot_title
+
+    found = _job_series(conn, q)
+    if found is None:
+        return None
+    attempts, triples = found
+    series = [s for _, _, s in triples]
+    now, zone = q.now, q.zone
     latest = attempts[0]
     running = latest.end_at is None and latest.start_at is not None
     elapsed = (latest.end_at or now) - latest.start_at if latest.start_at else None
@@ -573,6 +663,81 @@ def job_plot(conn: Connection, q: JobQuery, fmt: str) -> tuple[bytes, bool] | No
     buffer = io.BytesIO()
     plot_job(series, buffer, title=title, zone=zone, fmt=fmt, so_far=running)
     return buffer.getvalue(), any(s.points for s in series)
+
+
+# one point of a GPU's timeline (`/v1/jobs/{id}/timeline`, the job page's charts)
+TIMELINE_POINT_COLUMNS = (
+    "window_start_at",
+    "window_seconds",
+    "util_share",
+    "memory_used_bytes",
+    "power_watts",
+)
+# one hardware event on one of the job's GPUs while an attempt ran
+EVENT_COLUMNS = ("event_at", "gpu", "gpu_uuid", "attempt", "event_kind", "event_value", "event_detail")
+
+
+# the smallest slice job_timeline's POINTS makes (the agent's windows are 30 s)
+MIN_SLICE_SECONDS = 60.0
+
+
+def job_timeline(
+    conn: Connection, q: JobQuery, *, points: int | None = None, found: _Found | None = None
+) -> dict[str, Any] | None:
+    """The job's per-GPU windows (utilisation as a share, memory, power) and the XID/ECC events
+    of its GPUs while each attempt ran: what the job page draws, and its JSON. With POINTS, at
+    most that many points per GPU and attempt, each a slice of the attempt holding the highest
+    utilisation, memory and power of its windows. None when the job is not found in the
+    query's scope."""
+    from slurmtel.store.jobview import gpu_events
+
+    series = _job_series(conn, q, points, found)
+    if series is None:
+        return None
+    attempts, triples = series
+    gpus = []
+    events: list[dict[str, Any]] = []
+    for a, g, s in triples:
+        gpus.append(
+            {
+                "attempt": a.attempt_number,
+                "gpu": g.name,
+                "gpu_uuid": g.gpu_uuid,
+                "node": g.node,
+                "idle_gpu": s.idle,
+                "idle_share": s.idle_share,
+                "memory_total_bytes": s.memory_total_bytes,
+                "power_limit_watts": s.power_limit_watts,
+                "start_at": a.start_at,
+                "end_at": a.end_at,
+                "so_far_at": q.now if a.end_at is None else None,
+                "points": [
+                    {
+                        "window_start_at": p.start_at,
+                        "window_seconds": p.seconds,
+                        "util_share": _percent_share(p.util_percent),
+                        "memory_used_bytes": p.memory_used_bytes,
+                        "power_watts": None if p.power_watts is None else round(p.power_watts, 1),
+                    }
+                    for p in s.points
+                ],
+            }
+        )
+
+    for a in attempts:
+        names = {g.gpu_uuid: g.name for b, g, _ in triples if b is a}
+        if a.start_at is None or not names:
+            continue
+        for e in gpu_events(conn, list(names), start=a.start_at, end=a.end_at or q.now):
+            events.append({**e, "gpu": names[e["gpu_uuid"]], "attempt": a.attempt_number})
+    events.sort(key=lambda e: (e["event_at"], e["gpu"]))
+    return {
+        "job_id": attempts[0].job_id,
+        "cluster": attempts[0].cluster,
+        "idle_threshold_share": IDLE_GPU_SHARE,
+        "gpus": gpus,
+        "events": [{c: e.get(c) for c in EVENT_COLUMNS} for e in events],
+    }
 
 
 def write_job(reports: Sequence[Mapping[str, Any]], out: TextIO, fmt: str, zone: tzinfo) -> None:

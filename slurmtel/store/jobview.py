@@ -198,22 +198,42 @@ def gpu_figures(
 
 
 def util_windows(
-    conn: Connection, gpu_uuids: Sequence[str], *, start: datetime, end: datetime
+    conn: Connection,
+    gpu_uuids: Sequence[str],
+    *,
+    start: datetime,
+    end: datetime,
+    slice_seconds: float | None = None,
 ) -> list[UtilWindow]:
-    """The windows of GPU_UUIDS that overlap [START, END): utilisation, memory, power."""
+    """The windows of GPU_UUIDS that overlap [START, END): utilisation, memory, power. With
+    SLICE_SECONDS, one row per GPU, source and slice of that length from START instead: the
+    highest utilisation, memory and power of the windows starting in it (a spike stays
+    visible), the slice's start and length; a slice without windows has no row."""
     if not gpu_uuids:
         return []
-    rows = conn.execute(
-        text(
-            """
+    params = {"uuids": list(gpu_uuids), "start": start, "end": end}
+    if slice_seconds is None:
+        sql = """
             SELECT gpu_uuid, window_start_at, window_seconds, util_mean_percent, source,
                    memory_used_max_bytes, power_mean_watts
             FROM slurmtel_gpu_windows(CAST(:uuids AS text[]), CAST(:start AS timestamptz), CAST(:end AS timestamptz))
             ORDER BY gpu_uuid, window_start_at, source
             """
-        ),
-        {"uuids": list(gpu_uuids), "start": start, "end": end},
-    )
+    else:
+        params["slice"] = slice_seconds
+        sql = """
+            SELECT gpu_uuid, CAST(:start AS timestamptz) + make_interval(secs => k * :slice) AS window_start_at,
+                   CAST(:slice AS double precision) AS window_seconds, max(util_mean_percent) AS util_mean_percent,
+                   source, max(memory_used_max_bytes) AS memory_used_max_bytes,
+                   max(power_mean_watts) AS power_mean_watts
+            FROM (
+                SELECT w.*, GREATEST(floor(extract(epoch FROM w.window_start_at - CAST(:start AS timestamptz)) / :slice), 0) AS k
+                FROM slurmtel_gpu_windows(CAST(:uuids AS text[]), CAST(:start AS timestamptz), CAST(:end AS timestamptz)) w
+            ) sliced
+            GROUP BY gpu_uuid, source, k
+            ORDER BY gpu_uuid, k, source
+            """
+    rows = conn.execute(text(sql), params)
     return [
         UtilWindow(
             gpu_uuid=r.gpu_uuid,
@@ -226,6 +246,74 @@ def util_windows(
         )
         for r in rows
     ]
+
+
+def gpu_events(
+    conn: Connection, gpu_uuids: Sequence[str], *, start: datetime, end: datetime
+) -> list[dict[str, Any]]:
+    """The XID and ECC events of GPU_UUIDS in [START, END), oldest first."""
+    if not gpu_uuids:
+        return []
+    rows = conn.execute(
+        text(
+            """
+            SELECT at, gpu_uuid, node, kind, value, detail FROM gpu_event
+            WHERE gpu_uuid = ANY(CAST(:uuids AS text[])) AND at >= :start AND at < :end
+            ORDER BY at, gpu_uuid, kind
+            """
+        ),
+        {"uuids": list(gpu_uuids), "start": start, "end": end},
+    )
+    return [
+        {
+            "event_at": r.at,
+            "gpu_uuid": r.gpu_uuid,
+            "node": r.node,
+            "event_kind": r.kind,
+            "event_value": int(r.value),
+            "event_detail": r.detail,
+        }
+        for r in rows
+    ]
+
+
+def running_gpus_in_scope(
+    conn: Connection, *, scope: Scope, now: datetime, running_states: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Every GPU attribution mapped to a running attempt in SCOPE at NOW (one row per attempt
+    and GPU: the attempt's job, user, account, partition, start and GPUs, the GPU's node, UUID
+    and index), by start then job."""
+    rows = conn.execute(
+        text(
+            """
+            WITH running AS MATERIALIZED (
+                SELECT a.cluster, a.job_id_raw, a.submit_at, a.job_id, a.name, a.user_name, a.account,
+                       a.partition, a.start_at, a.alloc_gpus
+                FROM job_attempt a
+                WHERE a.end_at IS NULL AND a.start_at IS NOT NULL AND a.start_at <= CAST(:now AS timestamptz)
+                  AND a.alloc_gpus > 0 AND a.state = ANY(CAST(:running AS text[]))
+                  AND slurmtel_in_scope(a.user_name, a.account, :scope_all, :scope_users, :scope_accounts)
+            ),
+            gpus AS (
+                SELECT DISTINCT g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid
+                FROM gpu_attribution g JOIN running r USING (cluster, job_id_raw, submit_at)
+                WHERE g.mapping <> 'unmapped' AND g.gpu_uuid <> ''
+            ),
+            indices AS (
+                SELECT DISTINCT ON (i.node, i.gpu_uuid) i.node, i.gpu_uuid, i.gpu_index
+                FROM gpu_inventory i WHERE i.gpu_uuid IN (SELECT gpu_uuid FROM gpus)
+                ORDER BY i.node, i.gpu_uuid, i.last_seen_at DESC
+            )
+            SELECT r.cluster, r.job_id, r.name, r.user_name, r.account, r.partition, r.start_at, r.alloc_gpus,
+                   g.node, g.gpu_uuid, inv.gpu_index
+            FROM running r JOIN gpus g USING (cluster, job_id_raw, submit_at)
+            LEFT JOIN indices inv ON inv.node = g.node AND inv.gpu_uuid = g.gpu_uuid
+            ORDER BY r.start_at, r.cluster, r.job_id_raw, g.node, inv.gpu_index, g.gpu_uuid
+            """
+        ),
+        {"now": now, "running": list(running_states), **scope.sql_params()},
+    ).mappings()
+    return [dict(r) for r in rows]
 
 
 # --------------------------------------------------------------------------------- slurmtel me
