@@ -317,6 +317,14 @@ class AgentConfig:
     # where class/infiniband/*/ports/*/counters and hw_counters are read (InfiniBand/RoCE
     # port counters, once per summary window)
     sysfs_root: str = "/sys"
+    # where Slurm's job cgroups are read each round (v2 system.slice/slurmstepd.scope/job_*,
+    # v1 <controller>/slurm/uid_*/job_*): the jobs' IO, CPU, memory peak and pressure stalls
+    cgroup_root: str = "/sys/fs/cgroup"
+    # read the host side of jobs and GPUs (job cgroups, GPU throttle reasons, PCIe throughput)
+    host_signals: bool = True
+    # NVML samples PCIe throughput over 20 ms a call: read it every this many rounds (the
+    # reading is held in between)
+    pcie_sample_every: int = 5
     # node name the agent reports; "" = the short hostname
     node_name: str = ""
     # file holding the token /v1/* requests need ("Authorization: Bearer <token>"); "" = the
@@ -1008,6 +1016,8 @@ def _validate_agent(agent: AgentConfig) -> None:
         raise ConfigError("agent.port must be between 0 and 65535")
     if agent.sample_interval_seconds <= 0:
         raise ConfigError("agent.sample_interval_seconds must be positive")
+    if agent.pcie_sample_every < 1:
+        raise ConfigError("agent.pcie_sample_every must be at least 1")
     if agent.summary_window_seconds < 2 * agent.sample_interval_seconds:
         raise ConfigError("agent.summary_window_seconds must be at least two sample intervals")
     if agent.summary_window_seconds > 3600:

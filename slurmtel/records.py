@@ -618,7 +618,8 @@ class JobHostWindow:
 
 @dataclass(frozen=True, slots=True)
 class GpuHostWindow:
-    """One GPU's PCIe and NVLink traffic and clock-throttle time during one summary window.
+    """One GPU's PCIe traffic and clock-throttle time during one summary window (its NVLink
+    traffic per window is NvlinkCounters, read with the fabric).
 
     Natural key: (node, gpu_uuid, window_start_at). Throttle seconds are covered seconds in
     which NVML's clocks-event reasons held that reason (power cap: SW power cap or HW power
@@ -631,8 +632,6 @@ class GpuHostWindow:
     window_seconds: float
     pcie_tx_bytes: int | None = None
     pcie_rx_bytes: int | None = None
-    nvlink_tx_bytes: int | None = None
-    nvlink_rx_bytes: int | None = None
     throttle_power_seconds: float | None = None
     throttle_thermal_seconds: float | None = None
     throttle_hw_slowdown_seconds: float | None = None
