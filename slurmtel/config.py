@@ -244,6 +244,24 @@ class NcclSourceConfig:
 
 
 @dataclass(frozen=True)
+class LustreSourceConfig:
+    """[sources.lustre]: Lustre jobstats, read on the head (or an admin node) per job."""
+
+    enabled: bool = False
+    interval_seconds: int = 60
+    # the command whose output is the jobstats (run without a shell); its stdout is read
+    command: list[str] = field(
+        default_factory=lambda: ["lctl", "get_param", "obdfilter.*.job_stats", "mdt.*.job_stats"]
+    )
+    # or a file a site's own job writes (e.g. from every OSS by pdsh); read instead of the command
+    path: str = ""
+    timeout_seconds: int = 60
+    # a regular expression (Python) whose first group is the Slurm job id in a jobstats name:
+    # jobid_var=SLURM_JOB_ID gives "1234"; jobid_name="SLURM_JOB%j:%u:%H" gives "SLURM_JOB1234:..."
+    job_pattern: str = r"^(?:SLURM_JOB)?(\d+)(?:$|[:.@])"
+
+
+@dataclass(frozen=True)
 class SourcesConfig:
     sacct: SacctSourceConfig = field(default_factory=SacctSourceConfig)
     slurmctld: SlurmctldSourceConfig = field(default_factory=SlurmctldSourceConfig)
@@ -251,6 +269,7 @@ class SourcesConfig:
     agent: AgentSourceConfig = field(default_factory=AgentSourceConfig)
     nccl: NcclSourceConfig = field(default_factory=NcclSourceConfig)
     prometheus: PrometheusSourceConfig = field(default_factory=PrometheusSourceConfig)
+    lustre: LustreSourceConfig = field(default_factory=LustreSourceConfig)
 
 
 @dataclass(frozen=True)
@@ -1164,6 +1183,20 @@ def _validate_budgets(chargeback: ChargebackConfig) -> None:
             )
 
 
+def _validate_lustre(lustre: LustreSourceConfig) -> None:
+    for name in ("interval_seconds", "timeout_seconds"):
+        if getattr(lustre, name) <= 0:
+            raise ConfigError(f"sources.lustre.{name} must be positive")
+    if not lustre.command and not lustre.path:
+        raise ConfigError("sources.lustre: set command or path")
+    try:
+        pattern = re.compile(lustre.job_pattern)
+    except re.error as exc:
+        raise ConfigError(f"sources.lustre.job_pattern is not a regular expression: {exc}") from exc
+    if pattern.groups < 1:
+        raise ConfigError("sources.lustre.job_pattern needs a group: the job id")
+
+
 def _validate_nccl(nccl: NcclSourceConfig) -> None:
     for name in ("interval_seconds", "lookback_seconds", "max_log_bytes"):
         if getattr(nccl, name) <= 0:
@@ -1336,6 +1369,7 @@ def _validated(config: Config) -> Config:
             if getattr(getattr(config.sources, source), name) <= 0:
                 raise ConfigError(f"sources.{source}.{name} must be positive")
     _validate_nccl(config.sources.nccl)
+    _validate_lustre(config.sources.lustre)
     _validate_prometheus(config.sources.prometheus)
     _validate_fabric(config.fabric)
     for source in ("dcgm", "agent"):
