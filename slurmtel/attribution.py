@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 
 from slurmtel.config import Config
 from slurmtel.store.attribution import (
+    CauseThresholds,
     Recomputed,
     get_watermark,
     mark_batches,
@@ -65,7 +66,18 @@ def run_attribution(
         )
         refresh_job_spans(conn, selection, everything=full)
         done = (
-            recompute_dirty(conn, timezone=config.timezone_name, full=full)
+            recompute_dirty(
+                conn,
+                timezone=config.timezone_name,
+                full=full,
+                causes=CauseThresholds(
+                    io_pressure_share=config.idle_causes.io_pressure_share,
+                    io_bytes_per_second=config.idle_causes.io_bytes_per_second,
+                    network_bytes_per_second=config.idle_causes.network_bytes_per_second,
+                    cpu_saturated_share=config.idle_causes.cpu_saturated_share,
+                    cpu_pressure_share=config.idle_causes.cpu_pressure_share,
+                ),
+            )
             if selection.attempts
             else Recomputed(0, 0, 0)
         )

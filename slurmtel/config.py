@@ -303,6 +303,33 @@ class AttributionConfig:
 
 
 @dataclass(frozen=True)
+class IdleCausesConfig:
+    """[idle_causes]: when an idle GPU-second is blamed on storage, network or CPUs
+    (docs/idle-causes.md argues the defaults)."""
+
+    # the job's IO pressure (PSI io "some": share of the window a task of the job stalled on
+    # block IO) at or above this share of the window is storage_wait
+    io_pressure_share: float = 0.10
+    # or the job's block IO (read + written, its cgroup on the node) at or above this rate
+    io_bytes_per_second: float = 500e6
+    # a multi-node job whose node moved at least this many bytes per second over its
+    # InfiniBand/RoCE ports (sent + received) while its GPU idled is network_wait
+    network_bytes_per_second: float = 1e9
+    # the job's CPU time at or above this share of its CPUs x window is cpu_bound ...
+    cpu_saturated_share: float = 0.90
+    # ... or its CPU pressure (PSI cpu "some") at or above this share of the window
+    cpu_pressure_share: float = 0.50
+    # checkpoints: a window in which the job wrote at least this many bytes (block IO on its
+    # nodes) while its GPUs' mean utilisation fell below checkpoint_dip_percent ...
+    checkpoint_write_bytes: int = 1_000_000_000
+    checkpoint_dip_percent: float = 20.0
+    # ... starts or continues an episode; windows this many windows apart join one episode
+    checkpoint_merge_windows: int = 2
+    # start-up: from the job's start until its GPUs' mean utilisation first reaches this
+    startup_active_percent: float = 20.0
+
+
+@dataclass(frozen=True)
 class AccessConfig:
     # unix users who see everything (root always does); Slurm AdminLevel is not consulted
     admins: list[str] = field(default_factory=lambda: ["root", "slurm"])
@@ -623,6 +650,7 @@ class Config:
     outcomes: OutcomeConfig = field(default_factory=OutcomeConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
+    idle_causes: IdleCausesConfig = field(default_factory=IdleCausesConfig)
     access: AccessConfig = field(default_factory=AccessConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -1183,6 +1211,20 @@ def _validate_budgets(chargeback: ChargebackConfig) -> None:
             )
 
 
+def _validate_idle_causes(causes: IdleCausesConfig) -> None:
+    for name in ("io_pressure_share", "cpu_saturated_share", "cpu_pressure_share"):
+        if not 0 < getattr(causes, name) <= 1:
+            raise ConfigError(f"idle_causes.{name} must be a share in (0, 1]")
+    for name in ("io_bytes_per_second", "network_bytes_per_second", "checkpoint_write_bytes"):
+        if getattr(causes, name) <= 0:
+            raise ConfigError(f"idle_causes.{name} must be positive")
+    for name in ("checkpoint_dip_percent", "startup_active_percent"):
+        if not 0 < getattr(causes, name) <= 100:
+            raise ConfigError(f"idle_causes.{name} must be a percentage in (0, 100]")
+    if causes.checkpoint_merge_windows < 1:
+        raise ConfigError("idle_causes.checkpoint_merge_windows must be at least 1")
+
+
 def _validate_lustre(lustre: LustreSourceConfig) -> None:
     for name in ("interval_seconds", "timeout_seconds"):
         if getattr(lustre, name) <= 0:
@@ -1370,6 +1412,7 @@ def _validated(config: Config) -> Config:
                 raise ConfigError(f"sources.{source}.{name} must be positive")
     _validate_nccl(config.sources.nccl)
     _validate_lustre(config.sources.lustre)
+    _validate_idle_causes(config.idle_causes)
     _validate_prometheus(config.sources.prometheus)
     _validate_fabric(config.fabric)
     for source in ("dcgm", "agent"):

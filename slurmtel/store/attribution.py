@@ -163,7 +163,9 @@ _ROW_VALUES = (
 _ROW_KEY = ("cluster", "job_id_raw", "submit_at", "node", "gpu_uuid", "day")
 
 
-def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> Recomputed:
+def recompute_dirty(
+    conn: Connection, *, timezone: str, full: bool = False, causes: CauseThresholds | None = None
+) -> Recomputed:
     """Bring the gpu_attribution rows of every attempt in dirty_attempt up to date.
 
     Two grains (migration 0014): gpu_attribution_part holds per attempt x node x GPU x slice
@@ -306,26 +308,29 @@ def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> R
     # through the index, attempt by attempt: a hash join would read every attempt's slices
     conn.execute(text("SET LOCAL enable_hashjoin = off"))
     conn.execute(text("SET LOCAL enable_mergejoin = off"))
-    conn.execute(
-        text(
-            """
-            DELETE FROM gpu_attribution_part g USING dirty_attempt d
-            WHERE g.cluster = d.cluster AND g.job_id_raw = d.job_id_raw AND g.submit_at = d.submit_at
-              AND (d.from_at IS NULL OR (
-                  g.day >= d.from_day
-                  AND least(g.hour_at + interval '1 hour', CAST(g.day + 1 AS timestamp) AT TIME ZONE CAST(:tz AS text))
-                      > d.from_at))
-            """
-        ),
-        {"tz": timezone},
-    )
+    for table in ("gpu_attribution_part", "idle_cause_part"):
+        conn.execute(
+            text(
+                f"""
+                DELETE FROM {table} g USING dirty_attempt d
+                WHERE g.cluster = d.cluster AND g.job_id_raw = d.job_id_raw AND g.submit_at = d.submit_at
+                  AND (d.from_at IS NULL OR (
+                      g.day >= d.from_day
+                      AND least(g.hour_at + interval '1 hour',
+                                CAST(g.day + 1 AS timestamp) AT TIME ZONE CAST(:tz AS text))
+                          > d.from_at))
+                """
+            ),
+            {"tz": timezone},
+        )
     conn.execute(text("RESET enable_hashjoin"))
     conn.execute(text("RESET enable_mergejoin"))
     # the planner cannot count the rows of the CTEs below and joined them in nested loops,
     # rows x rows (2.8 s of a 4.2 s run at 2,500 GPUs, growing with the square); the lateral
     # reads stay nested loops, the only plan they have
     conn.execute(text("SET LOCAL enable_nestloop = off"))
-    slices, windows = conn.execute(
+    thresholds = causes or CauseThresholds()
+    slices, windows, _ = conn.execute(
         text(
             f"""
             WITH {_SEGMENTS},
@@ -334,7 +339,7 @@ def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> R
             -- again for every window read; ordered, so that the sort below is one per segment)
             gpu_segments AS (
                 SELECT s.cluster, s.job_id_raw, s.submit_at, s.node, s.day, s.day_hi, s.from_at,
-                       s.seg_start, s.seg_end, m.gpu_uuid,
+                       s.seg_start, s.seg_end, m.gpu_uuid, s.node_count,
                        CASE WHEN s.from_at IS NULL THEN s.seg_start
                             ELSE greatest(s.seg_start,
                                           date_trunc('hour', s.from_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')
@@ -346,7 +351,7 @@ def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> R
             ),
             read AS (
                 SELECT gs.cluster, gs.job_id_raw, gs.submit_at, gs.node, gs.gpu_uuid, gs.day, gs.day_hi,
-                       gs.from_at, gs.seg_start, gs.seg_end, gs.read_start, w.*,
+                       gs.from_at, gs.seg_start, gs.seg_end, gs.read_start, gs.node_count, w.*,
                        w.window_start_at + make_interval(secs => w.window_seconds) AS window_end_at
                 FROM gpu_segments gs
                 JOIN LATERAL (
@@ -401,11 +406,19 @@ def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> R
                 FROM ordered
                 GROUP BY cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at
                 RETURNING windows
+            ),{_CAUSES},
+            causes_written AS (
+                INSERT INTO idle_cause_part (cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at,
+                    {_CAUSE_COLUMNS})
+                SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at, {_CAUSE_SUMS}
+                FROM classified
+                GROUP BY cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at
+                RETURNING 1
             )
-            SELECT count(*), coalesce(sum(windows), 0) FROM written
+            SELECT count(*), coalesce(sum(windows), 0), (SELECT count(*) FROM causes_written) FROM written
             """
         ),
-        {"tz": timezone},
+        {"tz": timezone, **thresholds.params()},
     ).one()
     # the day rows from from_day on, built from the slices
     conn.execute(
@@ -535,11 +548,13 @@ def recompute_dirty(conn: Connection, *, timezone: str, full: bool = False) -> R
 _SEGMENTS = """
             node_share AS (
                 SELECT d.cluster, d.job_id_raw, d.submit_at, n.node, d.start_at, d.end_eff, d.from_at,
-                       d.from_day, CAST(d.alloc_gpus AS float8) / cardinality(d.nodes) AS gpus_on_node
+                       d.from_day, CAST(d.alloc_gpus AS float8) / cardinality(d.nodes) AS gpus_on_node,
+                       cardinality(d.nodes) AS node_count
                 FROM dirty_attempt d CROSS JOIN LATERAL unnest(d.nodes) AS n(node)
             ),
             segments AS (
-                SELECT ns.cluster, ns.job_id_raw, ns.submit_at, ns.node, ns.gpus_on_node, ns.from_at, dd.day,
+                SELECT ns.cluster, ns.job_id_raw, ns.submit_at, ns.node, ns.gpus_on_node, ns.node_count,
+                       ns.from_at, dd.day,
                        dd.hi AS day_hi,
                        greatest(ns.start_at, dd.lo) AS seg_start, least(ns.end_eff, dd.hi) AS seg_end
                 FROM node_share ns
@@ -609,3 +624,82 @@ def mark_batches(conn: Connection, batch_ids: list[int]) -> None:
             ),
             {"ids": batch_ids},
         )
+
+
+# ---------------------------------------------------------------- idle GPU-seconds by cause
+
+CAUSES = (
+    "no_process",
+    "hardware",
+    "storage_wait",
+    "network_wait",
+    "cpu_bound",
+    "idle_unexplained",
+    "unmeasured",
+)
+_CAUSE_COLUMNS = ", ".join(f"{c}_seconds" for c in CAUSES)
+# per slice: no_process is the idle time without a process; the rest of a window's idle time
+# goes to its window's one cause
+_CAUSE_SUMS = ",\n".join(
+    ["coalesce(sum(f * np_w), 0)"]
+    + [f"coalesce(sum(f * (idle_w - np_w)) FILTER (WHERE cause = '{c}'), 0)" for c in CAUSES[1:]]
+)
+
+
+@dataclass(frozen=True)
+class CauseThresholds:
+    """config.idle_causes as the attribution SQL reads it."""
+
+    io_pressure_share: float = 0.10
+    io_bytes_per_second: float = 500e6
+    network_bytes_per_second: float = 1e9
+    cpu_saturated_share: float = 0.90
+    cpu_pressure_share: float = 0.50
+
+    def params(self) -> dict[str, float]:
+        return {f"c_{k}": float(v) for k, v in self.__dict__.items()}
+
+
+# Each window read into a slice, with the one cause of its idle time beyond no-process, by
+# precedence (docs/idle-causes.md): hardware (an XID or double-bit ECC event on the GPU, or
+# NVML's HW-slowdown throttle, in the window) > unmeasured (no cgroup window of the job on the
+# node: the host side is not known) > storage_wait (the job's IO pressure or block IO over the
+# thresholds) > network_wait (a multi-node job whose node's fabric ports were busy) >
+# cpu_bound (the job's CPUs saturated, or CPU pressure) > idle_unexplained.
+_CAUSES = """
+            classified AS (
+                SELECT o.cluster, o.job_id_raw, o.submit_at, o.node, o.gpu_uuid, o.day, o.hour_at, o.f,
+                       least(o.idle_seconds, o.covered_seconds) AS idle_w,
+                       least(coalesce(o.no_process_seconds, 0), o.idle_seconds, o.covered_seconds) AS np_w,
+                       CASE
+                           WHEN coalesce(gh.throttle_hw_slowdown_seconds, 0) > 0 OR EXISTS (
+                               SELECT 1 FROM gpu_event e
+                               WHERE e.gpu_uuid = o.gpu_uuid AND e.kind IN ('xid', 'ecc_double_bit')
+                                 AND e.at >= o.window_start_at AND e.at < o.window_end_at)
+                               THEN 'hardware'
+                           WHEN jh.window_seconds IS NULL THEN 'unmeasured'
+                           WHEN coalesce(jh.io_some_stall_seconds, 0) >= :c_io_pressure_share * jh.window_seconds
+                             OR coalesce(jh.read_bytes, 0) + coalesce(jh.write_bytes, 0)
+                                >= :c_io_bytes_per_second * jh.window_seconds
+                               THEN 'storage_wait'
+                           WHEN o.node_count > 1 AND coalesce((
+                               SELECT sum(coalesce((p.deltas ->> 'port_xmit_data')::float8, 0)
+                                          + coalesce((p.deltas ->> 'port_rcv_data')::float8, 0)) * 4
+                               FROM fabric_port_window p
+                               WHERE p.node = o.node AND p.window_start_at = o.window_start_at), 0)
+                                >= :c_network_bytes_per_second * o.window_seconds
+                               THEN 'network_wait'
+                           WHEN (jh.cpus > 0 AND coalesce(jh.cpu_usage_seconds, 0)
+                                    >= :c_cpu_saturated_share * jh.cpus * jh.window_seconds)
+                             OR coalesce(jh.cpu_some_stall_seconds, 0) >= :c_cpu_pressure_share * jh.window_seconds
+                               THEN 'cpu_bound'
+                           ELSE 'idle_unexplained'
+                       END AS cause
+                FROM ordered o
+                LEFT JOIN job_host_window jh
+                  ON jh.node = o.node AND jh.job_id = CAST(o.job_id_raw AS text)
+                 AND jh.window_start_at = o.window_start_at
+                LEFT JOIN gpu_host_window gh
+                  ON gh.gpu_uuid = o.gpu_uuid AND gh.window_start_at = o.window_start_at
+                WHERE o.idle_seconds > 0
+            )"""

@@ -152,3 +152,132 @@ def _group_values(r: Any) -> dict[str, Any]:
 def _mean_util(r: Any) -> float | None:
     # util_weighted_sum is Σ covered seconds × util percent
     return share(float(r["util_weighted"] or 0) / 100, r["covered"], places=4)
+
+
+# ---------------------------------------------------------------- idle GPU time by cause
+
+CAUSES = (
+    "no_process",
+    "hardware",
+    "storage_wait",
+    "network_wait",
+    "cpu_bound",
+    "idle_unexplained",
+    "unmeasured",
+)
+# the column each cause is reported in
+CAUSE_COLUMNS = {
+    "no_process": "no_process_gpu_seconds",
+    "hardware": "idle_hardware_gpu_seconds",
+    "storage_wait": "idle_storage_wait_gpu_seconds",
+    "network_wait": "idle_network_wait_gpu_seconds",
+    "cpu_bound": "idle_cpu_bound_gpu_seconds",
+    "idle_unexplained": "idle_unexplained_gpu_seconds",
+    "unmeasured": "idle_unmeasured_gpu_seconds",
+}
+_RAW = ", ".join(f"sum({c}_seconds) AS raw_{c}" for c in CAUSES)
+_RAW_COLUMNS = ", ".join(f"p.raw_{c}" for c in CAUSES)
+_RAW_TOTAL = " + ".join(f"coalesce(raw_{c}, 0)" for c in CAUSES)
+# each GPU-day's idle time (as report idle counts it) split in the proportions of its causes;
+# a GPU-day without cause rows (windows from before issue 26, DCGM's) splits into its
+# no-process time and unmeasured
+_SCALED = ",\n".join(
+    f"sum(CASE WHEN raw_total > 0 THEN idle * coalesce(raw_{c}, 0) / raw_total "
+    + (
+        "ELSE least(no_process, idle) END)"
+        if c == "no_process"
+        else "ELSE greatest(0, idle - least(no_process, idle)) END)"
+        if c == "unmeasured"
+        else "ELSE 0 END)"
+    )
+    + f" AS {c}"
+    for c in CAUSES
+)
+
+
+def idle_cause_rows(
+    conn: Connection,
+    *,
+    first_day: date,
+    last_day: date,
+    scope: Scope,
+    job_filter: JobFilter | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Idle GPU time split by cause: per cause (by_cause), and per account, user and partition
+    with a column per cause. Each group's causes add up to the idle GPU time `report idle`
+    gives it (the same gpu_attribution rows, × gpu_fraction; rounding residue to its largest)."""
+    sql = f"""
+        WITH parts AS (
+            SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day, {_RAW}
+            FROM idle_cause_part
+            WHERE day >= :first_day AND day <= :last_day
+            GROUP BY cluster, job_id_raw, submit_at, node, gpu_uuid, day
+        ),
+        gpu_days AS (
+            SELECT a.cluster, a.account, a.user_name, a.partition,
+                   g.idle_seconds * g.gpu_fraction AS idle,
+                   g.no_process_seconds * g.gpu_fraction AS no_process,
+                   {_RAW_COLUMNS}, {_RAW_TOTAL} AS raw_total
+            FROM gpu_attribution g
+            JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
+            LEFT JOIN parts p USING (cluster, job_id_raw, submit_at, node, gpu_uuid, day)
+            WHERE g.day >= :first_day AND g.day <= :last_day AND g.idle_seconds > 0
+              AND slurmtel_in_scope(a.user_name, a.account, :scope_all, :scope_users, :scope_accounts)
+              AND slurmtel_job_filter(a.cluster, a.account, a.user_name, a.partition,
+                                      :f_accounts, :f_users, :f_partitions, :f_clusters)
+        )
+        SELECT CASE WHEN grouping(account) = 0 THEN 'by_account'
+                    WHEN grouping(user_name) = 0 THEN 'by_user'
+                    WHEN grouping(partition) = 0 THEN 'by_partition' ELSE 'by_cause' END AS section,
+               cluster, coalesce(account, user_name, partition) AS grp, sum(idle) AS idle, {_SCALED}
+        FROM gpu_days
+        GROUP BY GROUPING SETS ((cluster, account), (cluster, user_name), (cluster, partition), (cluster))
+    """
+    sections: dict[str, list[dict[str, Any]]] = {
+        "by_cause": [],
+        "by_account": [],
+        "by_user": [],
+        "by_partition": [],
+    }
+    no_jit(conn)
+    for r in conn.execute(
+        text(sql), params(scope, job_filter, first_day=first_day, last_day=last_day)
+    ).mappings():
+        idle = as_seconds(r["idle"])
+        parts = _exact_parts(idle, {c: float(r[c] or 0) for c in CAUSES})
+        if r["section"] == "by_cause":
+            for cause in CAUSES:
+                sections["by_cause"].append(
+                    {
+                        "cluster": r["cluster"],
+                        "idle_cause": cause,
+                        "idle_gpu_seconds": parts[cause],
+                        "idle_cause_share": share(parts[cause], idle),
+                    }
+                )
+            continue
+        key = r["section"].removeprefix("by_")
+        sections[r["section"]].append(
+            {
+                "cluster": r["cluster"],
+                key: r["grp"],
+                "idle_gpu_seconds": idle,
+                **{CAUSE_COLUMNS[c]: parts[c] for c in CAUSES},
+            }
+        )
+    for name in ("by_account", "by_user", "by_partition"):
+        key = name.removeprefix("by_")
+        sections[name].sort(key=lambda g: (g["cluster"], -g["idle_gpu_seconds"], g[key]))
+    sections["by_cause"].sort(key=lambda g: (g["cluster"], CAUSES.index(g["idle_cause"])))
+    return sections
+
+
+def _exact_parts(total: int | float, raw: dict[str, float]) -> dict[str, int | float]:
+    """RAW rounded as report seconds, the rounding residue given to the largest part, so the
+    parts add up to TOTAL exactly as printed."""
+    parts = {c: as_seconds(v) for c, v in raw.items()}
+    residue = round(float(total) - sum(float(v) for v in parts.values()), 3)
+    if residue and parts:
+        largest = max(parts, key=lambda c: (float(parts[c]), -CAUSES.index(c)))
+        parts[largest] = as_seconds(round(float(parts[largest]) + residue, 3))
+    return parts
