@@ -31,6 +31,7 @@ from slurmtel.store.attribution import (
     select_dirty_attempts,
     set_watermark,
 )
+from slurmtel.store.hostside import CheckpointThresholds, refresh_checkpoints
 from slurmtel.store.locks import ATTRIBUTION_LOCK_KEY, advisory_xact_lock
 from slurmtel.store.retry_links import refresh_retry_links
 from slurmtel.store.samples import sample_store
@@ -88,6 +89,18 @@ def run_attribution(
             overlap_seconds=config.attribution.overlap_seconds,
             full=full,
         )
+        if selection.attempts:
+            causes = config.idle_causes
+            refresh_checkpoints(
+                conn,
+                CheckpointThresholds(
+                    write_bytes=causes.checkpoint_write_bytes,
+                    dip_percent=causes.checkpoint_dip_percent,
+                    merge_windows=causes.checkpoint_merge_windows,
+                    startup_active_percent=causes.startup_active_percent,
+                ),
+                now,
+            )
         mark_batches(conn, selection.batches)
         packed = sample_store().after_attribution(conn, now=now) if pack else 0
         if selection.max_updated_at is not None:

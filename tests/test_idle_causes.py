@@ -114,3 +114,51 @@ def test_each_idle_second_in_its_planted_cause(engine: Engine, config: Config) -
         again = idle_cause_rows(conn, first_day=day, last_day=day, scope=EVERYTHING)
         assert conn.execute(text("SELECT count(*) FROM idle_cause_part")).scalar_one() == parts
     assert again == causes
+
+
+def test_checkpoint_episodes_and_startup_in_job_view(engine: Engine, config: Config) -> None:
+    """A job that restores for 2 windows (reads 5 GB, GPU idle), trains, checkpoints twice (3 GB
+    written over windows 6-7 with its GPU idle, then 2 GB at window 14): 2 episodes, 90 GPU-s."""
+    import io
+    from zoneinfo import ZoneInfo
+
+    from slurmtel.access import Identity, Role
+    from slurmtel.reports.researcher import job_document, job_query, write_job_text
+
+    n = 20
+    busy = set(range(2, n)) - {6, 7, 14}
+    job = attempt(
+        job_id_raw=71, nodes=("gpu01",), alloc_gpus=1, start_at=T0, end_at=T0 + timedelta(seconds=n * W)
+    )
+    gpu = windows("GPU-71", T0, n, busy=busy, job="71")
+    writes = {6: 1_500_000_000, 7: 1_500_000_000, 14: 2_000_000_000}
+    hosts = [
+        host("71", i, read_bytes=2_500_000_000 if i < 2 else 0, write_bytes=writes.get(i, 0),
+             io_some_stall_seconds=12.0 if i in writes or i < 2 else 0.0)
+        for i in range(n)
+    ]  # fmt: skip
+    with engine.begin() as conn:
+        write_attempts(conn, [job])
+        write_inventory(conn, inventory("gpu01", ["GPU-71"]), source="agent")
+        write_summaries(conn, gpu, source="agent", node="gpu01")
+        write_job_host_windows(conn, hosts)
+    now = T0 + timedelta(hours=1)
+    run_attribution(engine, config, now=now)
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT * FROM job_checkpoint WHERE job_id_raw = 71")).mappings().one()
+        query = job_query(Identity("root", Role.ADMIN), "71", clusters=(), now=now, zone=ZoneInfo("UTC"))
+        (report,) = job_document(conn, query)
+    assert (stored["episodes"], stored["checkpoint_gpu_seconds"], stored["checkpoint_write_bytes"]) == (
+        2, 3 * W, 5_000_000_000,
+    )  # fmt: skip
+    assert (stored["startup_seconds"], stored["startup_read_bytes"]) == (2 * W, 5_000_000_000)
+    # the job view says the same, and why its GPUs idled: all of it waiting on storage
+    assert report["checkpoint_episodes"] == 2 and report["startup_seconds"] == 2 * W
+    causes = {c["idle_cause"]: c["idle_gpu_seconds"] for c in report["idle_by_cause"]}
+    assert causes["storage_wait"] == 5 * W and sum(causes.values()) == 5 * W
+    out = io.StringIO()
+    write_job_text([report], out, ZoneInfo("UTC"))
+    text_out = out.getvalue()
+    assert "idle cause  storage_wait 100 % of idle GPU time (estimate)" in text_out
+    assert "checkpoints 2 episode(s), GPUs idle 00:01:30" in text_out
+    assert "start-up    00:01:00 until the GPUs first worked" in text_out

@@ -314,6 +314,7 @@ class ReadApi:
             now=self.clock(),
             zone=self.config.zone,
             pricing=self.config.chargeback,
+            causes=self.config.idle_causes,
         )
 
     def me(self, request: Request) -> Response:

@@ -87,7 +87,13 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
         identity = common.current_identity(config)  # looked up at call time (tests replace it)
         with open_reader(config) as (conn, now):
             query = job_query(
-                identity, args.jobid, clusters=clusters, now=now, zone=config.zone, pricing=config.chargeback
+                identity,
+                args.jobid,
+                clusters=clusters,
+                now=now,
+                zone=config.zone,
+                pricing=config.chargeback,
+                causes=config.idle_causes,
             )
             reports = job_document(conn, query)
             plot = job_plot(conn, query, fmt) if fmt and reports else None

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from slurmtel.access import Action, Identity, Scope, allowed
 from slurmtel.bounds import check_count, check_name
-from slurmtel.config import ChargebackConfig
+from slurmtel.config import ChargebackConfig, IdleCausesConfig
 from slurmtel.errors import AccessDenied, ConfigError
 from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise, duration_text
 from slurmtel.reports.render import escape_controls, render
@@ -46,6 +46,8 @@ class JobQuery:
     scope: Scope
     # price per kWh and grid carbon intensity ([chargeback]): the GPUs' energy as money and CO2e
     pricing: ChargebackConfig | None = None
+    # [idle_causes]: the checkpoint and start-up thresholds
+    causes: IdleCausesConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,10 @@ def job_query(
     now: datetime,
     zone: tzinfo,
     pricing: ChargebackConfig | None = None,
+    causes: IdleCausesConfig | None = None,
 ) -> JobQuery:
     """What IDENTITY may ask of JOBID (AccessDenied without the job-detail right)."""
-    return JobQuery(jobid, tuple(clusters), now, zone, _scope(identity, Action.VIEW_JOBS), pricing)
+    return JobQuery(jobid, tuple(clusters), now, zone, _scope(identity, Action.VIEW_JOBS), pricing, causes)
 
 
 def me_query(
@@ -487,6 +490,7 @@ def write_job_text(reports: Sequence[Mapping[str, Any]], out: TextIO, zone: tzin
             ("queue wait", _duration(r["queue_wait_seconds"])),
             *(host_lines(r) if r["start_at"] else []),
             *energy_lines(r),
+            *idle_cause_lines(r),
         ]
         for label, value in header:
             out.write(escape_controls(f"  {label:<11} {value}".rstrip()) + "\n")
@@ -507,6 +511,7 @@ def job_document(conn: Connection, q: JobQuery) -> list[dict[str, Any]]:
     none (a job outside the scope is not found, exactly like one that does not exist)."""
     from slurmtel.store.efficiency import attempts_efficiency
     from slurmtel.store.jobview import find_attempts, gpu_figures
+    from slurmtel.store.reports_idle import attempt_idle_causes
 
     attempts = find_attempts(conn, q.jobid, scope=q.scope, clusters=q.clusters)
     if not attempts:
@@ -514,7 +519,85 @@ def job_document(conn: Connection, q: JobQuery) -> list[dict[str, Any]]:
     keys = [a.key for a in attempts]
     figures = gpu_figures(conn, keys, now=q.now)
     host = attempts_efficiency(conn, keys, now=q.now)
-    return [attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key), q.pricing) for a in attempts]
+    causes = attempt_idle_causes(conn, keys)
+    reports = []
+    for a in attempts:
+        report = attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key), q.pricing)
+        report["idle_by_cause"] = causes.get(a.key, [])
+        report.update(_checkpoint_figures(conn, a, q))
+        reports.append(report)
+    return reports
+
+
+def _checkpoint_figures(conn: Connection, a: AttemptView, q: JobQuery) -> dict[str, Any]:
+    """The attempt's checkpoint episodes and start-up estimate (None each: not measured)."""
+    from slurmtel.store.hostside import CheckpointThresholds, checkpoint_estimate
+
+    names = (
+        "checkpoint_episodes",
+        "checkpoint_gpu_seconds",
+        "checkpoint_write_bytes",
+        "startup_seconds",
+        "startup_gpu_seconds",
+        "startup_read_bytes",
+    )
+    estimate = None
+    if a.start_at is not None:
+        c = q.causes or IdleCausesConfig()
+        estimate = checkpoint_estimate(
+            conn,
+            cluster=a.cluster,
+            job_id_raw=a.job_id_raw,
+            submit_at=a.submit_at,
+            nodes=a.nodes,
+            start_at=a.start_at,
+            end_at=a.end_at or q.now,
+            gpus=float(a.alloc_gpus),
+            thresholds=CheckpointThresholds(
+                c.checkpoint_write_bytes, c.checkpoint_dip_percent, c.checkpoint_merge_windows,
+                c.startup_active_percent,
+            ),
+        )  # fmt: skip
+    if estimate is None:
+        return dict.fromkeys(names)
+    return {
+        "checkpoint_episodes": estimate.episodes,
+        "checkpoint_gpu_seconds": estimate.checkpoint_gpu_seconds,
+        "checkpoint_write_bytes": estimate.checkpoint_write_bytes,
+        "startup_seconds": estimate.startup_seconds,
+        "startup_gpu_seconds": estimate.startup_gpu_seconds,
+        "startup_read_bytes": estimate.startup_read_bytes,
+    }
+
+
+def idle_cause_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The job text's lines on why its GPUs idled and on checkpoints and start-up."""
+    lines: list[tuple[str, str]] = []
+    causes = [c for c in r.get("idle_by_cause") or [] if c["idle_gpu_seconds"]]
+    if causes:
+        parts = [
+            f"{c['idle_cause']} {100 * (c['idle_cause_share'] or 0):.0f} %"
+            for c in sorted(causes, key=lambda c: -float(c["idle_gpu_seconds"]))
+        ]
+        lines.append(("idle cause", ", ".join(parts) + " of idle GPU time (estimate)"))
+    if r.get("checkpoint_episodes") is not None:
+        lines.append(
+            (
+                "checkpoints",
+                f"{r['checkpoint_episodes']} episode(s), GPUs idle {_duration(r['checkpoint_gpu_seconds'])} "
+                f"(GPU time), {_gib(r['checkpoint_write_bytes'])} written (estimate)",
+            )
+        )
+        startup = r.get("startup_seconds")
+        lines.append(
+            (
+                "start-up",
+                f"{_duration(startup)} until the GPUs first worked, {_gib(r['startup_read_bytes'])} read (estimate)"
+                if startup is not None
+                else "the GPUs never became active",
+            )
+        )
+    return lines
 
 
 def job_plot(conn: Connection, q: JobQuery, fmt: str) -> tuple[bytes, bool] | None:

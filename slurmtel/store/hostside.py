@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
-
 from slurmtel.records import GpuHostWindow, JobHostWindow, LustreJobStat
+from slurmtel.store.sql import Connection, text
 
 _JOB_COLUMNS = (
     "node",
@@ -146,3 +145,164 @@ def lustre_job_totals(
         int(row[2]) if row[2] is not None else None,
         int(row[3] or 0),
     )
+
+
+# ---------------------------------------------------------------- checkpoints and start-up
+
+
+@dataclass(frozen=True)
+class CheckpointThresholds:
+    """config.idle_causes' checkpoint and start-up keys."""
+
+    write_bytes: int = 1_000_000_000
+    dip_percent: float = 20.0
+    merge_windows: int = 2
+    startup_active_percent: float = 20.0
+
+
+@dataclass(frozen=True)
+class CheckpointEstimate:
+    episodes: int
+    checkpoint_gpu_seconds: float
+    checkpoint_write_bytes: int
+    # None when the GPUs never became active (or no GPU window is known)
+    startup_seconds: float | None
+    startup_gpu_seconds: float | None
+    startup_read_bytes: int | None
+
+
+def checkpoint_estimate(
+    conn: Connection,
+    *,
+    cluster: str,
+    job_id_raw: int,
+    submit_at: datetime,
+    nodes: Sequence[str],
+    start_at: datetime,
+    end_at: datetime,
+    gpus: float,
+    thresholds: CheckpointThresholds,
+    window_seconds: int = 30,
+) -> CheckpointEstimate | None:
+    """The attempt's checkpoint episodes and start-up (docs/idle-causes.md), from its cgroup
+    windows on its nodes and the windows of the GPUs attribution mapped it to; None when it
+    has no cgroup window at all (not measured)."""
+    rows = conn.execute(
+        text(
+            """
+            WITH uuids AS (
+                SELECT array_agg(DISTINCT gpu_uuid) AS uuids FROM gpu_attribution
+                WHERE cluster = :cluster AND job_id_raw = :raw AND submit_at = :submit AND gpu_uuid <> ''
+            ),
+            host AS (
+                SELECT window_start_at, sum(write_bytes) AS written, sum(read_bytes) AS read
+                FROM job_host_window
+                WHERE job_id = CAST(:raw AS text) AND node = ANY (:nodes)
+                  AND window_start_at >= :lo - interval '1 minute' AND window_start_at < :hi
+                GROUP BY window_start_at
+            ),
+            gpu AS (
+                SELECT w.window_start_at, avg(w.util_mean_percent) AS util,
+                       sum(least(w.idle_seconds, w.covered_seconds)) AS idle
+                FROM uuids u CROSS JOIN LATERAL slurmtel_gpu_windows(u.uuids, :lo, :hi) w
+                WHERE u.uuids IS NOT NULL AND w.window_start_at >= :lo - interval '1 minute'
+                GROUP BY w.window_start_at
+            )
+            SELECT coalesce(h.window_start_at, g.window_start_at) AS at, h.written, h.read, g.util, g.idle,
+                   h.window_start_at IS NOT NULL AS measured
+            FROM host h FULL JOIN gpu g USING (window_start_at)
+            ORDER BY 1
+            """
+        ),
+        {
+            "cluster": cluster,
+            "raw": job_id_raw,
+            "submit": submit_at,
+            "nodes": list(nodes),
+            "lo": start_at,
+            "hi": end_at,
+        },
+    ).all()
+    if not any(r.measured for r in rows):
+        return None
+    episodes, gpu_seconds, written = 0, 0.0, 0
+    last_index: int | None = None
+    startup: float | None = None
+    read_before = 0
+    for r in rows:
+        index = int(r.at.timestamp())
+        if startup is None:
+            if r.util is not None and float(r.util) >= thresholds.startup_active_percent:
+                startup = max(0.0, (r.at - start_at).total_seconds())
+            else:
+                read_before += int(r.read or 0)
+        dip = r.util is not None and float(r.util) < thresholds.dip_percent
+        if dip and r.written is not None and r.written >= thresholds.write_bytes:
+            step = index // window_seconds
+            if last_index is None or step - last_index > thresholds.merge_windows:
+                episodes += 1
+            last_index = step
+            gpu_seconds += float(r.idle or 0)
+            written += int(r.written)
+    return CheckpointEstimate(
+        episodes=episodes,
+        checkpoint_gpu_seconds=round(gpu_seconds, 3),
+        checkpoint_write_bytes=written,
+        startup_seconds=startup,
+        startup_gpu_seconds=round(startup * gpus, 3) if startup is not None else None,
+        startup_read_bytes=read_before if startup is not None else None,
+    )
+
+
+def write_checkpoint(
+    conn: Connection, key: tuple[str, int, datetime], estimate: CheckpointEstimate, now: datetime
+) -> None:
+    conn.execute(
+        text(
+            """
+            INSERT INTO job_checkpoint (cluster, job_id_raw, submit_at, episodes, checkpoint_gpu_seconds,
+                checkpoint_write_bytes, startup_seconds, startup_gpu_seconds, startup_read_bytes, computed_at)
+            VALUES (:cluster, :raw, :submit, :episodes, :gpu, :written, :startup, :startup_gpu, :read, :now)
+            ON CONFLICT (cluster, job_id_raw, submit_at) DO UPDATE
+            SET episodes = EXCLUDED.episodes, checkpoint_gpu_seconds = EXCLUDED.checkpoint_gpu_seconds,
+                checkpoint_write_bytes = EXCLUDED.checkpoint_write_bytes, startup_seconds = EXCLUDED.startup_seconds,
+                startup_gpu_seconds = EXCLUDED.startup_gpu_seconds, startup_read_bytes = EXCLUDED.startup_read_bytes,
+                computed_at = EXCLUDED.computed_at
+            WHERE (job_checkpoint.episodes, job_checkpoint.checkpoint_gpu_seconds, job_checkpoint.checkpoint_write_bytes,
+                   job_checkpoint.startup_seconds, job_checkpoint.startup_read_bytes)
+                  IS DISTINCT FROM (EXCLUDED.episodes, EXCLUDED.checkpoint_gpu_seconds, EXCLUDED.checkpoint_write_bytes,
+                                    EXCLUDED.startup_seconds, EXCLUDED.startup_read_bytes)
+            """
+        ),
+        {
+            "cluster": key[0], "raw": key[1], "submit": key[2], "episodes": estimate.episodes,
+            "gpu": estimate.checkpoint_gpu_seconds, "written": estimate.checkpoint_write_bytes,
+            "startup": estimate.startup_seconds, "startup_gpu": estimate.startup_gpu_seconds,
+            "read": estimate.startup_read_bytes, "now": now,
+        },
+    )  # fmt: skip
+
+
+def refresh_checkpoints(conn: Connection, thresholds: CheckpointThresholds, now: datetime) -> int:
+    """job_checkpoint of the attribution run's dirty attempts that have ended (dirty_attempt):
+    a running attempt's estimate is made when its job view is read."""
+    attempts = conn.execute(
+        text(
+            """
+            SELECT d.cluster, d.job_id_raw, d.submit_at, d.nodes, d.start_at, d.end_eff, d.alloc_gpus
+            FROM dirty_attempt d JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
+            WHERE a.end_at IS NOT NULL AND d.start_at IS NOT NULL
+              AND EXISTS (SELECT 1 FROM job_host_window j
+                          WHERE j.job_id = CAST(d.job_id_raw AS text) AND j.node = ANY (d.nodes)
+                            AND j.window_start_at >= d.start_at - interval '1 minute' AND j.window_start_at < d.end_eff)
+            """
+        )
+    ).all()
+    for a in attempts:
+        estimate = checkpoint_estimate(
+            conn, cluster=a.cluster, job_id_raw=a.job_id_raw, submit_at=a.submit_at, nodes=a.nodes,
+            start_at=a.start_at, end_at=a.end_eff, gpus=float(a.alloc_gpus), thresholds=thresholds,
+        )  # fmt: skip
+        if estimate is not None:
+            write_checkpoint(conn, (a.cluster, a.job_id_raw, a.submit_at), estimate, now)
+    return len(attempts)

@@ -10,7 +10,8 @@ busy. idle_share = idle / covered, covered_share = covered / allocated, mean_uti
 
 from __future__ import annotations
 
-from datetime import date
+from collections.abc import Sequence
+from datetime import date, datetime
 from typing import Any
 
 from slurmtel.access import Scope
@@ -281,3 +282,48 @@ def _exact_parts(total: int | float, raw: dict[str, float]) -> dict[str, int | f
         largest = max(parts, key=lambda c: (float(parts[c]), -CAUSES.index(c)))
         parts[largest] = as_seconds(round(float(parts[largest]) + residue, 3))
     return parts
+
+
+def attempt_idle_causes(
+    conn: Connection, keys: Sequence[tuple[str, int, datetime]]
+) -> dict[tuple[str, int, datetime], list[dict[str, Any]]]:
+    """Each attempt's idle GPU time by cause (the job view): rows of idle_cause,
+    idle_gpu_seconds, idle_cause_share adding up to its idle GPU time. KEYS are attempts the
+    caller may see (found through find_attempts)."""
+    if not keys:
+        return {}
+    sql = f"""
+        WITH wanted AS (
+            SELECT * FROM unnest(CAST(:clusters AS text[]), CAST(:raws AS bigint[]),
+                                 CAST(:submits AS timestamptz[])) AS k(cluster, job_id_raw, submit_at)
+        ),
+        parts AS (
+            SELECT p.cluster, p.job_id_raw, p.submit_at, p.node, p.gpu_uuid, p.day, {_RAW}
+            FROM idle_cause_part p JOIN wanted USING (cluster, job_id_raw, submit_at)
+            GROUP BY p.cluster, p.job_id_raw, p.submit_at, p.node, p.gpu_uuid, p.day
+        ),
+        gpu_days AS (
+            SELECT g.cluster, g.job_id_raw, g.submit_at, g.idle_seconds * g.gpu_fraction AS idle,
+                   g.no_process_seconds * g.gpu_fraction AS no_process,
+                   {_RAW_COLUMNS}, {_RAW_TOTAL} AS raw_total
+            FROM gpu_attribution g JOIN wanted USING (cluster, job_id_raw, submit_at)
+            LEFT JOIN parts p USING (cluster, job_id_raw, submit_at, node, gpu_uuid, day)
+            WHERE g.idle_seconds > 0
+        )
+        SELECT cluster, job_id_raw, submit_at, sum(idle) AS idle, {_SCALED}
+        FROM gpu_days GROUP BY cluster, job_id_raw, submit_at
+    """
+    bind = {
+        "clusters": [k[0] for k in keys],
+        "raws": [k[1] for k in keys],
+        "submits": [k[2] for k in keys],
+    }
+    result: dict[tuple[str, int, datetime], list[dict[str, Any]]] = {}
+    for r in conn.execute(text(sql), bind).mappings():
+        idle = as_seconds(r["idle"])
+        parts = _exact_parts(idle, {c: float(r[c] or 0) for c in CAUSES})
+        result[(r["cluster"], r["job_id_raw"], r["submit_at"])] = [
+            {"idle_cause": c, "idle_gpu_seconds": parts[c], "idle_cause_share": share(parts[c], idle)}
+            for c in CAUSES
+        ]
+    return result
