@@ -162,3 +162,12 @@ def test_checkpoint_episodes_and_startup_in_job_view(engine: Engine, config: Con
     assert "idle cause  storage_wait 100 % of idle GPU time (estimate)" in text_out
     assert "checkpoints 2 episode(s), GPUs idle 00:01:30" in text_out
     assert "start-up    00:01:00 until the GPUs first worked" in text_out
+    # the fleet report: GPU time checkpointing and starting, by account and partition
+    from slurmtel.store.reports_idle import checkpoint_report
+
+    with engine.connect() as conn:
+        fleet = checkpoint_report(conn, start=T0, end=now, scope=EVERYTHING)
+    (account,) = fleet["by_account"]
+    assert (account["account"], account["jobs"], account["checkpoint_episodes"]) == ("physics", 1, 2)
+    assert (account["checkpoint_gpu_seconds"], account["startup_gpu_seconds"]) == (3 * W, 2 * W)
+    assert fleet["by_partition"][0]["checkpoint_write_bytes"] == 5_000_000_000

@@ -779,7 +779,43 @@ RETRIES = ReportSpec(
     run=_run_retries,
 )
 
+# --- checkpoints ------------------------------------------------------------------------------
+
+CHECKPOINT_GROUP = (
+    "jobs",
+    "checkpoint_episodes",
+    "checkpoint_gpu_seconds",
+    "checkpoint_write_bytes",
+    "startup_gpu_seconds",
+    "startup_read_bytes",
+)
+
+
+def _run_checkpoints(conn: Connection, q: ReportQuery) -> StoreSections:
+    from slurmtel.store.reports_idle import checkpoint_report
+
+    return checkpoint_report(conn, start=q.start, end=q.end, scope=q.scope, job_filter=q.job_filter)
+
+
+CHECKPOINTS = ReportSpec(
+    name="checkpoints",
+    help="GPU-hours spent checkpointing and starting up (estimates from host signals) of jobs that ended",
+    action=Action.VIEW_AGGREGATES,
+    sections=by_group(
+        "Checkpoints",
+        CHECKPOINT_GROUP,
+        ("account", "partition"),
+        "Checkpoint and start-up GPU-hours",
+        lambda q, rows: (
+            f"Checkpoint and start-up GPU-hours (estimates) by account{whose(q)}, {q.window_text()}"
+        ),
+        ("checkpoint_gpu_seconds", "startup_gpu_seconds", "checkpoint_episodes"),
+    ),
+    run=_run_checkpoints,
+)
+
 # the registry: the CLI registers `report NAME` for each, the API serves `/v1/reports/NAME`
 REPORTS: dict[str, ReportSpec] = {
-    spec.name: spec for spec in (USAGE, FAILURES, IDLE, QUEUE, TAXONOMY, NODES, CAPACITY, RETRIES)
+    spec.name: spec
+    for spec in (USAGE, FAILURES, IDLE, QUEUE, TAXONOMY, NODES, CAPACITY, RETRIES, CHECKPOINTS)
 }

@@ -327,3 +327,56 @@ def attempt_idle_causes(
             for c in CAUSES
         ]
     return result
+
+
+# ---------------------------------------------------------------- checkpoints and start-up, fleet-wide
+
+_CHECKPOINT_SUMS = """
+    count(*) AS jobs, sum(c.episodes) AS episodes, sum(c.checkpoint_gpu_seconds) AS checkpoint,
+    sum(c.checkpoint_write_bytes) AS written, sum(c.startup_gpu_seconds) AS startup,
+    sum(c.startup_read_bytes) AS read
+"""
+
+
+def checkpoint_report(
+    conn: Connection,
+    *,
+    start: datetime,
+    end: datetime,
+    scope: Scope,
+    job_filter: JobFilter | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """GPU time spent checkpointing and starting up (estimates, docs/idle-causes.md) of the
+    attempts that ended in [START, END) and have host signals, by account and partition."""
+    sql = f"""
+        SELECT CASE WHEN grouping(a.account) = 0 THEN 'by_account' ELSE 'by_partition' END AS section,
+               a.cluster, coalesce(a.account, a.partition) AS grp, {_CHECKPOINT_SUMS}
+        FROM job_checkpoint c JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
+        WHERE a.end_at >= :start AND a.end_at < :end
+          AND slurmtel_in_scope(a.user_name, a.account, :scope_all, :scope_users, :scope_accounts)
+          AND slurmtel_job_filter(a.cluster, a.account, a.user_name, a.partition,
+                                  :f_accounts, :f_users, :f_partitions, :f_clusters)
+        GROUP BY GROUPING SETS ((a.cluster, a.account), (a.cluster, a.partition))
+    """
+    sections: dict[str, list[dict[str, Any]]] = {"by_account": [], "by_partition": []}
+    no_jit(conn)
+    for r in conn.execute(text(sql), params(scope, job_filter, start=start, end=end)).mappings():
+        key = r["section"].removeprefix("by_")
+        sections[r["section"]].append(
+            {
+                "cluster": r["cluster"],
+                key: r["grp"],
+                "jobs": int(r["jobs"]),
+                "checkpoint_episodes": int(r["episodes"] or 0),
+                "checkpoint_gpu_seconds": as_seconds(r["checkpoint"]),
+                "checkpoint_write_bytes": int(r["written"] or 0),
+                "startup_gpu_seconds": as_seconds(r["startup"]),
+                "startup_read_bytes": int(r["read"] or 0),
+            }
+        )
+    for name, rows in sections.items():
+        key = name.removeprefix("by_")
+        rows.sort(
+            key=lambda g: (g["cluster"], -(g["checkpoint_gpu_seconds"] + g["startup_gpu_seconds"]), g[key])
+        )
+    return sections
