@@ -49,11 +49,18 @@ class AttributionResult:
 
 
 def run_attribution(
-    engine: Engine, config: Config, *, now: datetime, full: bool = False, pack: bool = True
+    engine: Engine,
+    config: Config,
+    *,
+    now: datetime,
+    full: bool = False,
+    pack: bool = True,
+    idle_causes: bool = True,
 ) -> AttributionResult:
     """Recompute the rollups of every attempt that may have changed and the retry links of
     every job that may have changed (all of them with FULL); then pack the closed hours folded
-    in (unless not PACK: a benchmark's "before")."""
+    in (unless not PACK: a benchmark's "before"). Idle GPU time by cause and checkpoint estimates
+    are built beside the slices (unless not IDLE_CAUSES: a benchmark's "before")."""
     with engine.begin() as conn:
         advisory_xact_lock(conn, ATTRIBUTION_LOCK_KEY)
         job_mark = None if full else get_watermark(conn, "jobs")
@@ -77,7 +84,9 @@ def run_attribution(
                     network_bytes_per_second=config.idle_causes.network_bytes_per_second,
                     cpu_saturated_share=config.idle_causes.cpu_saturated_share,
                     cpu_pressure_share=config.idle_causes.cpu_pressure_share,
-                ),
+                )
+                if idle_causes
+                else None,
             )
             if selection.attempts
             else Recomputed(0, 0, 0)
@@ -89,7 +98,7 @@ def run_attribution(
             overlap_seconds=config.attribution.overlap_seconds,
             full=full,
         )
-        if selection.attempts:
+        if selection.attempts and idle_causes:
             causes = config.idle_causes
             refresh_checkpoints(
                 conn,

@@ -366,6 +366,9 @@ class AgentConfig:
     # where Slurm's job cgroups are read each round (v2 system.slice/slurmstepd.scope/job_*,
     # v1 <controller>/slurm/uid_*/job_*): the jobs' IO, CPU, memory peak and pressure stalls
     cgroup_root: str = "/sys/fs/cgroup"
+    # the job cgroups are read this often (seconds; their counters are cumulative: a job that
+    # ends loses at most this much of its last window)
+    cgroup_read_seconds: float = 5.0
     # read the host side of jobs and GPUs (job cgroups, GPU throttle reasons, PCIe throughput)
     host_signals: bool = True
     # NVML samples PCIe throughput over 20 ms a call: read it every this many rounds (the
@@ -1063,6 +1066,8 @@ def _validate_agent(agent: AgentConfig) -> None:
         raise ConfigError("agent.port must be between 0 and 65535")
     if agent.sample_interval_seconds <= 0:
         raise ConfigError("agent.sample_interval_seconds must be positive")
+    if agent.cgroup_read_seconds <= 0:
+        raise ConfigError("agent.cgroup_read_seconds must be positive")
     if agent.pcie_sample_every < 1:
         raise ConfigError("agent.pcie_sample_every must be at least 1")
     if agent.summary_window_seconds < 2 * agent.sample_interval_seconds:

@@ -614,6 +614,9 @@ class JobHostWindow:
     cpu_some_stall_seconds: float | None = None
     memory_some_stall_seconds: float | None = None
     memory_full_stall_seconds: float | None = None
+    # PCIe bytes of the job's GPUs on the node (NVML; None when not read)
+    pcie_tx_bytes: int | None = None
+    pcie_rx_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -635,6 +638,20 @@ class GpuHostWindow:
     throttle_power_seconds: float | None = None
     throttle_thermal_seconds: float | None = None
     throttle_hw_slowdown_seconds: float | None = None
+    # the Slurm jobs seen on the GPU in the window (its PCIe bytes go to their job windows)
+    job_ids: tuple[str, ...] = ()
+
+    @property
+    def throttled(self) -> bool:
+        """Any power, thermal or HW-slowdown throttling in the window."""
+        return any(
+            (v or 0) > 0
+            for v in (
+                self.throttle_power_seconds,
+                self.throttle_thermal_seconds,
+                self.throttle_hw_slowdown_seconds,
+            )
+        )
 
 
 @dataclass(frozen=True, slots=True)

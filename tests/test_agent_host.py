@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from slurmtel.agent.fake_nvml import FakeNvml
-from slurmtel.agent.host import HostWindows, job_directories, read_jobs
+from slurmtel.agent.host import HostWindows, job_directories, read_jobs, with_pcie
 from slurmtel.agent.main import Agent
 from slurmtel.agent.nvml import CLOCKS_EVENT_HW_SLOWDOWN, CLOCKS_EVENT_SW_POWER_CAP
 from slurmtel.agent.protocol import ALL_KINDS, decode_summaries_response, record_from_dict
 from slurmtel.agent.sampler import Sampler
 from slurmtel.agent.summarize import WindowSummarizer
 from slurmtel.config import config_from_dict
-from slurmtel.records import GpuHostWindow, JobCgroupReading, JobHostWindow, Rejected
+from slurmtel.records import JobCgroupReading, JobHostWindow, Rejected
 from tests.conftest import fixture_path
 from tests.sysfs_trees import SLURM_V1_TTAR, clone_v2_job, slurm_v2_cgroup, untar, v2_job, write_job_files
 
@@ -145,12 +146,11 @@ def test_a_bad_file_is_shipped_for_quarantine_once_and_the_rest_kept(tmp_path: P
         ]
         assert isinstance(window, JobHostWindow) and window.read_bytes is None
         assert window.cpu_usage_seconds == 0
-        # the H100 capture's throttle reasons and PCIe throughput became a GPU host window
-        gpu = [record_from_dict("gpu_host", json.loads(i.payload)) for i in items if i.kind == "gpu_host"]
-        assert gpu and all(isinstance(g, GpuHostWindow) for g in gpu)
+        # the H100 capture shows no throttle reason active: no GPU host window is shipped
+        assert "gpu_host" not in kinds
         # the head: a page of these decodes; the rejected item is quarantined like an unreadable one
         page = decode_summaries_response(agent.server.summaries(0, 1000, ALL_KINDS))
-        assert len(page.job_host_windows) == 1 and page.gpu_host_windows
+        assert len(page.job_host_windows) == 1 and not page.gpu_host_windows
         assert [r.source for r in page.rejected] == ["cgroup"]
     finally:
         agent.close()
@@ -180,6 +180,15 @@ def test_throttle_reasons_and_pcie_become_gpu_host_windows() -> None:
     assert window.throttle_thermal_seconds == 0
     # 30 covered seconds at 1000 KiB/s out, 2000 in (read every 5 rounds, held between)
     assert window.pcie_tx_bytes == 30 * 1000 * 1024 and window.pcie_rx_bytes == 30 * 2000 * 1024
+    assert window.throttled
+    # the PCIe bytes go to the job window of each job on the GPU in that window
+    job = JobHostWindow("gpu01", "4242", window.window_start_at, 30.0, 2)
+    other = JobHostWindow("gpu01", "7", window.window_start_at, 30.0, 2)
+    held = replace(window, job_ids=("4242",))
+    assert with_pcie([job, other], [held]) == [
+        replace(job, pcie_tx_bytes=30 * 1000 * 1024, pcie_rx_bytes=30 * 2000 * 1024),
+        other,
+    ]
 
 
 def test_a_gpu_without_throttle_or_pcie_readings_has_no_host_window() -> None:

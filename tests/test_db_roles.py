@@ -47,7 +47,7 @@ START, END, NOW = at("2026-11-01T00:00:00"), at("2026-11-02T00:00:00"), at("2026
 # the decisions of migration 0010: rows per user (own user and account) ...
 OWN_ROWS = ("job_attempt", "pending_job", "retry_link", "action_log")
 # ... rows per attempt (visible with their attempt) ...
-OF_ATTEMPT = ("gpu_attribution", "gpu_allocation", "attempt_node_day", "idle_cause_part", "job_checkpoint")
+OF_ATTEMPT = ("gpu_attribution", "gpu_allocation", "attempt_node_day", "job_checkpoint")
 # ... rows visible with their action (migration 0017) ...
 OF_ACTION = ("action_delivery",)
 # ... and rows only a scope of everything sees
@@ -229,8 +229,8 @@ def fill(engine: Engine, config: Config) -> None:
             ),
             {"t": NOW},
         )
-        # issue 26's tables: Lustre jobstats (names can hold uids and hosts), idle causes and
-        # checkpoint estimates of alice's and bob's attempts
+        # issue 26's tables: Lustre jobstats (names can hold uids and hosts), checkpoint
+        # estimates of alice's and bob's attempts
         conn.execute(
             text(
                 "INSERT INTO lustre_job_stat (target, job_name, snapshot_at, job_id, write_bytes) "
@@ -239,16 +239,6 @@ def fill(engine: Engine, config: Config) -> None:
             {"t": NOW},
         )
         for job, submit in ((101, at("2026-10-31T23:50:00")), (102, at("2026-11-01T07:00:00"))):
-            conn.execute(
-                text(
-                    "INSERT INTO idle_cause_part (cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at, "
-                    "no_process_seconds, hardware_seconds, storage_wait_seconds, network_wait_seconds, "
-                    "cpu_bound_seconds, idle_unexplained_seconds, unmeasured_seconds) "
-                    "VALUES ('lab', :job, :submit, 'gpu01', 'GPU-A0', :day, :t, 1, 0, 0, 0, 0, 0, 0) "
-                    "ON CONFLICT DO NOTHING"
-                ),
-                {"job": job, "submit": submit, "day": DAY, "t": START},
-            )
             conn.execute(
                 text(
                     "INSERT INTO job_checkpoint (cluster, job_id_raw, submit_at, episodes, checkpoint_gpu_seconds, "

@@ -92,7 +92,9 @@ def test_each_idle_second_in_its_planted_cause(engine: Engine, config: Config) -
     with engine.connect() as conn:
         causes = idle_cause_rows(conn, first_day=day, last_day=day, scope=EVERYTHING)
         idle = idle_report(conn, first_day=day, last_day=day, scope=EVERYTHING)
-        parts = conn.execute(text("SELECT count(*) FROM idle_cause_part")).scalar_one()
+        parts = conn.execute(
+            text("SELECT count(*) FROM gpu_attribution_part WHERE cause_unmeasured_seconds IS NOT NULL")
+        ).scalar_one()
     # job 62: gpu02's windows 0, 1 network_wait; its windows 2, 3 and gpu03's (quiet ports) unexplained
     expected = {"no_process": 2 * W, "hardware": 2 * W, "storage_wait": 2 * W, "network_wait": 2 * W,
                 "cpu_bound": 2 * W, "idle_unexplained": 2 * W + 6 * W, "unmeasured": 2 * W}  # fmt: skip
@@ -112,7 +114,12 @@ def test_each_idle_second_in_its_planted_cause(engine: Engine, config: Config) -
     run_attribution(engine, config, now=now, full=True)
     with engine.connect() as conn:
         again = idle_cause_rows(conn, first_day=day, last_day=day, scope=EVERYTHING)
-        assert conn.execute(text("SELECT count(*) FROM idle_cause_part")).scalar_one() == parts
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM gpu_attribution_part WHERE cause_unmeasured_seconds IS NOT NULL")
+            ).scalar_one()
+            == parts
+        )
     assert again == causes
 
 

@@ -8,15 +8,17 @@ Revises: 0020
   its IO bytes and operations, CPU seconds, pressure stall seconds; its CPUs and memory peak).
   Natural key (node, job_id, window_start_at). Bare job ids, no user or name: readable like
   gpu_summary (the job view reads a user's own job through it).
-- gpu_host_window: one GPU's PCIe bytes and clock-throttle seconds in one window. Natural key
-  (gpu_uuid, window_start_at). A row only where NVML gave any of them.
+- gpu_host_window: one GPU's clock-throttle seconds (and PCIe bytes) in one window in which it
+  was throttled (power, thermal, HW slowdown): no row is "not throttled" (a row per GPU-window
+  would cost ~160 bytes, four times a packed window). Natural key (gpu_uuid, window_start_at).
+  The PCIe bytes of every window are in the job's job_host_window (its GPUs' on the node).
 - lustre_job_stat: Lustre jobstats snapshots as read (cumulative counters). Natural key
   (target, job_name, snapshot_at); increases are taken between a key's successive snapshots
   (slurmtel.store.hostside). The job name can hold a user id and host (jobid_name %u %H):
   everything-only.
-- idle_cause_part: per attempt x node x GPU x (site day, UTC hour), the idle GPU-seconds of
-  each cause, built by the attribution run beside gpu_attribution_part (the same slices).
-  Visible with its attempt.
+- gpu_attribution_part gains the idle GPU-seconds of each cause per slice (attempt x node x
+  GPU x site day x UTC hour), summed by the attribution run in the same pass as the slice's
+  other sums; NULL for slices computed without them (before this migration).
 - job_checkpoint: per finished attempt, the checkpoint episodes and start-up estimate.
   Visible with its attempt.
 """
@@ -41,7 +43,6 @@ def _of_attempt(table: str) -> str:
 
 READER_POLICIES = {
     "lustre_job_stat": _ALL,
-    "idle_cause_part": _of_attempt("idle_cause_part"),
     "job_checkpoint": _of_attempt("job_checkpoint"),
 }
 OPEN_TABLES = ("job_host_window", "gpu_host_window")
@@ -78,6 +79,8 @@ def upgrade() -> None:
             cpu_some_stall_seconds real,
             memory_some_stall_seconds real,
             memory_full_stall_seconds real,
+            pcie_tx_bytes bigint,
+            pcie_rx_bytes bigint,
             PRIMARY KEY (node, job_id, window_start_at)
         )
         """
@@ -118,23 +121,9 @@ def upgrade() -> None:
         """
     )
     op.execute("CREATE INDEX lustre_job_stat_job ON lustre_job_stat (job_id, snapshot_at)")
-    causes = ",\n".join(f"            {c}_seconds double precision NOT NULL" for c in CAUSES)
-    op.execute(
-        f"""
-        CREATE TABLE idle_cause_part (
-            cluster text NOT NULL,
-            job_id_raw bigint NOT NULL,
-            submit_at timestamptz NOT NULL,
-            node text NOT NULL,
-            gpu_uuid text NOT NULL,
-            day date NOT NULL,
-            hour_at timestamptz NOT NULL,
-{causes},
-            PRIMARY KEY (cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at)
-        )
-        """
-    )
-    op.execute("CREATE INDEX idle_cause_part_day ON idle_cause_part (day)")
+    for cause in CAUSES:
+        op.execute(f"ALTER TABLE gpu_attribution_part ADD COLUMN cause_{cause}_seconds double precision")
+
     op.execute(
         """
         CREATE TABLE job_checkpoint (
@@ -164,11 +153,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in (
-        "job_checkpoint",
-        "idle_cause_part",
-        "lustre_job_stat",
-        "gpu_host_window",
-        "job_host_window",
-    ):
+    for table in ("job_checkpoint", "lustre_job_stat", "gpu_host_window", "job_host_window"):
         op.execute(f"DROP TABLE {table}")
+    for cause in CAUSES:
+        op.execute(f"ALTER TABLE gpu_attribution_part DROP COLUMN cause_{cause}_seconds")

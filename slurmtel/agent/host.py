@@ -11,7 +11,9 @@ from real captures, tests/sysfs_trees.py):
 The agent needs no new privilege: these files are world-readable (Slurm creates the
 directories 0755, the kernel the files 0444/0644).
 
-Every sampling round reads each job's files (slurmtel.parsers.cgroup) and keeps the newest
+Every `agent.cgroup_read_seconds` (5 s by default: the counters are cumulative, so reading
+them more often changes no window; only a job that ends loses at most that much of its last
+window) the agent reads each job's files (slurmtel.parsers.cgroup) and keeps the newest
 reading; when a summary window ends, the increase of each cumulative counter between the last
 reading of the previous window and the newest one becomes a JobHostWindow. A job whose cgroup
 vanished (it ended) gets its last window from its last reading. A counter that went
@@ -27,13 +29,14 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from slurmtel.parsers.cgroup import V1_FILES, V2_FILES, parse_job_cgroup
-from slurmtel.records import JobCgroupReading, JobHostWindow, Rejected
+from slurmtel.records import GpuHostWindow, JobCgroupReading, JobHostWindow, Rejected
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +65,16 @@ MAX_FILE_BYTES = 65536
 
 def _read(path: Path) -> str | None:
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
-    return data[:MAX_FILE_BYTES].decode("utf-8", "replace")
+    try:
+        data = os.read(fd, MAX_FILE_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace")
 
 
 def job_directories(cgroup_root: str | Path) -> tuple[int, dict[str, dict[str, Path]]]:
@@ -135,13 +143,13 @@ class HostWindows:
         # the jobs the last round read (a job missing from it has ended)
         self._seen: set[str] = set()
 
-    def _start(self, t: float) -> float:
+    def window_start_of(self, t: float) -> float:
         return math.floor(t / self.window_seconds) * self.window_seconds
 
     def add(self, now: float, readings: list[JobCgroupReading]) -> list[JobHostWindow]:
         """Account one round of readings taken at NOW; returns the windows this round closed."""
         closed: list[JobHostWindow] = []
-        start = self._start(now)
+        start = self.window_start_of(now)
         if self.window_start is not None and start != self.window_start:
             closed = self.close(self.window_start)
         self.window_start = start
@@ -216,3 +224,20 @@ class HostWindows:
             log.warning("saved job cgroup state unreadable, starting afresh: %s", exc)
             self.jobs = {}
             self.window_start = None
+
+
+def with_pcie(windows: list[JobHostWindow], gpus: list[GpuHostWindow]) -> list[JobHostWindow]:
+    """WINDOWS with the PCIe bytes of the GPUs the job held in the same window (a GPU shared by
+    several jobs counts for each): None where no GPU of the job had PCIe readings."""
+    sums: dict[tuple[str, datetime], tuple[int, int]] = {}
+    for g in gpus:
+        if g.pcie_tx_bytes is None or g.pcie_rx_bytes is None:
+            continue
+        for job in g.job_ids:
+            tx, rx = sums.get((job, g.window_start_at), (0, 0))
+            sums[(job, g.window_start_at)] = (tx + g.pcie_tx_bytes, rx + g.pcie_rx_bytes)
+    out = []
+    for w in windows:
+        pcie = sums.get((w.job_id, w.window_start_at))
+        out.append(replace(w, pcie_tx_bytes=pcie[0], pcie_rx_bytes=pcie[1]) if pcie else w)
+    return out

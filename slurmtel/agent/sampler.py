@@ -97,9 +97,12 @@ class Sampler:
         metrics: AgentMetrics | None = None,
         clock: Callable[[], float] = time.time,
         pcie_every: int = 5,
+        host_signals: bool = True,
     ) -> None:
         self.nvml = nvml
         self.pcie_every = max(1, int(pcie_every))
+        # read throttle reasons and PCIe throughput (agent.host_signals)
+        self.host_signals = host_signals
         self.node = node
         self.jobs = JobMapper(Path(proc_root))
         self.metrics = metrics
@@ -329,15 +332,18 @@ class Sampler:
         sm_clock = self._optional(device, "sm_clock_mhz", nv.sm_clock_mhz)
         ecc = self._optional(device, "ecc_volatile_counts", nv.ecc_volatile_counts)
         processes = self._optional(device, "running_processes", nv.running_processes)
-        reasons = self._optional(device, "clocks_event_reasons", nv.clocks_event_reasons)
-        # NVML samples PCIe over 20 ms per call: read every pcie_every rounds, held between
-        pcie = None
-        device.rounds += 1
-        if device.rounds % self.pcie_every == 1 or self.pcie_every == 1:
-            pcie = self._optional(device, "pcie_throughput_kib_per_second", nv.pcie_throughput_kib_per_second)
-            device.last_pcie = pcie
-        elif "pcie_throughput_kib_per_second" not in device.unsupported:
-            pcie = device.last_pcie
+        reasons = pcie = None
+        if self.host_signals:
+            reasons = self._optional(device, "clocks_event_reasons", nv.clocks_event_reasons)
+            # NVML samples PCIe over 20 ms per call: read every pcie_every rounds, held between
+            device.rounds += 1
+            if device.rounds % self.pcie_every == 1 or self.pcie_every == 1:
+                pcie = self._optional(
+                    device, "pcie_throughput_kib_per_second", nv.pcie_throughput_kib_per_second
+                )
+                device.last_pcie = pcie
+            elif "pcie_throughput_kib_per_second" not in device.unsupported:
+                pcie = device.last_pcie
         job_ids: set[str] = set()
         if processes is not None:
             for proc in processes:

@@ -315,6 +315,7 @@ class WindowSummarizer:
             throttle_power_seconds=round(w.throttle_power, 6) if reasons else None,
             throttle_thermal_seconds=round(w.throttle_thermal, 6) if reasons else None,
             throttle_hw_slowdown_seconds=round(w.throttle_hw_slowdown, 6) if reasons else None,
+            job_ids=tuple(sorted(w.job_ids, key=_job_sort_key)),
         )
 
     def take_host_windows(self) -> list[GpuHostWindow]:

@@ -308,21 +308,19 @@ def recompute_dirty(
     # through the index, attempt by attempt: a hash join would read every attempt's slices
     conn.execute(text("SET LOCAL enable_hashjoin = off"))
     conn.execute(text("SET LOCAL enable_mergejoin = off"))
-    for table in ("gpu_attribution_part", "idle_cause_part"):
-        conn.execute(
-            text(
-                f"""
-                DELETE FROM {table} g USING dirty_attempt d
-                WHERE g.cluster = d.cluster AND g.job_id_raw = d.job_id_raw AND g.submit_at = d.submit_at
-                  AND (d.from_at IS NULL OR (
-                      g.day >= d.from_day
-                      AND least(g.hour_at + interval '1 hour',
-                                CAST(g.day + 1 AS timestamp) AT TIME ZONE CAST(:tz AS text))
-                          > d.from_at))
-                """
-            ),
-            {"tz": timezone},
-        )
+    conn.execute(
+        text(
+            """
+            DELETE FROM gpu_attribution_part g USING dirty_attempt d
+            WHERE g.cluster = d.cluster AND g.job_id_raw = d.job_id_raw AND g.submit_at = d.submit_at
+              AND (d.from_at IS NULL OR (
+                  g.day >= d.from_day
+                  AND least(g.hour_at + interval '1 hour', CAST(g.day + 1 AS timestamp) AT TIME ZONE CAST(:tz AS text))
+                      > d.from_at))
+            """
+        ),
+        {"tz": timezone},
+    )
     conn.execute(text("RESET enable_hashjoin"))
     conn.execute(text("RESET enable_mergejoin"))
     # the planner cannot count the rows of the CTEs below and joined them in nested loops,
@@ -330,7 +328,11 @@ def recompute_dirty(
     # reads stay nested loops, the only plan they have
     conn.execute(text("SET LOCAL enable_nestloop = off"))
     thresholds = causes or CauseThresholds()
-    slices, windows, _ = conn.execute(
+    # idle causes in the same pass as the slices' other sums (causes None: not computed, NULL)
+    cause_of = _CAUSE_OF if causes is not None else "NULL::text AS cause"
+    cause_lookups = _CAUSE_LOOKUPS if causes is not None else ""
+    cause_sums = _CAUSE_SUMS if causes is not None else ", ".join(["NULL::float8"] * len(CAUSES))
+    slices, windows = conn.execute(
         text(
             f"""
             WITH {_SEGMENTS},
@@ -351,8 +353,7 @@ def recompute_dirty(
             ),
             read AS (
                 SELECT gs.cluster, gs.job_id_raw, gs.submit_at, gs.node, gs.gpu_uuid, gs.day, gs.day_hi,
-                       gs.from_at, gs.seg_start, gs.seg_end, gs.read_start, gs.node_count, w.*,
-                       w.window_start_at + make_interval(secs => w.window_seconds) AS window_end_at
+                       gs.from_at, gs.seg_start, gs.seg_end, gs.read_start, gs.node_count, w.*, {cause_of}
                 FROM gpu_segments gs
                 JOIN LATERAL (
                     SELECT DISTINCT ON (s.window_start_at) s.window_start_at, s.window_seconds, s.util_metric,
@@ -360,13 +361,13 @@ def recompute_dirty(
                            s.util_max_percent, s.memory_used_max_bytes, s.energy_joules
                     FROM slurmtel_gpu_windows(ARRAY[gs.gpu_uuid], gs.read_start, gs.seg_end) s
                     ORDER BY s.window_start_at, (s.source = 'agent') DESC
-                ) w ON gs.read_start < gs.seg_end
+                ) w ON gs.read_start < gs.seg_end{cause_lookups}
             ),
             -- each window in the UTC hours it overlaps inside the read (a window is at most an
             -- hour long: one or two), by the fraction of it in the slice
             clipped AS (
                 SELECT r.*, greatest(r.window_start_at, r.read_start) AS clip_start,
-                       least(r.window_end_at, r.seg_end) AS clip_end
+                       least(r.window_start_at + make_interval(secs => r.window_seconds), r.seg_end) AS clip_end
                 FROM read r
             ),
             windows AS (
@@ -393,7 +394,7 @@ def recompute_dirty(
             written AS (
                 INSERT INTO gpu_attribution_part (cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at,
                     windows, util_metric, covered_seconds, idle_seconds, no_process_seconds, util_weighted_sum,
-                    util_max_percent, memory_used_max_bytes, energy_joules)
+                    util_max_percent, memory_used_max_bytes, energy_joules, {_CAUSE_COLUMNS})
                 SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at, count(*),
                        min(util_metric),
                        sum(f * covered_seconds),
@@ -402,23 +403,16 @@ def recompute_dirty(
                        sum(f * covered_seconds * coalesce(util_mean_percent, 0)),
                        max(util_max_percent),
                        max(memory_used_max_bytes),
-                       sum(f * energy_joules)
+                       sum(f * energy_joules),
+                       {cause_sums}
                 FROM ordered
                 GROUP BY cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at
                 RETURNING windows
-            ),{_CAUSES},
-            causes_written AS (
-                INSERT INTO idle_cause_part (cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at,
-                    {_CAUSE_COLUMNS})
-                SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at, {_CAUSE_SUMS}
-                FROM classified
-                GROUP BY cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at
-                RETURNING 1
             )
-            SELECT count(*), coalesce(sum(windows), 0), (SELECT count(*) FROM causes_written) FROM written
+            SELECT count(*), coalesce(sum(windows), 0) FROM written
             """
         ),
-        {"tz": timezone, **thresholds.params()},
+        {"tz": timezone, **(thresholds.params() if causes is not None else {})},
     ).one()
     # the day rows from from_day on, built from the slices
     conn.execute(
@@ -637,12 +631,14 @@ CAUSES = (
     "idle_unexplained",
     "unmeasured",
 )
-_CAUSE_COLUMNS = ", ".join(f"{c}_seconds" for c in CAUSES)
+_CAUSE_COLUMNS = ", ".join(f"cause_{c}_seconds" for c in CAUSES)
 # per slice: no_process is the idle time without a process; the rest of a window's idle time
-# goes to its window's one cause
+# goes to its window's one cause (windows without idle time have none: NULL)
+_IDLE_W = "least(idle_seconds, covered_seconds)"
+_NP_W = "least(coalesce(no_process_seconds, 0), idle_seconds, covered_seconds)"
 _CAUSE_SUMS = ",\n".join(
-    ["coalesce(sum(f * np_w), 0)"]
-    + [f"coalesce(sum(f * (idle_w - np_w)) FILTER (WHERE cause = '{c}'), 0)" for c in CAUSES[1:]]
+    [f"coalesce(sum(f * {_NP_W}) FILTER (WHERE cause IS NOT NULL), 0)"]
+    + [f"coalesce(sum(f * ({_IDLE_W} - {_NP_W})) FILTER (WHERE cause = '{c}'), 0)" for c in CAUSES[1:]]
 )
 
 
@@ -665,41 +661,53 @@ class CauseThresholds:
 # NVML's HW-slowdown throttle, in the window) > unmeasured (no cgroup window of the job on the
 # node: the host side is not known) > storage_wait (the job's IO pressure or block IO over the
 # thresholds) > network_wait (a multi-node job whose node's fabric ports were busy) >
-# cpu_bound (the job's CPUs saturated, or CPU pressure) > idle_unexplained.
-_CAUSES = """
-            classified AS (
-                SELECT o.cluster, o.job_id_raw, o.submit_at, o.node, o.gpu_uuid, o.day, o.hour_at, o.f,
-                       least(o.idle_seconds, o.covered_seconds) AS idle_w,
-                       least(coalesce(o.no_process_seconds, 0), o.idle_seconds, o.covered_seconds) AS np_w,
+# cpu_bound (the job's CPUs saturated, or CPU pressure) > idle_unexplained. Windows without
+# idle time are not looked up (the laterals' filter is false before any index is read).
+_CAUSE_OF = """
                        CASE
-                           WHEN coalesce(gh.throttle_hw_slowdown_seconds, 0) > 0 OR EXISTS (
-                               SELECT 1 FROM gpu_event e
-                               WHERE e.gpu_uuid = o.gpu_uuid AND e.kind IN ('xid', 'ecc_double_bit')
-                                 AND e.at >= o.window_start_at AND e.at < o.window_end_at)
+                           WHEN w.idle_seconds <= 0 THEN NULL
+                           WHEN coalesce(gh.throttle_hw_slowdown_seconds, 0) > 0 OR ev.hit
                                THEN 'hardware'
                            WHEN jh.window_seconds IS NULL THEN 'unmeasured'
                            WHEN coalesce(jh.io_some_stall_seconds, 0) >= :c_io_pressure_share * jh.window_seconds
                              OR coalesce(jh.read_bytes, 0) + coalesce(jh.write_bytes, 0)
                                 >= :c_io_bytes_per_second * jh.window_seconds
                                THEN 'storage_wait'
-                           WHEN o.node_count > 1 AND coalesce((
-                               SELECT sum(coalesce((p.deltas ->> 'port_xmit_data')::float8, 0)
-                                          + coalesce((p.deltas ->> 'port_rcv_data')::float8, 0)) * 4
-                               FROM fabric_port_window p
-                               WHERE p.node = o.node AND p.window_start_at = o.window_start_at), 0)
-                                >= :c_network_bytes_per_second * o.window_seconds
+                           WHEN coalesce(fb.bytes, 0) >= :c_network_bytes_per_second * w.window_seconds
                                THEN 'network_wait'
                            WHEN (jh.cpus > 0 AND coalesce(jh.cpu_usage_seconds, 0)
                                     >= :c_cpu_saturated_share * jh.cpus * jh.window_seconds)
                              OR coalesce(jh.cpu_some_stall_seconds, 0) >= :c_cpu_pressure_share * jh.window_seconds
                                THEN 'cpu_bound'
                            ELSE 'idle_unexplained'
-                       END AS cause
-                FROM ordered o
-                LEFT JOIN job_host_window jh
-                  ON jh.node = o.node AND jh.job_id = CAST(o.job_id_raw AS text)
-                 AND jh.window_start_at = o.window_start_at
-                LEFT JOIN gpu_host_window gh
-                  ON gh.gpu_uuid = o.gpu_uuid AND gh.window_start_at = o.window_start_at
-                WHERE o.idle_seconds > 0
-            )"""
+                       END AS cause"""
+# one index probe per idle window (the statement runs without nested loop joins, and a hash
+# join would read the whole table every run)
+_CAUSE_LOOKUPS = """
+                LEFT JOIN LATERAL (
+                    SELECT j.window_seconds, j.read_bytes, j.write_bytes, j.cpus, j.cpu_usage_seconds,
+                           j.io_some_stall_seconds, j.cpu_some_stall_seconds
+                    FROM job_host_window j
+                    WHERE w.idle_seconds > 0 AND j.node = gs.node AND j.job_id = CAST(gs.job_id_raw AS text)
+                      AND j.window_start_at = w.window_start_at
+                    LIMIT 1  -- kept a lateral subquery: never pulled up into a (hash) join
+                ) jh ON true
+                LEFT JOIN LATERAL (
+                    SELECT g.throttle_hw_slowdown_seconds FROM gpu_host_window g
+                    WHERE w.idle_seconds > 0 AND g.gpu_uuid = gs.gpu_uuid AND g.window_start_at = w.window_start_at
+                    LIMIT 1
+                ) gh ON true
+                LEFT JOIN LATERAL (
+                    SELECT true AS hit FROM gpu_event e
+                    WHERE w.idle_seconds > 0 AND e.gpu_uuid = gs.gpu_uuid AND e.kind IN ('xid', 'ecc_double_bit')
+                      AND e.at >= w.window_start_at AND e.at < w.window_start_at + make_interval(secs => w.window_seconds)
+                    LIMIT 1
+                ) ev ON true
+                LEFT JOIN LATERAL (
+                    -- port_*_data count 4-byte words
+                    SELECT sum(coalesce((p.deltas ->> 'port_xmit_data')::float8, 0)
+                               + coalesce((p.deltas ->> 'port_rcv_data')::float8, 0)) * 4 AS bytes
+                    FROM fabric_port_window p
+                    WHERE w.idle_seconds > 0 AND gs.node_count > 1 AND p.node = gs.node
+                      AND p.window_start_at = w.window_start_at
+                ) fb ON true"""

@@ -33,6 +33,8 @@ _JOB_COLUMNS = (
     "cpu_some_stall_seconds",
     "memory_some_stall_seconds",
     "memory_full_stall_seconds",
+    "pcie_tx_bytes",
+    "pcie_rx_bytes",
 )
 _GPU_COLUMNS = (
     "node",
@@ -82,7 +84,14 @@ def write_job_host_windows(conn: Connection, windows: Iterable[JobHostWindow]) -
 
 
 def write_gpu_host_windows(conn: Connection, windows: Iterable[GpuHostWindow]) -> int:
-    rows = {(w.gpu_uuid, w.window_start_at): {c: getattr(w, c) for c in _GPU_COLUMNS} for w in windows}
+    """The windows in which the GPU was throttled (power, thermal, HW slowdown): a row per
+    GPU-window would cost ~160 bytes each, four times a packed window (benchmarks/window_storage.py);
+    an unthrottled window is the absence of a row, its PCIe bytes are in its job's window."""
+    rows = {
+        (w.gpu_uuid, w.window_start_at): {c: getattr(w, c) for c in _GPU_COLUMNS}
+        for w in windows
+        if w.throttled
+    }
     return _insert(conn, "gpu_host_window", _GPU_COLUMNS, "gpu_uuid, window_start_at", list(rows.values()))
 
 

@@ -176,7 +176,7 @@ CAUSE_COLUMNS = {
     "idle_unexplained": "idle_unexplained_gpu_seconds",
     "unmeasured": "idle_unmeasured_gpu_seconds",
 }
-_RAW = ", ".join(f"sum({c}_seconds) AS raw_{c}" for c in CAUSES)
+_RAW = ", ".join(f"sum(cause_{c}_seconds) AS raw_{c}" for c in CAUSES)
 _RAW_COLUMNS = ", ".join(f"p.raw_{c}" for c in CAUSES)
 _RAW_TOTAL = " + ".join(f"coalesce(raw_{c}, 0)" for c in CAUSES)
 # each GPU-day's idle time (as report idle counts it) split in the proportions of its causes;
@@ -210,7 +210,7 @@ def idle_cause_rows(
     sql = f"""
         WITH parts AS (
             SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day, {_RAW}
-            FROM idle_cause_part
+            FROM gpu_attribution_part
             WHERE day >= :first_day AND day <= :last_day
             GROUP BY cluster, job_id_raw, submit_at, node, gpu_uuid, day
         ),
@@ -299,7 +299,7 @@ def attempt_idle_causes(
         ),
         parts AS (
             SELECT p.cluster, p.job_id_raw, p.submit_at, p.node, p.gpu_uuid, p.day, {_RAW}
-            FROM idle_cause_part p JOIN wanted USING (cluster, job_id_raw, submit_at)
+            FROM gpu_attribution_part p JOIN wanted USING (cluster, job_id_raw, submit_at)
             GROUP BY p.cluster, p.job_id_raw, p.submit_at, p.node, p.gpu_uuid, p.day
         ),
         gpu_days AS (
