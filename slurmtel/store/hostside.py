@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import groupby
 from typing import Any
 
 from slurmtel.records import GpuHostWindow, JobHostWindow, LustreJobStat
@@ -232,6 +233,19 @@ def checkpoint_estimate(
             "hi": end_at,
         },
     ).all()
+    return estimate_from_windows(rows, start_at, gpus, thresholds, window_seconds)
+
+
+def estimate_from_windows(
+    rows: Sequence[Any],
+    start_at: datetime,
+    gpus: float,
+    thresholds: CheckpointThresholds,
+    window_seconds: int = 30,
+) -> CheckpointEstimate | None:
+    """The estimate from an attempt's windows in time order, each with `at`, `written`,
+    `read` (its cgroup windows summed over its nodes), `util`, `idle` (its GPUs' mean
+    utilisation and idle seconds) and `measured` (a cgroup window exists); pure."""
     if not any(r.measured for r in rows):
         return None
     episodes, gpu_seconds, written = 0, 0.0, 0
@@ -293,25 +307,60 @@ def write_checkpoint(
 
 
 def refresh_checkpoints(conn: Connection, thresholds: CheckpointThresholds, now: datetime) -> int:
-    """job_checkpoint of the attribution run's dirty attempts that have ended (dirty_attempt):
-    a running attempt's estimate is made when its job view is read."""
-    attempts = conn.execute(
+    """job_checkpoint of the attribution run's dirty attempts that have ended (dirty_attempt,
+    dirty_mapping), in one read of their cgroup and GPU windows: a running attempt's estimate
+    is made when its job view is read."""
+    rows = conn.execute(
         text(
             """
-            SELECT d.cluster, d.job_id_raw, d.submit_at, d.nodes, d.start_at, d.end_eff, d.alloc_gpus
-            FROM dirty_attempt d JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
-            WHERE a.end_at IS NOT NULL AND d.start_at IS NOT NULL
-              AND EXISTS (SELECT 1 FROM job_host_window j
-                          WHERE j.job_id = CAST(d.job_id_raw AS text) AND j.node = ANY (d.nodes)
-                            AND j.window_start_at >= d.start_at - interval '1 minute' AND j.window_start_at < d.end_eff)
+            WITH cand AS (
+                SELECT d.cluster, d.job_id_raw, d.submit_at, d.nodes, d.start_at, d.end_eff, d.alloc_gpus
+                FROM dirty_attempt d JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
+                WHERE a.end_at IS NOT NULL AND d.start_at IS NOT NULL
+                  AND EXISTS (SELECT 1 FROM job_host_window j
+                              WHERE j.job_id = CAST(d.job_id_raw AS text) AND j.node = ANY (d.nodes)
+                                AND j.window_start_at >= d.start_at - interval '1 minute'
+                                AND j.window_start_at < d.end_eff)
+            ),
+            host AS (
+                SELECT c.cluster, c.job_id_raw, c.submit_at, j.window_start_at,
+                       sum(j.write_bytes) AS written, sum(j.read_bytes) AS read
+                FROM cand c
+                JOIN LATERAL (
+                    SELECT * FROM job_host_window j
+                    WHERE j.job_id = CAST(c.job_id_raw AS text) AND j.node = ANY (c.nodes)
+                      AND j.window_start_at >= c.start_at - interval '1 minute' AND j.window_start_at < c.end_eff
+                    OFFSET 0
+                ) j ON true
+                GROUP BY c.cluster, c.job_id_raw, c.submit_at, j.window_start_at
+            ),
+            gpu AS (
+                SELECT c.cluster, c.job_id_raw, c.submit_at, w.window_start_at,
+                       avg(w.util_mean_percent) AS util, sum(least(w.idle_seconds, w.covered_seconds)) AS idle
+                FROM cand c
+                JOIN dirty_mapping m USING (cluster, job_id_raw, submit_at)
+                CROSS JOIN LATERAL slurmtel_gpu_windows(ARRAY[m.gpu_uuid], c.start_at, c.end_eff) w
+                WHERE w.window_start_at >= c.start_at - interval '1 minute'
+                GROUP BY c.cluster, c.job_id_raw, c.submit_at, w.window_start_at
+            )
+            SELECT c.cluster, c.job_id_raw, c.submit_at, c.start_at, c.alloc_gpus,
+                   coalesce(h.window_start_at, g.window_start_at) AS at, h.written, h.read, g.util, g.idle,
+                   h.window_start_at IS NOT NULL AS measured
+            FROM cand c
+            JOIN (host h FULL JOIN gpu g USING (cluster, job_id_raw, submit_at, window_start_at))
+              ON coalesce(h.cluster, g.cluster) = c.cluster AND coalesce(h.job_id_raw, g.job_id_raw) = c.job_id_raw
+             AND coalesce(h.submit_at, g.submit_at) = c.submit_at
+            ORDER BY c.cluster, c.job_id_raw, c.submit_at, 6
             """
         )
     ).all()
-    for a in attempts:
-        estimate = checkpoint_estimate(
-            conn, cluster=a.cluster, job_id_raw=a.job_id_raw, submit_at=a.submit_at, nodes=a.nodes,
-            start_at=a.start_at, end_at=a.end_eff, gpus=float(a.alloc_gpus), thresholds=thresholds,
-        )  # fmt: skip
+    done = 0
+    for key, group in groupby(rows, key=lambda r: (r.cluster, r.job_id_raw, r.submit_at)):
+        windows = list(group)
+        estimate = estimate_from_windows(
+            windows, windows[0].start_at, float(windows[0].alloc_gpus), thresholds
+        )
         if estimate is not None:
-            write_checkpoint(conn, (a.cluster, a.job_id_raw, a.submit_at), estimate, now)
-    return len(attempts)
+            write_checkpoint(conn, key, estimate, now)
+            done += 1
+    return done
