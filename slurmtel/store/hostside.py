@@ -310,24 +310,36 @@ def refresh_checkpoints(conn: Connection, thresholds: CheckpointThresholds, now:
     """job_checkpoint of the attribution run's dirty attempts that have ended (dirty_attempt,
     dirty_mapping), in one read of their cgroup and GPU windows: a running attempt's estimate
     is made when its job view is read."""
+    conn.execute(text("DROP TABLE IF EXISTS checkpoint_candidate"))
+    conn.execute(
+        text(
+            """
+            CREATE TEMP TABLE checkpoint_candidate ON COMMIT DROP AS
+            SELECT d.cluster, d.job_id_raw, d.submit_at, d.nodes, d.start_at, d.end_eff, d.alloc_gpus
+            FROM dirty_attempt d JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
+            WHERE a.end_at IS NOT NULL AND d.start_at IS NOT NULL
+              AND EXISTS (SELECT 1 FROM job_host_window j
+                          WHERE j.job_id = CAST(d.job_id_raw AS text) AND j.node = ANY (d.nodes)
+                            AND j.window_start_at >= d.start_at - interval '1 minute'
+                            AND j.window_start_at < d.end_eff)
+            """
+        )
+    )
+    attempts = {
+        (r.cluster, r.job_id_raw, r.submit_at): (r.start_at, float(r.alloc_gpus))
+        for r in conn.execute(text("SELECT * FROM checkpoint_candidate")).all()
+    }
+    if not attempts:
+        return 0
     rows = conn.execute(
         text(
             """
-            WITH cand AS (
-                SELECT d.cluster, d.job_id_raw, d.submit_at, d.nodes, d.start_at, d.end_eff, d.alloc_gpus
-                FROM dirty_attempt d JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
-                WHERE a.end_at IS NOT NULL AND d.start_at IS NOT NULL
-                  AND EXISTS (SELECT 1 FROM job_host_window j
-                              WHERE j.job_id = CAST(d.job_id_raw AS text) AND j.node = ANY (d.nodes)
-                                AND j.window_start_at >= d.start_at - interval '1 minute'
-                                AND j.window_start_at < d.end_eff)
-            ),
-            host AS (
+            WITH host AS (
                 SELECT c.cluster, c.job_id_raw, c.submit_at, j.window_start_at,
-                       sum(j.write_bytes) AS written, sum(j.read_bytes) AS read
-                FROM cand c
+                       sum(j.write_bytes) AS written, sum(j.read_bytes) AS read, count(*) AS n
+                FROM checkpoint_candidate c
                 JOIN LATERAL (
-                    SELECT * FROM job_host_window j
+                    SELECT j.window_start_at, j.write_bytes, j.read_bytes FROM job_host_window j
                     WHERE j.job_id = CAST(c.job_id_raw AS text) AND j.node = ANY (c.nodes)
                       AND j.window_start_at >= c.start_at - interval '1 minute' AND j.window_start_at < c.end_eff
                     OFFSET 0
@@ -337,29 +349,23 @@ def refresh_checkpoints(conn: Connection, thresholds: CheckpointThresholds, now:
             gpu AS (
                 SELECT c.cluster, c.job_id_raw, c.submit_at, w.window_start_at,
                        avg(w.util_mean_percent) AS util, sum(least(w.idle_seconds, w.covered_seconds)) AS idle
-                FROM cand c
+                FROM checkpoint_candidate c
                 JOIN dirty_mapping m USING (cluster, job_id_raw, submit_at)
                 CROSS JOIN LATERAL slurmtel_gpu_windows(ARRAY[m.gpu_uuid], c.start_at, c.end_eff) w
                 WHERE w.window_start_at >= c.start_at - interval '1 minute'
                 GROUP BY c.cluster, c.job_id_raw, c.submit_at, w.window_start_at
             )
-            SELECT c.cluster, c.job_id_raw, c.submit_at, c.start_at, c.alloc_gpus,
-                   coalesce(h.window_start_at, g.window_start_at) AS at, h.written, h.read, g.util, g.idle,
-                   h.window_start_at IS NOT NULL AS measured
-            FROM cand c
-            JOIN (host h FULL JOIN gpu g USING (cluster, job_id_raw, submit_at, window_start_at))
-              ON coalesce(h.cluster, g.cluster) = c.cluster AND coalesce(h.job_id_raw, g.job_id_raw) = c.job_id_raw
-             AND coalesce(h.submit_at, g.submit_at) = c.submit_at
-            ORDER BY c.cluster, c.job_id_raw, c.submit_at, 6
+            SELECT cluster, job_id_raw, submit_at, window_start_at AS at, h.written, h.read, g.util, g.idle,
+                   h.n IS NOT NULL AS measured
+            FROM host h FULL JOIN gpu g USING (cluster, job_id_raw, submit_at, window_start_at)
+            ORDER BY cluster, job_id_raw, submit_at, window_start_at
             """
         )
     ).all()
     done = 0
     for key, group in groupby(rows, key=lambda r: (r.cluster, r.job_id_raw, r.submit_at)):
-        windows = list(group)
-        estimate = estimate_from_windows(
-            windows, windows[0].start_at, float(windows[0].alloc_gpus), thresholds
-        )
+        start_at, gpus = attempts[key]
+        estimate = estimate_from_windows(list(group), start_at, gpus, thresholds)
         if estimate is not None:
             write_checkpoint(conn, key, estimate, now)
             done += 1
