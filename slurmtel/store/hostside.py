@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from itertools import groupby
 from typing import Any
 
@@ -160,6 +160,12 @@ def lustre_job_totals(
 # ---------------------------------------------------------------- checkpoints and start-up
 
 
+# start-up is looked for in the attempt's first hour: GPUs not active by then are reported as
+# not started up (None), and the attribution run reads no more of an ended attempt's windows
+# than that hour and its write bursts
+STARTUP_HORIZON = timedelta(hours=1)
+
+
 @dataclass(frozen=True)
 class CheckpointThresholds:
     """config.idle_causes' checkpoint and start-up keys."""
@@ -254,7 +260,7 @@ def estimate_from_windows(
     read_before = 0
     for r in rows:
         index = int(r.at.timestamp())
-        if startup is None:
+        if startup is None and r.at < start_at + STARTUP_HORIZON:
             if r.util is not None and float(r.util) >= thresholds.startup_active_percent:
                 startup = max(0.0, (r.at - start_at).total_seconds())
             else:
@@ -346,21 +352,33 @@ def refresh_checkpoints(conn: Connection, thresholds: CheckpointThresholds, now:
                 ) j ON true
                 GROUP BY c.cluster, c.job_id_raw, c.submit_at, j.window_start_at
             ),
-            gpu AS (
-                SELECT c.cluster, c.job_id_raw, c.submit_at, w.window_start_at,
-                       avg(w.util_mean_percent) AS util, sum(least(w.idle_seconds, w.covered_seconds)) AS idle
+            -- the GPUs' windows of the start-up hour and of the write bursts only
+            reads AS (
+                SELECT c.cluster, c.job_id_raw, c.submit_at, c.start_at - interval '1 minute' AS lo,
+                       least(c.end_eff, c.start_at + interval '1 hour') AS hi
                 FROM checkpoint_candidate c
+                UNION ALL
+                SELECT h.cluster, h.job_id_raw, h.submit_at, h.window_start_at, h.window_start_at + interval '30 seconds'
+                FROM host h
+                JOIN checkpoint_candidate c USING (cluster, job_id_raw, submit_at)
+                WHERE h.written >= :write_bytes AND h.window_start_at >= c.start_at + interval '1 hour'
+            ),
+            gpu AS (
+                SELECT r.cluster, r.job_id_raw, r.submit_at, w.window_start_at,
+                       avg(w.util_mean_percent) AS util, sum(least(w.idle_seconds, w.covered_seconds)) AS idle
+                FROM reads r
                 JOIN dirty_mapping m USING (cluster, job_id_raw, submit_at)
-                CROSS JOIN LATERAL slurmtel_gpu_windows(ARRAY[m.gpu_uuid], c.start_at, c.end_eff) w
-                WHERE w.window_start_at >= c.start_at - interval '1 minute'
-                GROUP BY c.cluster, c.job_id_raw, c.submit_at, w.window_start_at
+                CROSS JOIN LATERAL slurmtel_gpu_windows(ARRAY[m.gpu_uuid], r.lo, r.hi) w
+                WHERE w.window_start_at >= r.lo AND w.window_start_at < r.hi
+                GROUP BY r.cluster, r.job_id_raw, r.submit_at, w.window_start_at
             )
             SELECT cluster, job_id_raw, submit_at, window_start_at AS at, h.written, h.read, g.util, g.idle,
                    h.n IS NOT NULL AS measured
             FROM host h FULL JOIN gpu g USING (cluster, job_id_raw, submit_at, window_start_at)
             ORDER BY cluster, job_id_raw, submit_at, window_start_at
             """
-        )
+        ),
+        {"write_bytes": thresholds.write_bytes},
     ).all()
     done = 0
     for key, group in groupby(rows, key=lambda r: (r.cluster, r.job_id_raw, r.submit_at)):
