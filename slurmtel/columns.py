@@ -619,8 +619,8 @@ _add(
 _add(
     "startup_seconds",
     S,
-    "from the job's start until its GPUs' mean utilisation first reached idle_causes.startup_active_percent "
-    "(an estimate of restore and start-up time)",
+    "from the job's start until its GPUs' mean utilisation first reached idle_causes.startup_active_percent, "
+    "looked for in the job's first hour (an estimate of restore and start-up time)",
     design="§4 restore/start-up time",
 )
 _add(
