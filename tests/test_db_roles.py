@@ -47,7 +47,13 @@ START, END, NOW = at("2026-11-01T00:00:00"), at("2026-11-02T00:00:00"), at("2026
 # the decisions of migration 0010: rows per user (own user and account) ...
 OWN_ROWS = ("job_attempt", "pending_job", "retry_link", "action_log")
 # ... rows per attempt (visible with their attempt) ...
-OF_ATTEMPT = ("gpu_attribution", "gpu_allocation", "attempt_node_day", "job_checkpoint")
+OF_ATTEMPT = (
+    "gpu_attribution",
+    "gpu_allocation",
+    "attempt_node_day",
+    "job_checkpoint",
+    "gpu_attribution_part",
+)
 # ... rows visible with their action (migration 0017) ...
 OF_ACTION = ("action_delivery",)
 # ... and rows only a scope of everything sees
@@ -62,7 +68,6 @@ EVERYTHING_ONLY = (
     "chargeback_statement_voided",
     "chargeback_audit",
     "node_day_allocation",
-    "gpu_attribution_part",
     "attribution_progress",
     "action_gpu_streak",
     "action_exclusion",

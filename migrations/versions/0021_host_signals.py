@@ -18,7 +18,9 @@ Revises: 0020
   everything-only.
 - gpu_attribution_part gains the idle GPU-seconds of each cause per slice (attempt x node x
   GPU x site day x UTC hour), summed by the attribution run in the same pass as the slice's
-  other sums; NULL for slices computed without them (before this migration).
+  other sums; NULL for slices computed without them (before this migration). A user's
+  `slurmtel job` and `report idle --by cause` read them: its rows are now visible with their
+  attempt (as gpu_attribution's), no longer to a scope of everything only.
 - job_checkpoint: per finished attempt, the checkpoint episodes and start-up estimate.
   Visible with its attempt.
 """
@@ -141,6 +143,11 @@ def upgrade() -> None:
         )
         """
     )
+    op.execute("DROP POLICY reader_scope ON gpu_attribution_part")
+    op.execute(
+        f"CREATE POLICY reader_scope ON gpu_attribution_part FOR SELECT TO {READER} "
+        f"USING ({_of_attempt('gpu_attribution_part')})"
+    )
     for table in OPEN_TABLES:
         op.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {WRITER}")
         op.execute(f"GRANT SELECT ON {table} TO {READER}")
@@ -153,6 +160,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("DROP POLICY reader_scope ON gpu_attribution_part")
+    op.execute(f"CREATE POLICY reader_scope ON gpu_attribution_part FOR SELECT TO {READER} USING ({_ALL})")
     for table in ("job_checkpoint", "lustre_job_stat", "gpu_host_window", "job_host_window"):
         op.execute(f"DROP TABLE {table}")
     for cause in CAUSES:
