@@ -9,9 +9,16 @@ the real store (write_attempts). Then, measured in one run:
   incremental: one more hour of telemetry arrives for every GPU; the attribution run that
                folds it in (it recomputes every attempt the new windows touch) -> new samples/s
                and windows read/s (target >= 500,000 samples/s);
-  full:        `run_attribution(full=True)` over the whole period -> seconds, windows/s.
+  full:        `run_attribution(full=True)` over the whole period -> seconds, windows/s;
+  causes:      issue 26's idle causes: a job host window (cgroup IO, CPU, PSI) per job and window
+               is generated for every window, and the full recompute is run again without the
+               idle-cause classification ("before", idle_causes=False) and with it ("after"),
+               on the same data in the same run -> both times and their ratio.
 
-    python benchmarks/attribution.py [--gpus 1024] [--days 30] [--dsn URL]
+    python benchmarks/attribution.py [--gpus 1024] [--days 30] [--hours H] [--dsn URL]
+
+`--hours H` replaces --days with a period of H hours (a small run at 10,000 GPUs:
+`--gpus 10000 --hours 2`).
 
 The defaults are the issue's month (1,024 GPUs x 30 days = 88 million windows, ~25 GB with
 indexes); --days 3 gives the same rates in minutes.
@@ -124,6 +131,7 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=1024)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--job-hours", type=int, default=6)
+    parser.add_argument("--hours", type=int, default=0, help="a period of this many hours instead of --days")
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     args = parser.parse_args()
@@ -133,10 +141,9 @@ def main() -> int:
         return 2
     config = Config()
     with scratch_database(base, keep=args.keep) as engine:
-        end = START + timedelta(days=args.days)
-        print(
-            f"{args.gpus} GPUs x {args.days} days of {WINDOW} s windows, {args.job_hours} h jobs", flush=True
-        )
+        end = START + (timedelta(hours=args.hours) if args.hours else timedelta(days=args.days))
+        period = f"{args.hours} hours" if args.hours else f"{args.days} days"
+        print(f"{args.gpus} GPUs x {period} of {WINDOW} s windows, {args.job_hours} h jobs", flush=True)
         t0 = time.perf_counter()
         jobs = jobs_for(args.gpus, START, end + timedelta(hours=args.job_hours), args.job_hours)
         with engine.begin() as conn:
@@ -190,7 +197,49 @@ def main() -> int:
               f"({(windows + hour) / full_seconds:,.0f} windows/s, {(windows + hour) * 30 / full_seconds:,.0f} samples/s)")  # fmt: skip
         print(f"  {full_section.usage}")
         print(ratios("full recompute / first run", full_section.usage, first_section.usage))
+
+        hosts = generate_job_windows(engine, START, end + timedelta(hours=1), args.job_hours)
+        t0 = time.perf_counter()
+        run_attribution(engine, config, now=end + timedelta(hours=1), full=True, idle_causes=False)
+        before = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        run_attribution(engine, config, now=end + timedelta(hours=1), full=True)
+        after = time.perf_counter() - t0
+        with engine.connect() as conn:
+            parts = conn.execute(
+                text("SELECT count(*) FROM gpu_attribution_part WHERE cause_unmeasured_seconds IS NOT NULL")
+            ).scalar_one()
+        print(f"idle causes ({hosts:,} job host windows): full recompute before (idle_causes off) {before:.1f} s, "
+              f"after (on, {parts:,} cause slices) {after:.1f} s, ratio {after / before:.2f}")  # fmt: skip
         return 0
+
+
+def generate_job_windows(engine: Engine, lo: datetime, hi: datetime, job_hours: int) -> int:
+    """A cgroup window per job (one per GPU here) and window, as the agents ship them."""
+    with engine.begin() as conn:
+        return int(
+            conn.execute(
+                text(
+                    """
+                    INSERT INTO job_host_window (node, job_id, window_start_at, window_seconds, cgroup_version,
+                        read_bytes, write_bytes, read_ops, write_ops, cpu_usage_seconds, cpus,
+                        memory_peak_bytes, io_some_stall_seconds, io_full_stall_seconds, cpu_some_stall_seconds)
+                    SELECT a.nodes[1], CAST(a.job_id_raw AS text), t, 30, 2,
+                           abs(hashint8(h)) % 2000000000, abs(hashint8(h + 1)) % 200000000, 100, 10,
+                           (abs(hashint8(h + 2)) % 3000) / 10.0, 8, 64::bigint << 30,
+                           (abs(hashint8(h + 3)) % 60) / 10.0, 0, (abs(hashint8(h + 4)) % 100) / 10.0
+                    FROM job_attempt a,
+                         generate_series(greatest(a.start_at, CAST(:lo AS timestamptz)),
+                                         least(a.end_at, CAST(:hi AS timestamptz)) - interval '30 seconds',
+                                         interval '30 seconds') AS t,
+                         LATERAL (SELECT a.job_id_raw * 100000000 + extract(epoch FROM t)::bigint AS h) x
+                    WHERE a.start_at < :hi AND a.end_at > :lo
+                    ON CONFLICT DO NOTHING
+                    """
+                ),
+                {"lo": lo, "hi": hi},
+            ).rowcount
+        )
 
 
 if __name__ == "__main__":

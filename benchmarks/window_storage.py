@@ -9,7 +9,11 @@ Whole-node jobs of 4 h cover the period. Then, in one database:
           indexes after VACUUM, and a full attribution run over them;
   pack:   the attribution run's packing of closed hours (pack_windows), windows/s;
   after:  the same windows packed one row per GPU and hour: bytes per window, and the same full
-          attribution run.
+          attribution run;
+  host:   issue 26's host signals for the same windows, as the agent ships them: a job host
+          window (cgroup IO, CPU, PSI, its GPUs' PCIe) per job, node and window, and a GPU host
+          window (throttle seconds) for the GPU-windows with throttling (10 % here): the bytes
+          they add per stored GPU-window.
 
     python benchmarks/window_storage.py [--gpus 256] [--days 1] [--dsn URL]
 
@@ -20,6 +24,7 @@ Target (scale issue): at most 40 bytes per window with indexes; a 10,000-GPU mon
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -30,8 +35,9 @@ from sqlalchemy import Engine, text
 
 from slurmtel.attribution import run_attribution
 from slurmtel.config import Config
-from slurmtel.records import GpuInventory, JobAttempt
+from slurmtel.records import GpuHostWindow, GpuInventory, JobAttempt, JobHostWindow
 from slurmtel.simulate import sampled_windows
+from slurmtel.store.hostside import write_gpu_host_windows, write_job_host_windows
 from slurmtel.store.jobs import write_attempts
 from slurmtel.store.telemetry import window_store_size, write_inventory, write_summaries
 
@@ -86,6 +92,52 @@ def inventory(gpus: int) -> list[GpuInventory]:
                      observed_at=START, memory_total_bytes=81_559 * 2**20)
         for g in range(gpus)
     ]  # fmt: skip
+
+
+def load_host(engine: Engine, gpus: int, days: int) -> tuple[int, int]:
+    """Every GPU-window's host window and every node's job window (one job per node at a time)."""
+    rng = random.Random(26)
+    per_gpu = days * 86_400 // 30
+    gpu_rows = job_rows = 0
+    for first in range(0, gpus, GPUS_PER_NODE):
+        node = node_of(first)
+        gpu_windows, job_windows = [], []
+        for k in range(per_gpu):
+            at = START + timedelta(seconds=30 * k)
+            for g in range(first, min(gpus, first + GPUS_PER_NODE)):
+                throttled = rng.random() < 0.1
+                gpu_windows.append(
+                    GpuHostWindow(
+                        node, f"GPU-{g:05d}", at, 30.0, pcie_tx_bytes=rng.randrange(0, 2**34),
+                        pcie_rx_bytes=rng.randrange(0, 2**34),
+                        throttle_power_seconds=rng.uniform(0, 30) if throttled else 0.0,
+                        throttle_thermal_seconds=0.0, throttle_hw_slowdown_seconds=0.0,
+                    )
+                )  # fmt: skip
+            job = (first // GPUS_PER_NODE) * 1_000 + (k * 30) // (JOB_HOURS * 3600) + 1
+            job_windows.append(
+                JobHostWindow(
+                    node, str(job), at, 30.0, 2, read_bytes=rng.randrange(0, 2**32), write_bytes=rng.randrange(0, 2**30),
+                    read_ops=rng.randrange(0, 10**5), write_ops=rng.randrange(0, 10**4),
+                    cpu_usage_seconds=rng.uniform(0, 30 * 64), cpus=64, memory_peak_bytes=rng.randrange(2**34, 2**39),
+                    io_some_stall_seconds=rng.uniform(0, 3), io_full_stall_seconds=rng.uniform(0, 1),
+                    cpu_some_stall_seconds=rng.uniform(0, 3), memory_some_stall_seconds=0.0,
+                    memory_full_stall_seconds=0.0, pcie_tx_bytes=rng.randrange(0, 2**37),
+                    pcie_rx_bytes=rng.randrange(0, 2**37),
+                )
+            )  # fmt: skip
+        with engine.begin() as conn:
+            gpu_rows += write_gpu_host_windows(conn, gpu_windows)
+            job_rows += write_job_host_windows(conn, job_windows)
+    return gpu_rows, job_rows
+
+
+def host_size(engine: Engine) -> tuple[int, int]:
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE gpu_host_window, job_host_window"))
+        gpu = conn.execute(text("SELECT pg_total_relation_size('gpu_host_window')")).scalar_one()
+        job = conn.execute(text("SELECT pg_total_relation_size('job_host_window')")).scalar_one()
+    return int(gpu), int(job)
 
 
 def measure(engine: Engine) -> tuple[float, int, int]:
@@ -145,6 +197,16 @@ def main() -> int:
         print(f"  packing run:                {packing_section.usage}")
         print(f"  full attribution, packed:   {packed_usage}")
         print(ratios("attribution packed / unpacked", packed_usage, unpacked_usage))
+        gpu_rows, job_rows = load_host(engine, args.gpus, args.days)
+        gpu_bytes, job_bytes = host_size(engine)
+        added = (gpu_bytes + job_bytes) / windows
+        print(f"host signals (issue 26): {gpu_rows:,} throttled GPU host windows "
+              f"{gpu_bytes / max(gpu_rows, 1):,.1f} bytes each, "
+              f"{job_rows:,} job host windows {job_bytes / job_rows:,.1f} bytes each")  # fmt: skip
+        print(f"  added bytes per stored GPU-window: {added:,.1f} (GPU {gpu_bytes / windows:,.1f} + "
+              f"job {job_bytes / windows:,.1f}); before {after:,.1f}, after {after + added:,.1f} bytes/window "
+              f"(ratio {(after + added) / after:.1f}x); a 10,000-GPU month: "
+              f"{(after + added) * WINDOWS_PER_MONTH_10K / 1e9:,.1f} GB")  # fmt: skip
         month = after * WINDOWS_PER_MONTH_10K / 1e9
         verdict = "met" if after <= TARGET_BYTES_PER_WINDOW else "NOT met"
         print(f"target: <= {TARGET_BYTES_PER_WINDOW} bytes/window: {verdict}; a 10,000-GPU month at 30 s: "

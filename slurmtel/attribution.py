@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 
 from slurmtel.config import Config
 from slurmtel.store.attribution import (
+    CauseThresholds,
     Recomputed,
     get_watermark,
     mark_batches,
@@ -30,6 +31,7 @@ from slurmtel.store.attribution import (
     select_dirty_attempts,
     set_watermark,
 )
+from slurmtel.store.hostside import CheckpointThresholds, refresh_checkpoints
 from slurmtel.store.locks import ATTRIBUTION_LOCK_KEY, advisory_xact_lock
 from slurmtel.store.retry_links import refresh_retry_links
 from slurmtel.store.samples import sample_store
@@ -47,11 +49,18 @@ class AttributionResult:
 
 
 def run_attribution(
-    engine: Engine, config: Config, *, now: datetime, full: bool = False, pack: bool = True
+    engine: Engine,
+    config: Config,
+    *,
+    now: datetime,
+    full: bool = False,
+    pack: bool = True,
+    idle_causes: bool = True,
 ) -> AttributionResult:
     """Recompute the rollups of every attempt that may have changed and the retry links of
     every job that may have changed (all of them with FULL); then pack the closed hours folded
-    in (unless not PACK: a benchmark's "before")."""
+    in (unless not PACK: a benchmark's "before"). Idle GPU time by cause and checkpoint estimates
+    are built beside the slices (unless not IDLE_CAUSES: a benchmark's "before")."""
     with engine.begin() as conn:
         advisory_xact_lock(conn, ATTRIBUTION_LOCK_KEY)
         job_mark = None if full else get_watermark(conn, "jobs")
@@ -73,6 +82,15 @@ def run_attribution(
                 timezone=config.timezone_name,
                 full=full,
                 before_read=lambda c: store.prepare_attempts(c, now=now),
+                causes=CauseThresholds(
+                    io_pressure_share=config.idle_causes.io_pressure_share,
+                    io_bytes_per_second=config.idle_causes.io_bytes_per_second,
+                    network_bytes_per_second=config.idle_causes.network_bytes_per_second,
+                    cpu_saturated_share=config.idle_causes.cpu_saturated_share,
+                    cpu_pressure_share=config.idle_causes.cpu_pressure_share,
+                )
+                if idle_causes
+                else None,
             )
             if selection.attempts
             else Recomputed(0, 0, 0)
@@ -84,6 +102,18 @@ def run_attribution(
             overlap_seconds=config.attribution.overlap_seconds,
             full=full,
         )
+        if selection.attempts and idle_causes:
+            causes = config.idle_causes
+            refresh_checkpoints(
+                conn,
+                CheckpointThresholds(
+                    write_bytes=causes.checkpoint_write_bytes,
+                    dip_percent=causes.checkpoint_dip_percent,
+                    merge_windows=causes.checkpoint_merge_windows,
+                    startup_active_percent=causes.startup_active_percent,
+                ),
+                now,
+            )
         mark_batches(conn, selection.batches)
         packed = store.after_attribution(conn, now=now) if pack else 0
         if selection.max_updated_at is not None:

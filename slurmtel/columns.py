@@ -540,6 +540,97 @@ _add("cpu_time_seconds", S, "CPU time the attempt's steps used (TotalCPU)", desi
 _add("measured_seconds", S, "time the counters were read over", design="§3")
 _add("duration_seconds", S, "how long a collect run took", design="§9")
 
+# --- idle GPU time by cause, checkpoints and start-up (issue 26; docs/idle-causes.md) --------
+_CAUSE_HOW = (
+    "each idle window's idle time beyond no-process goes to the first cause that holds, by precedence"
+)
+_add(
+    "idle_hardware_gpu_seconds",
+    S,
+    "idle GPU time in windows with an XID or double-bit ECC event, or HW-slowdown clock throttling, on the GPU",
+    _CAUSE_HOW,
+    "§4 idle GPU-seconds by cause",
+)
+_add(
+    "idle_storage_wait_gpu_seconds",
+    S,
+    "idle GPU time while the job's IO pressure or block IO on the node was over idle_causes' thresholds",
+    _CAUSE_HOW,
+    "§4 idle GPU-seconds by cause",
+)
+_add(
+    "idle_network_wait_gpu_seconds",
+    S,
+    "idle GPU time of a multi-node job while its node's InfiniBand/RoCE ports were busy",
+    _CAUSE_HOW,
+    "§4 idle GPU-seconds by cause",
+)
+_add(
+    "idle_cpu_bound_gpu_seconds",
+    S,
+    "idle GPU time while the job's CPUs on the node were saturated (or under CPU pressure)",
+    _CAUSE_HOW,
+    "§4 idle GPU-seconds by cause",
+)
+_add(
+    "idle_unexplained_gpu_seconds",
+    S,
+    "idle GPU time with a process and host signals, none of which explains it",
+    _CAUSE_HOW,
+    "§4 idle GPU-seconds by cause",
+)
+_add(
+    "idle_unmeasured_gpu_seconds",
+    S,
+    "idle GPU time with a process whose host signals (the job's cgroup on the node) are missing",
+    _CAUSE_HOW,
+    "§4 idle GPU-seconds by cause",
+)
+_add(
+    "idle_cause",
+    T,
+    "why allocated GPUs sat idle: no_process, hardware, storage_wait, network_wait, "
+    "cpu_bound, idle_unexplained or unmeasured",
+    design="§4 idle GPU-seconds by cause",
+)
+_add("idle_cause_share", SH, "this cause's part of the idle GPU time", design="§4 idle GPU-seconds by cause")
+_add(
+    "checkpoint_episodes",
+    INT,
+    "write bursts of the job that coincide with a dip of its GPUs (an estimate)",
+    "windows with at least idle_causes.checkpoint_write_bytes written on the job's nodes while its GPUs' mean "
+    "utilisation is below idle_causes.checkpoint_dip_percent; windows at most checkpoint_merge_windows apart "
+    "are one episode",
+    "§4 checkpoint time",
+)
+_add(
+    "checkpoint_gpu_seconds",
+    S,
+    "GPU time the job's GPUs sat idle during its checkpoint episodes (an estimate)",
+    "idle seconds of the job's GPUs in the episodes' windows",
+    "§4 checkpoint time",
+)
+_add(
+    "checkpoint_write_bytes",
+    B,
+    "bytes the job wrote during its checkpoint episodes",
+    design="§4 checkpoint time",
+)
+_add(
+    "startup_seconds",
+    S,
+    "from the job's start until its GPUs' mean utilisation first reached idle_causes.startup_active_percent, "
+    "looked for in the job's first hour (an estimate of restore and start-up time)",
+    design="§4 restore/start-up time",
+)
+_add(
+    "startup_gpu_seconds",
+    S,
+    "allocated GPU time of the start-up (startup_seconds × GPUs)",
+    design="§4 restore/start-up time",
+)
+_add("startup_read_bytes", B, "bytes the job read during its start-up", design="§4 restore/start-up time")
+
 # --- shares and ratios ---------------------------------------------------------------------
 _add("idle_share", SH, "idle / covered GPU time", design="§4 idle GPU-seconds")
 _add("covered_share", SH, "covered / allocated GPU time (how much telemetry saw)", design="§4 unmeasured")

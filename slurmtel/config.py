@@ -244,6 +244,24 @@ class NcclSourceConfig:
 
 
 @dataclass(frozen=True)
+class LustreSourceConfig:
+    """[sources.lustre]: Lustre jobstats, read on the head (or an admin node) per job."""
+
+    enabled: bool = False
+    interval_seconds: int = 60
+    # the command whose output is the jobstats (run without a shell); its stdout is read
+    command: list[str] = field(
+        default_factory=lambda: ["lctl", "get_param", "obdfilter.*.job_stats", "mdt.*.job_stats"]
+    )
+    # or a file a site's own job writes (e.g. from every OSS by pdsh); read instead of the command
+    path: str = ""
+    timeout_seconds: int = 60
+    # a regular expression (Python) whose first group is the Slurm job id in a jobstats name:
+    # jobid_var=SLURM_JOB_ID gives "1234"; jobid_name="SLURM_JOB%j:%u:%H" gives "SLURM_JOB1234:..."
+    job_pattern: str = r"^(?:SLURM_JOB)?(\d+)(?:$|[:.@])"
+
+
+@dataclass(frozen=True)
 class SourcesConfig:
     sacct: SacctSourceConfig = field(default_factory=SacctSourceConfig)
     slurmctld: SlurmctldSourceConfig = field(default_factory=SlurmctldSourceConfig)
@@ -251,6 +269,7 @@ class SourcesConfig:
     agent: AgentSourceConfig = field(default_factory=AgentSourceConfig)
     nccl: NcclSourceConfig = field(default_factory=NcclSourceConfig)
     prometheus: PrometheusSourceConfig = field(default_factory=PrometheusSourceConfig)
+    lustre: LustreSourceConfig = field(default_factory=LustreSourceConfig)
 
 
 @dataclass(frozen=True)
@@ -288,6 +307,33 @@ class AttributionConfig:
 
 
 @dataclass(frozen=True)
+class IdleCausesConfig:
+    """[idle_causes]: when an idle GPU-second is blamed on storage, network or CPUs
+    (docs/idle-causes.md argues the defaults)."""
+
+    # the job's IO pressure (PSI io "some": share of the window a task of the job stalled on
+    # block IO) at or above this share of the window is storage_wait
+    io_pressure_share: float = 0.10
+    # or the job's block IO (read + written, its cgroup on the node) at or above this rate
+    io_bytes_per_second: float = 500e6
+    # a multi-node job whose node moved at least this many bytes per second over its
+    # InfiniBand/RoCE ports (sent + received) while its GPU idled is network_wait
+    network_bytes_per_second: float = 1e9
+    # the job's CPU time at or above this share of its CPUs x window is cpu_bound ...
+    cpu_saturated_share: float = 0.90
+    # ... or its CPU pressure (PSI cpu "some") at or above this share of the window
+    cpu_pressure_share: float = 0.50
+    # checkpoints: a window in which the job wrote at least this many bytes (block IO on its
+    # nodes) while its GPUs' mean utilisation fell below checkpoint_dip_percent ...
+    checkpoint_write_bytes: int = 1_000_000_000
+    checkpoint_dip_percent: float = 20.0
+    # ... starts or continues an episode; windows this many windows apart join one episode
+    checkpoint_merge_windows: int = 2
+    # start-up: from the job's start until its GPUs' mean utilisation first reaches this
+    startup_active_percent: float = 20.0
+
+
+@dataclass(frozen=True)
 class AccessConfig:
     # unix users who see everything (root always does); Slurm AdminLevel is not consulted
     admins: list[str] = field(default_factory=lambda: ["root", "slurm"])
@@ -321,6 +367,17 @@ class AgentConfig:
     # where class/infiniband/*/ports/*/counters and hw_counters are read (InfiniBand/RoCE
     # port counters, once per summary window)
     sysfs_root: str = "/sys"
+    # where Slurm's job cgroups are read each round (v2 system.slice/slurmstepd.scope/job_*,
+    # v1 <controller>/slurm/uid_*/job_*): the jobs' IO, CPU, memory peak and pressure stalls
+    cgroup_root: str = "/sys/fs/cgroup"
+    # the job cgroups are read this often (seconds; their counters are cumulative: a job that
+    # ends loses at most this much of its last window)
+    cgroup_read_seconds: float = 5.0
+    # read the host side of jobs and GPUs (job cgroups, GPU throttle reasons, PCIe throughput)
+    host_signals: bool = True
+    # NVML samples PCIe throughput over 20 ms a call: read it every this many rounds (the
+    # reading is held in between)
+    pcie_sample_every: int = 5
     # node name the agent reports; "" = the short hostname
     node_name: str = ""
     # file holding the token /v1/* requests need ("Authorization: Bearer <token>"); "" = the
@@ -600,6 +657,7 @@ class Config:
     outcomes: OutcomeConfig = field(default_factory=OutcomeConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
+    idle_causes: IdleCausesConfig = field(default_factory=IdleCausesConfig)
     access: AccessConfig = field(default_factory=AccessConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -1012,6 +1070,10 @@ def _validate_agent(agent: AgentConfig) -> None:
         raise ConfigError("agent.port must be between 0 and 65535")
     if agent.sample_interval_seconds <= 0:
         raise ConfigError("agent.sample_interval_seconds must be positive")
+    if agent.cgroup_read_seconds <= 0:
+        raise ConfigError("agent.cgroup_read_seconds must be positive")
+    if agent.pcie_sample_every < 1:
+        raise ConfigError("agent.pcie_sample_every must be at least 1")
     if agent.summary_window_seconds < 2 * agent.sample_interval_seconds:
         raise ConfigError("agent.summary_window_seconds must be at least two sample intervals")
     if agent.summary_window_seconds > 3600:
@@ -1156,6 +1218,34 @@ def _validate_budgets(chargeback: ChargebackConfig) -> None:
                 f"{key} repeats chargeback.budgets[{other}] (account '{budget.account}', "
                 f"period '{budget.period}', valid_from '{budget.valid_from}')"
             )
+
+
+def _validate_idle_causes(causes: IdleCausesConfig) -> None:
+    for name in ("io_pressure_share", "cpu_saturated_share", "cpu_pressure_share"):
+        if not 0 < getattr(causes, name) <= 1:
+            raise ConfigError(f"idle_causes.{name} must be a share in (0, 1]")
+    for name in ("io_bytes_per_second", "network_bytes_per_second", "checkpoint_write_bytes"):
+        if getattr(causes, name) <= 0:
+            raise ConfigError(f"idle_causes.{name} must be positive")
+    for name in ("checkpoint_dip_percent", "startup_active_percent"):
+        if not 0 < getattr(causes, name) <= 100:
+            raise ConfigError(f"idle_causes.{name} must be a percentage in (0, 100]")
+    if causes.checkpoint_merge_windows < 1:
+        raise ConfigError("idle_causes.checkpoint_merge_windows must be at least 1")
+
+
+def _validate_lustre(lustre: LustreSourceConfig) -> None:
+    for name in ("interval_seconds", "timeout_seconds"):
+        if getattr(lustre, name) <= 0:
+            raise ConfigError(f"sources.lustre.{name} must be positive")
+    if not lustre.command and not lustre.path:
+        raise ConfigError("sources.lustre: set command or path")
+    try:
+        pattern = re.compile(lustre.job_pattern)
+    except re.error as exc:
+        raise ConfigError(f"sources.lustre.job_pattern is not a regular expression: {exc}") from exc
+    if pattern.groups < 1:
+        raise ConfigError("sources.lustre.job_pattern needs a group: the job id")
 
 
 def _validate_nccl(nccl: NcclSourceConfig) -> None:
@@ -1351,6 +1441,8 @@ def _validated(config: Config) -> Config:
             if getattr(getattr(config.sources, source), name) <= 0:
                 raise ConfigError(f"sources.{source}.{name} must be positive")
     _validate_nccl(config.sources.nccl)
+    _validate_lustre(config.sources.lustre)
+    _validate_idle_causes(config.idle_causes)
     _validate_prometheus(config.sources.prometheus)
     _validate_fabric(config.fabric)
     for source in ("dcgm", "agent"):

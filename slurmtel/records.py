@@ -517,3 +517,183 @@ def type_problem(record: Any) -> tuple[Any, str | None]:
     return dataclasses.replace(
         record, **{n: getattr(record, n).replace("\x00", "\ufffd") for n in with_nul}
     ), None
+
+
+# ------------------------------------------------------------------ storage and host side (issue 26)
+# Every figure a node or filesystem does not give is None ("not measured"), never 0.
+
+
+@dataclass(frozen=True, slots=True)
+class IoDeviceCounters:
+    """One block device's line of a cgroup's io.stat (v2) or blkio.throttle.* (v1): counters
+    since the cgroup was created."""
+
+    # "MAJ:MIN"
+    device: str
+    read_bytes: int | None = None
+    write_bytes: int | None = None
+    read_ops: int | None = None
+    write_ops: int | None = None
+    discard_bytes: int | None = None
+    discard_ops: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CpuUsage:
+    """cpu.stat (v2, microseconds) or cpuacct.usage (v1, nanoseconds), in seconds."""
+
+    usage_seconds: float | None = None
+    user_seconds: float | None = None
+    system_seconds: float | None = None
+    throttled_seconds: float | None = None
+    throttled_periods: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PressureStall:
+    """A PSI file (io.pressure, cpu.pressure, memory.pressure, /proc/pressure/*).
+
+    `some`: share of time at least one task stalled on the resource; `full`: all non-idle
+    tasks stalled at once. Totals are cumulative stall time; avg10 is the kernel's 10 s
+    running average as a share 0..1. `full` is None where the kernel prints no such line
+    (cpu before 5.13).
+    """
+
+    resource: str
+    some_total_seconds: float
+    some_avg10_share: float
+    full_total_seconds: float | None = None
+    full_avg10_share: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobCgroupReading:
+    """One read of a Slurm job's cgroup on one node: cumulative counters at one moment."""
+
+    job_id: str
+    # 1 or 2
+    cgroup_version: int
+    read_bytes: int | None = None
+    write_bytes: int | None = None
+    read_ops: int | None = None
+    write_ops: int | None = None
+    cpu_usage_seconds: float | None = None
+    # CPUs the job may use on this node (cpuset.cpus.effective)
+    cpus: int | None = None
+    memory_peak_bytes: int | None = None
+    io_some_stall_seconds: float | None = None
+    io_full_stall_seconds: float | None = None
+    cpu_some_stall_seconds: float | None = None
+    memory_some_stall_seconds: float | None = None
+    memory_full_stall_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobHostWindow:
+    """What one job did on one node's host side during one summary window: the increase of
+    its cgroup counters between two reads. Natural key: (node, job_id, window_start_at).
+
+    A counter that went backwards (the cgroup was recreated: a requeue on the same node, a
+    job id reused) counts from zero. Fields the node does not give are None.
+    """
+
+    node: str
+    job_id: str
+    window_start_at: datetime
+    window_seconds: float
+    cgroup_version: int
+    read_bytes: int | None = None
+    write_bytes: int | None = None
+    read_ops: int | None = None
+    write_ops: int | None = None
+    cpu_usage_seconds: float | None = None
+    cpus: int | None = None
+    memory_peak_bytes: int | None = None
+    io_some_stall_seconds: float | None = None
+    io_full_stall_seconds: float | None = None
+    cpu_some_stall_seconds: float | None = None
+    memory_some_stall_seconds: float | None = None
+    memory_full_stall_seconds: float | None = None
+    # PCIe bytes of the job's GPUs on the node (NVML; None when not read)
+    pcie_tx_bytes: int | None = None
+    pcie_rx_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHostWindow:
+    """One GPU's PCIe traffic and clock-throttle time during one summary window (its NVLink
+    traffic per window is NvlinkCounters, read with the fabric).
+
+    Natural key: (node, gpu_uuid, window_start_at). Throttle seconds are covered seconds in
+    which NVML's clocks-event reasons held that reason (power cap: SW power cap or HW power
+    brake; thermal: SW or HW thermal slowdown; hw_slowdown: HW slowdown).
+    """
+
+    node: str
+    gpu_uuid: str
+    window_start_at: datetime
+    window_seconds: float
+    pcie_tx_bytes: int | None = None
+    pcie_rx_bytes: int | None = None
+    throttle_power_seconds: float | None = None
+    throttle_thermal_seconds: float | None = None
+    throttle_hw_slowdown_seconds: float | None = None
+    # the Slurm jobs seen on the GPU in the window (its PCIe bytes go to their job windows)
+    job_ids: tuple[str, ...] = ()
+
+    @property
+    def throttled(self) -> bool:
+        """Any power, thermal or HW-slowdown throttling in the window."""
+        return any(
+            (v or 0) > 0
+            for v in (
+                self.throttle_power_seconds,
+                self.throttle_thermal_seconds,
+                self.throttle_hw_slowdown_seconds,
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LustreJobStat:
+    """One job's entry in one Lustre target's job_stats: cumulative since `start_at` (2.15+)
+    or since the entry appeared. Natural key: (target, job_name, snapshot_at)."""
+
+    # "es01a-OST0001", "lustrefs-MDT0000"; "" when the text has no heading (`lctl get_param -n`)
+    target: str
+    # the entry's job_id as Lustre shows it ("24", "SLURM_JOB10:0:host", "cp.0")
+    job_name: str
+    # the Slurm job id read from it ("" when the name holds none)
+    job_id: str
+    snapshot_at: datetime
+    start_at: datetime | None = None
+    read_bytes: int | None = None
+    write_bytes: int | None = None
+    read_ops: int | None = None
+    write_ops: int | None = None
+    # samples of every other operation (open, close, getattr, punch, sync, ...)
+    metadata_ops: int | None = None
+    # total server time of reads and writes (2.15+ report it in usecs)
+    read_wait_seconds: float | None = None
+    write_wait_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NfsMountStats:
+    """One NFS mount of /proc/self/mountstats: counters since it was mounted."""
+
+    device: str
+    mountpoint: str
+    fstype: str
+    age_seconds: int | None = None
+    # what applications read and wrote through the page cache and O_DIRECT
+    read_bytes: int | None = None
+    write_bytes: int | None = None
+    # what went over the wire (READ/WRITE RPC payloads)
+    server_read_bytes: int | None = None
+    server_write_bytes: int | None = None
+    read_ops: int | None = None
+    write_ops: int | None = None
+    # cumulative round-trip and execute time of READ and WRITE RPCs
+    read_rtt_seconds: float | None = None
+    write_rtt_seconds: float | None = None

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from slurmtel.clock import read_clock_file, write_atomically
-from slurmtel.records import GpuInventory, GpuSummary
+from slurmtel.records import GpuInventory, GpuSummary, JobHostWindow, PortCounters
 
 _TEMPLATE_FILE = "data/sacct-v0.0.42-job-completed.json"
 
@@ -1042,3 +1042,156 @@ def sampled_windows(
             energy_method="counter", temperature_max_celsius=float(35 + int(level * 0.45) + rng.randrange(0, 3)),
             sm_clock_max_mhz=1_980.0 if job else 345.0, job_ids=(job,) if job else (),
         )  # fmt: skip
+
+
+# ---------------------------------------------------------------- jobs with known idle causes (issue 26)
+
+# what each planted job is, and the cause of its idle windows with a process
+PLANTED_CAUSES = {
+    "loader": "cpu_bound",  # a data-loader-bound job: GPUs wait while its CPUs are saturated
+    "stall": "storage_wait",  # a job stalled on storage: IO pressure while its GPUs wait
+    "ckpt": "storage_wait",  # periodic checkpoints: write bursts while the GPUs dip
+    "link": "network_wait",  # a two-node job on a slow link: fabric busy while its GPUs wait
+    "empty": "no_process",  # a job that never started a process on its GPUs
+}
+
+
+@dataclass(frozen=True)
+class CauseScenario:
+    """Jobs with known idle causes, as the agent and sacct would report them."""
+
+    jobs: tuple[SimJob, ...]
+    inventory: tuple[GpuInventory, ...]
+    summaries: tuple[GpuSummary, ...]
+    job_hosts: tuple[JobHostWindow, ...]
+    ports: tuple[PortCounters, ...]
+    # job id -> cause -> idle GPU-seconds planted
+    planted: dict[str, dict[str, float]]
+    # job id -> checkpoint episodes planted, and start-up seconds (None: the GPUs never worked)
+    checkpoints: dict[str, int]
+    startup_seconds: dict[str, float | None]
+
+
+def idle_cause_scenario(
+    start: datetime, *, windows: int = 240, seed: int = 26, cluster: str = "sim", window_seconds: int = 30
+) -> CauseScenario:
+    """Five jobs of WINDOWS windows each (2 hours by default) from START (a multiple of the
+    window), 4 GPUs per node, whose idle windows have one planted cause each, with noise in
+    every signal that stays on its side of the default thresholds ([idle_causes]):
+
+    - loader: GPUs idle every third window while its 16 CPUs run at 93-100 %;
+    - stall: GPUs idle in two stretches of 20 windows with IO pressure 20-70 % of the window;
+    - ckpt: restores for 4 windows (reads 10 GB, GPUs idle), then every 40 windows writes 2-4 GB
+      a window for 2 windows while its GPUs dip (checkpoint episodes), IO pressure 15-40 %;
+    - link: two nodes, GPUs idle every fourth window while each node's ports move 2-6 GB/s;
+    - empty: no process on its GPUs at all.
+    Outside the planted windows the GPUs run at 60-95 %, CPUs at 20-60 %, IO pressure under 3 %,
+    ports under 50 MB/s."""
+    rng = random.Random(seed)
+    w = float(window_seconds)
+    step = timedelta(seconds=window_seconds)
+    end = start + step * windows
+    layout = {
+        "loader": ("sim-h01",),
+        "stall": ("sim-h02",),
+        "ckpt": ("sim-h03",),
+        "link": ("sim-h04", "sim-h05"),
+        "empty": ("sim-h06",),
+    }
+    jobs, inventory, summaries, hosts, ports = [], [], [], [], []
+    planted: dict[str, dict[str, float]] = {}
+    checkpoints: dict[str, int] = {}
+    startup: dict[str, float | None] = {}
+    for number, (kind, nodes) in enumerate(layout.items()):
+        job_id = 9000 + number
+        jobs.append(
+            SimJob(
+                job_id_raw=job_id, user=f"user{number}", account="ml" if number % 2 else "vision",
+                partition="gpu", name=f"planted-{kind}", state="COMPLETED", submit_at=start - step,
+                eligible_at=start - step, start_at=start, end_at=end, gpus=4 * len(nodes), nodes=nodes,
+                cpus=16 * len(nodes), cluster=cluster,
+            )
+        )  # fmt: skip
+        totals: dict[str, float] = {}
+        episodes = 0
+        for node in nodes:
+            for i in range(4):
+                inventory.append(
+                    GpuInventory(
+                        node=node, gpu_uuid=gpu_uuid(cluster, node, i), index=i, model="NVIDIA H100 80GB HBM3",
+                        observed_at=start - step, memory_total_bytes=81559 * 2**20, minor_number=i,
+                        mig_mode="disabled",
+                    )
+                )  # fmt: skip
+        for k in range(windows):
+            t = start + step * k
+            idle, no_process, cause = False, False, ""
+            cpu_share, io_share, io_bytes, written, port_rate = (
+                rng.uniform(0.2, 0.6), rng.uniform(0, 0.03), rng.uniform(0, 50e6) * w, 0.0, rng.uniform(0, 50e6),
+            )  # fmt: skip
+            if kind == "loader" and k % 3 == 2:
+                idle, cause, cpu_share = True, "cpu_bound", rng.uniform(0.93, 1.0)
+            elif kind == "stall" and (60 <= k < 80 or 150 <= k < 170):
+                idle, cause, io_share = True, "storage_wait", rng.uniform(0.2, 0.7)
+                cpu_share = rng.uniform(0.05, 0.3)
+            elif kind == "ckpt" and k < 4:
+                idle, cause, io_share, io_bytes = True, "storage_wait", rng.uniform(0.15, 0.4), 2.5e9
+            elif kind == "ckpt" and k % 40 in (38, 39):
+                idle, cause, io_share = True, "storage_wait", rng.uniform(0.15, 0.4)
+                written = rng.uniform(2e9, 4e9)
+                if k % 40 == 38:
+                    episodes += 1
+            elif kind == "link" and k % 4 == 3:
+                idle, cause, port_rate = True, "network_wait", rng.uniform(2e9, 6e9)
+                cpu_share = rng.uniform(0.05, 0.4)
+            elif kind == "empty":
+                idle, no_process, cause = True, True, "no_process"
+            for node in nodes:
+                for i in range(4):
+                    util = 0.0 if idle else rng.uniform(60, 95)
+                    summaries.append(
+                        GpuSummary(
+                            source="agent", node=node, gpu_uuid=gpu_uuid(cluster, node, i), window_start_at=t,
+                            window_seconds=w, util_metric="gr_engine_active", sample_count=window_seconds,
+                            covered_seconds=w, util_mean_percent=round(util, 2),
+                            util_max_percent=round(min(100.0, util * 1.1), 2), idle_seconds=w if idle else 0.0,
+                            no_process_seconds=w if no_process else 0.0, memory_used_max_bytes=40 * 2**30,
+                            memory_total_bytes=81559 * 2**20, power_mean_watts=round(70 + 6 * util, 1),
+                            energy_joules=round((70 + 6 * util) * w, 1), energy_method="counter",
+                            job_ids=() if no_process else (str(job_id),),
+                        )
+                    )  # fmt: skip
+                    if idle:
+                        totals[cause] = totals.get(cause, 0.0) + w
+                # the job's cgroup on the node (the empty job's too: its batch script runs)
+                hosts.append(
+                    JobHostWindow(
+                        node=node, job_id=str(job_id), window_start_at=t, window_seconds=w, cgroup_version=2,
+                        read_bytes=int(io_bytes / len(nodes)), write_bytes=int(written), read_ops=int(io_bytes // 2**20),
+                        write_ops=int(written // 2**20), cpu_usage_seconds=round(cpu_share * 16 * w, 3), cpus=16,
+                        memory_peak_bytes=64 * 2**30, io_some_stall_seconds=round(io_share * w, 3),
+                        io_full_stall_seconds=round(io_share * w / 2, 3),
+                        cpu_some_stall_seconds=round(min(cpu_share, 0.3) * w * 0.5, 3),
+                    )
+                )  # fmt: skip
+                words = int(port_rate * w / 4)  # port_*_data count 4-byte words
+                ports.append(
+                    PortCounters(
+                        node=node, device="mlx5_0", port=1, window_start_at=t, window_seconds=w,
+                        link_layer="InfiniBand", state="ACTIVE", rate_gbps=200.0,
+                        deltas={"port_xmit_data": words // 2, "port_rcv_data": words - words // 2},
+                    )
+                )  # fmt: skip
+        planted[str(job_id)] = totals
+        checkpoints[str(job_id)] = episodes
+        startup[str(job_id)] = 4 * w if kind == "ckpt" else (None if kind == "empty" else 0.0)
+    return CauseScenario(
+        tuple(jobs),
+        tuple(inventory),
+        tuple(summaries),
+        tuple(hosts),
+        tuple(ports),
+        planted,
+        checkpoints,
+        startup,
+    )

@@ -9,7 +9,15 @@ from typing import Any
 from sqlalchemy import Engine
 
 from slurmtel.config import Config
-from slurmtel.records import GpuEvent, GpuInventory, GpuSummary, JobAttempt, NodeState, PendingJob
+from slurmtel.records import (
+    GpuEvent,
+    GpuInventory,
+    GpuSummary,
+    JobAttempt,
+    JobHostWindow,
+    NodeState,
+    PendingJob,
+)
 
 
 def at(text: str) -> datetime:
@@ -152,6 +160,8 @@ class AdminDay:
             COMPLETED; 104 dave/physics 1 GPU gpu04 10:00-20:00 NODE_FAIL (more than the
             node's 6 available hours); 105 erin/physics MIG slice gpu05 12:00-13:00 busy;
             106 frank/chem 1 GPU gpu06 05:00-06:00 COMPLETED.
+    host    J1's cgroup windows on gpu01: quiet, but 2 GB written in each of its first two
+            idle windows (01:00, 01:00:30): one checkpoint episode, 1 GPU-minute waited.
     """
 
     attempts: list[JobAttempt] = field(default_factory=list)
@@ -160,6 +170,7 @@ class AdminDay:
     node_states: list[NodeState] = field(default_factory=list)
     pending: dict[str, list[PendingJob]] = field(default_factory=dict)
     events: list[GpuEvent] = field(default_factory=list)
+    job_hosts: list[JobHostWindow] = field(default_factory=list)
 
 
 def admin_day() -> AdminDay:
@@ -245,6 +256,14 @@ def admin_day() -> AdminDay:
                     eligible="2026-11-01T23:29:00"),
         ],
     }  # fmt: skip
+    day.job_hosts = [
+        JobHostWindow(
+            "gpu01", "101", at("2026-11-01T00:00:00") + timedelta(seconds=30 * i), 30.0, 2,
+            read_bytes=0, write_bytes=2_000_000_000 if i in (120, 121) else 0, read_ops=0, write_ops=0,
+            cpu_usage_seconds=30.0, cpus=8, memory_peak_bytes=2**30, io_some_stall_seconds=0.0,
+        )
+        for i in range(240)
+    ]  # fmt: skip
     day.events = [
         GpuEvent("gpu01", "GPU-A0", at("2026-11-01T08:30:00"), "xid", 79),
         GpuEvent("gpu01", "GPU-A1", at("2026-11-01T09:00:00"), "xid", 79),
@@ -259,6 +278,7 @@ def admin_day() -> AdminDay:
 def load_admin_day(engine: Engine, config: Config, day: AdminDay | None = None) -> AdminDay:
     """Store AdminDay through the real writers and run attribution over it."""
     from slurmtel.attribution import run_attribution
+    from slurmtel.store.hostside import write_job_host_windows
     from slurmtel.store.jobs import sync_outcome_classes, write_attempts
     from slurmtel.store.telemetry import (
         write_events,
@@ -279,6 +299,7 @@ def load_admin_day(engine: Engine, config: Config, day: AdminDay | None = None) 
         for observed, jobs in day.pending.items():
             write_pending(conn, jobs, cluster="lab", observed_at=at(observed))
         write_events(conn, day.events)
+        write_job_host_windows(conn, day.job_hosts)
     run_attribution(engine, config, now=at("2026-11-02T06:00:00"))
     return day
 

@@ -50,3 +50,33 @@ def set_counter(root: Path, device: str, port: int, name: str, value: int, group
 
 def counter(root: Path, device: str, port: int, name: str, group: str = "counters") -> int:
     return int((root / "class" / "infiniband" / device / "ports" / str(port) / group / name).read_text())
+
+
+# ---------------------------------------------------------------- Slurm job cgroups (tests/fixtures/cgroup)
+
+SLURM_V2_TTAR = fixture_path("cgroup", "treydock_cgroup_exporter_slurm_v2_job_4.ttar")
+SLURM_V1_TTAR = fixture_path("cgroup", "treydock_cgroup_exporter_slurm_v1_jobs_10_11.ttar")
+
+
+def slurm_v2_cgroup(root: Path) -> Path:
+    """ROOT = a cgroup v2 mount holding the real Slurm job_4 tree; returns ROOT."""
+    untar(SLURM_V2_TTAR, root, "fixtures/")
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    return root
+
+
+def v2_job(root: Path, job_id: str) -> Path:
+    return root / "system.slice" / "slurmstepd.scope" / f"job_{job_id}"
+
+
+def clone_v2_job(root: Path, source: str, job_id: str) -> Path:
+    """A second job with the files of SOURCE (a job that starts while the agent runs)."""
+    target = v2_job(root, job_id)
+    shutil.copytree(v2_job(root, source), target)
+    return target
+
+
+def write_job_files(job: Path, **files: str) -> None:
+    """Set a job's cgroup files: io_stat="...", io_pressure="..." ('_' for '.')."""
+    for name, body in files.items():
+        (job / name.replace("_", ".", 1)).write_text(body)

@@ -325,7 +325,9 @@ def test_incremental_runs_keep_unchanged_days_and_equal_a_full_recompute(engine:
 def parts(engine: Engine) -> list[dict]:
     with engine.connect() as conn:
         result = conn.execute(
-            text("SELECT * FROM gpu_attribution_part ORDER BY job_id_raw, day, node, gpu_uuid, hour_at")
+            text(
+                "SELECT * FROM gpu_attribution_part ORDER BY job_id_raw, submit_at, day, node, gpu_uuid, hour_at"
+            )
         ).mappings()
         return [dict(r) for r in result]
 

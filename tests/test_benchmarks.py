@@ -20,8 +20,15 @@ CASES = {
         ["--gpus", "16", "--hours", "1"],
         ["rows/s", "prometheus_client", "ratio", "target", "agent CPU per GPU-second"],
     ),
-    "attribution.py": (["--gpus", "16", "--days", "1"], ["samples/s", "target", "full recompute"]),
-    "window_storage.py": (["--gpus", "8", "--days", "1"], ["bytes/window", "ratio", "target", "40 GB"]),
+    "attribution.py": (
+        ["--gpus", "16", "--hours", "3"],
+        ["samples/s", "target", "full recompute", "idle causes", "ratio"],
+    ),
+    "window_storage.py": (
+        ["--gpus", "8", "--days", "1"],
+        ["bytes/window", "ratio", "target", "40 GB", "added bytes per stored GPU-window"],
+    ),
+    "agent_host_cpu.py": (["--seconds", "60"], ["us CPU per GPU-second", "ratio after/before", "target"]),
     "scale.py": (
         ["--gpus", "16", "--hours", "1"],
         ["rows/s", "ratio to COPY", "early", "late", "lag", "bytes per GPU-day", "usage", "target"],

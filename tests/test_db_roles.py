@@ -47,7 +47,13 @@ START, END, NOW = at("2026-11-01T00:00:00"), at("2026-11-02T00:00:00"), at("2026
 # the decisions of migration 0010: rows per user (own user and account) ...
 OWN_ROWS = ("job_attempt", "pending_job", "retry_link", "action_log")
 # ... rows per attempt (visible with their attempt) ...
-OF_ATTEMPT = ("gpu_attribution", "gpu_allocation", "attempt_node_day")
+OF_ATTEMPT = (
+    "gpu_attribution",
+    "gpu_allocation",
+    "attempt_node_day",
+    "job_checkpoint",
+    "gpu_attribution_part",
+)
 # ... rows visible with their action (migration 0017) ...
 OF_ACTION = ("action_delivery",)
 # ... and rows only a scope of everything sees
@@ -62,11 +68,11 @@ EVERYTHING_ONLY = (
     "chargeback_statement_voided",
     "chargeback_audit",
     "node_day_allocation",
-    "gpu_attribution_part",
     "attribution_progress",
     "action_gpu_streak",
     "action_exclusion",
     "action_mail_request",
+    "lustre_job_stat",
 )
 PROTECTED = OWN_ROWS + OF_ATTEMPT + OF_ACTION + EVERYTHING_ONLY
 
@@ -228,6 +234,24 @@ def fill(engine: Engine, config: Config) -> None:
             ),
             {"t": NOW},
         )
+        # issue 26's tables: Lustre jobstats (names can hold uids and hosts), checkpoint
+        # estimates of alice's and bob's attempts
+        conn.execute(
+            text(
+                "INSERT INTO lustre_job_stat (target, job_name, snapshot_at, job_id, write_bytes) "
+                "VALUES ('fs-OST0000', 'SLURM_JOB101:1000:gpu01', :t, '101', 1)"
+            ),
+            {"t": NOW},
+        )
+        for job, submit in ((101, at("2026-10-31T23:50:00")), (102, at("2026-11-01T07:00:00"))):
+            conn.execute(
+                text(
+                    "INSERT INTO job_checkpoint (cluster, job_id_raw, submit_at, episodes, checkpoint_gpu_seconds, "
+                    "checkpoint_write_bytes, computed_at) VALUES ('lab', :job, :submit, 1, 30, 1, :t) "
+                    "ON CONFLICT DO NOTHING"
+                ),
+                {"job": job, "submit": submit, "t": NOW},
+            )
     with engine.connect() as conn:
         empty = [t for t in PROTECTED if count(conn, t) == 0]
     assert not empty, f"the test data leaves {empty} empty"

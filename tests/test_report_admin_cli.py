@@ -62,7 +62,7 @@ def csv_sections(text: str) -> dict[str, list[dict[str, str]]]:
 
 SECTIONED = {
     "failures": ["by_account", "by_user", "by_partition", "by_node", "top_attempts"],
-    "idle": ["by_account", "by_user", "by_partition", "top_jobs", "unmapped"],
+    "idle": ["by_account", "by_user", "by_partition", "by_cause", "top_jobs", "unmapped"],
     "queue": ["wait_by_partition", "wait_by_account", "pending", "quota"],
     "capacity": ["summary", "breakdown"],
     "retries": ["chains", "by_account", "by_user"],

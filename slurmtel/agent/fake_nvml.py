@@ -85,6 +85,8 @@ NVML_CALLS = {
     "sm_clock_mhz": "nvmlDeviceGetClockInfo",
     "ecc_volatile_counts": "nvmlDeviceGetTotalEccErrors",
     "running_processes": "nvmlDeviceGetComputeRunningProcesses",
+    "clocks_event_reasons": "nvmlDeviceGetCurrentClocksEventReasons",
+    "pcie_throughput_kib_per_second": "nvmlDeviceGetPcieThroughput",
     "supported_event_types": "nvmlDeviceGetSupportedEventTypes",
     "event_set_create": "nvmlEventSetCreate",
     "register_events": "nvmlDeviceRegisterEvents",
@@ -113,6 +115,8 @@ ProcessFunction = Callable[[float], list[GpuProcess]]
 # fake clock time -> (data tx KiB, data rx KiB), or error counter -> count
 ThroughputFunction = Callable[[float], tuple[int, int] | None]
 ErrorsFunction = Callable[[float], dict[str, int]]
+# fake clock time -> clocks-event reason bits
+ReasonsFunction = Callable[[float], int | None]
 
 
 @dataclass(eq=False)
@@ -158,6 +162,9 @@ class FakeDevice:
     sm_clock_mhz: float | None = None
     ecc: tuple[int, int] | None = None
     processes: ProcessFunction = lambda t: []
+    # clocks-event reason bits and PCIe (tx, rx) KiB/s: the capture's, unless scripted
+    clocks_event_reasons: ReasonsFunction = lambda t: None
+    pcie_kib_per_second: ThroughputFunction = lambda t: None
     # NVLinks by link number (none: a GPU without NVLink answers NotSupported)
     nvlinks: dict[int, FakeNvLink] = field(default_factory=dict)
     # running energy integral when no energy function is scripted
@@ -166,6 +173,17 @@ class FakeDevice:
 
 
 def _constant(value: float | None) -> TimeFunction:
+    return lambda t: value
+
+
+def _pcie_of(gpu: NvidiaSmiGpu) -> ThroughputFunction:
+    tx, rx = gpu.pcie_tx_kib_per_second, gpu.pcie_rx_kib_per_second
+    if tx is None or rx is None:
+        return lambda t: None
+    return _constant_reading((tx, rx))
+
+
+def _constant_bits(value: int | None) -> ReasonsFunction:
     return lambda t: value
 
 
@@ -224,6 +242,8 @@ def _device_from_gpu(gpu: NvidiaSmiGpu, mig_names: dict[int, tuple[str, str]]) -
             else None
         ),
         processes=_processes_of(gpu),
+        clocks_event_reasons=_constant_bits(gpu.clocks_event_reasons),
+        pcie_kib_per_second=_pcie_of(gpu),
     )
     if gpu.mig_mode == "enabled":
         for mig in gpu.mig_devices:
@@ -461,6 +481,14 @@ class FakeNvml:
 
     def set_processes(self, uuid: str, fn: ProcessFunction) -> None:
         self.device(uuid).processes = fn
+
+    def set_clocks_event_reasons(self, uuid: str, fn: ReasonsFunction) -> None:
+        """Script the active clocks-event (throttle) reason bits (nvml.CLOCKS_EVENT_*)."""
+        self.device(uuid).clocks_event_reasons = fn
+
+    def set_pcie_throughput(self, uuid: str, fn: ThroughputFunction) -> None:
+        """Script PCIe (tx, rx) KiB/s as a function of the fake clock."""
+        self.device(uuid).pcie_kib_per_second = fn
 
     def set_nvlink_throughput(self, uuid: str, link: int, fn: ThroughputFunction) -> None:
         """Script a link's (data tx, data rx) KiB counters as a function of the fake clock."""
@@ -763,6 +791,20 @@ class FakeNvml:
                     seen.setdefault(proc.pid, proc)
             return list(seen.values())
         return handle.processes(now)
+
+    def clocks_event_reasons(self, handle: FakeDevice) -> int:
+        self._check("clocks_event_reasons", handle)
+        value = None if handle.parent is not None else handle.clocks_event_reasons(self.clock())
+        if value is None:
+            raise self._unsupported("clocks_event_reasons")
+        return value
+
+    def pcie_throughput_kib_per_second(self, handle: FakeDevice) -> tuple[int, int]:
+        self._check("pcie_throughput_kib_per_second", handle)
+        value = None if handle.parent is not None else handle.pcie_kib_per_second(self.clock())
+        if value is None:
+            raise self._unsupported("pcie_throughput_kib_per_second")
+        return value
 
     def supported_event_types(self, handle: FakeDevice) -> int:
         self._check("supported_event_types", handle)

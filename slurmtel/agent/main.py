@@ -23,6 +23,7 @@ from types import FrameType
 
 from slurmtel import __version__
 from slurmtel.agent.fabric import FabricWindows, read_infiniband, read_nvlinks
+from slurmtel.agent.host import HostWindows, read_jobs, with_pcie
 from slurmtel.agent.metrics import AgentMetrics
 from slurmtel.agent.nvml import NvmlApi, NvmlError
 from slurmtel.agent.protocol import AgentRecord
@@ -36,7 +37,15 @@ from slurmtel.config import Config, load_config
 from slurmtel.errors import ConfigError, SlurmtelError
 from slurmtel.listen import ListenLimits
 from slurmtel.logs import configure_logging
-from slurmtel.records import GpuEvent, GpuInventory, GpuSummary, NodeTopology
+from slurmtel.records import (
+    GpuEvent,
+    GpuHostWindow,
+    GpuInventory,
+    GpuSummary,
+    JobCgroupReading,
+    NodeTopology,
+    Rejected,
+)
 from slurmtel.sdnotify import notify, watchdog_seconds
 
 log = logging.getLogger("slurmtel.agent")
@@ -50,6 +59,7 @@ INVENTORY_REFRESH_SECONDS = 86400.0
 _MAX_WAIT_SECONDS = 0.5
 _SUMMARIZER_STATE = "summarizer"
 _FABRIC_STATE = "fabric"
+_HOST_STATE = "host"
 
 
 def node_name(config: Config) -> str:
@@ -143,7 +153,9 @@ class Agent:
         token = agent_token(config)
         self.spool = Spool(spool_path(config), agent.spool_max_bytes)
         self.metrics.watch_spool(self.spool)
-        self.sampler = Sampler(nvml, self.node, agent.proc_root, self.metrics, clock)
+        self.sampler = Sampler(
+            nvml, self.node, agent.proc_root, self.metrics, clock, agent.pcie_sample_every, agent.host_signals
+        )
         self.summarizer = WindowSummarizer(
             self.node,
             agent.summary_window_seconds,
@@ -173,6 +185,15 @@ class Agent:
         self._nvlink_gpus: list[GpuLinks] = []
         self._topology: tuple[object, ...] = ()
         self._topology_spooled_at = 0.0
+        # the jobs' cgroups: read every round, shipped per summary window
+        self.host = (
+            HostWindows(self.node, float(agent.summary_window_seconds)) if agent.host_signals else None
+        )
+        # bad cgroup files already shipped to the head's quarantine (once each)
+        self._rejected_sent: set[tuple[str, str]] = set()
+        self._host_read_at: float | None = None
+        # GPU host windows whose PCIe bytes wait for their job windows
+        self._pcie: list[GpuHostWindow] = []
 
     # lifecycle ----------------------------------------------------------------------------
 
@@ -186,6 +207,9 @@ class Agent:
         fabric = self.spool.get_state(_FABRIC_STATE)
         if fabric:
             self.fabric.restore_state(fabric)
+        host = self.spool.get_state(_HOST_STATE)
+        if host and self.host is not None:
+            self.host.restore_state(host)
         self.server.start()
         host, port = self.server.address
         log.info(
@@ -252,6 +276,51 @@ class Agent:
         self._spool_summaries(closed)
         self._spool_events(self.sampler.take_counter_events())
         self.read_fabric(now)
+        self.read_host(now)
+
+    def read_host(self, now: float) -> None:
+        """Every agent.cgroup_read_seconds and at a window's first round: the jobs' cgroup
+        counters; spooled when a window closed (with the baselines, one transaction), with the
+        GPUs' throttle and PCIe windows."""
+        if self.host is None:
+            return
+        gpu_windows = self.summarizer.take_host_windows()
+        # the head keeps a GPU's host window only when it was throttled; its PCIe bytes go to
+        # the job windows of the jobs on it (the window just closed, one read below)
+        self._pcie.extend(gpu_windows)
+        records: list[AgentRecord] = [g for g in gpu_windows if g.throttled]
+        bad: list[Rejected] = []
+        due = self._host_read_at is None or now - self._host_read_at >= self.config.agent.cgroup_read_seconds
+        # the first round of a window too: its windows close without waiting for the next read
+        if due or self.host.window_start != self.host.window_start_of(now):
+            self._host_read_at = now
+            try:
+                readings = read_jobs(self.config.agent.cgroup_root, self.node)
+            except OSError as exc:  # an unreadable cgroup tree costs this round, not the agent
+                log.warning("job cgroups unreadable: %s", exc)
+                readings = []
+            good = [r for r in readings if isinstance(r, JobCgroupReading)]
+            bad = [
+                r
+                for r in readings
+                if isinstance(r, Rejected) and (r.record_key, r.reason) not in self._rejected_sent
+            ]
+            closed = self.host.add(now, good)
+            if closed:
+                closed = with_pcie(closed, self._pcie)
+                self._pcie = [g for g in self._pcie if g.window_start_at > closed[0].window_start_at]
+            records[:0] = closed
+        for rejected in bad:
+            self._rejected_sent.add((rejected.record_key, rejected.reason))
+            log.warning("%s: %s", rejected.record_key, rejected.reason)
+            records.append(rejected)
+        if not records:
+            return
+        try:
+            self.spool.append_records(records, state=(_HOST_STATE, self.host.export_state()))
+        except sqlite3.Error as exc:
+            log.error("spool write failed, %d host windows lost: %s", len(records), exc)
+            self.metrics.spool_errors.inc()
 
     def read_fabric(self, now: float) -> None:
         """At the first tick of each window: the fabric counters' increases since the last

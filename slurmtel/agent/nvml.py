@@ -87,6 +87,19 @@ DeviceHandle = Any
 EventSet = Any
 
 
+# nvmlClocksEventReason* bits (formerly nvmlClocksThrottleReason*)
+CLOCKS_EVENT_SW_POWER_CAP = 0x4
+CLOCKS_EVENT_HW_SLOWDOWN = 0x8
+CLOCKS_EVENT_SW_THERMAL = 0x20
+CLOCKS_EVENT_HW_THERMAL = 0x40
+CLOCKS_EVENT_HW_POWER_BRAKE = 0x80
+CLOCKS_EVENT_POWER = CLOCKS_EVENT_SW_POWER_CAP | CLOCKS_EVENT_HW_POWER_BRAKE
+CLOCKS_EVENT_THERMAL = CLOCKS_EVENT_SW_THERMAL | CLOCKS_EVENT_HW_THERMAL
+# nvmlPcieUtilCounter_t
+_PCIE_TX_BYTES = 0
+_PCIE_RX_BYTES = 1
+
+
 class NvmlError(Exception):
     """An NVML call failed; `code` is NVML's nvmlReturn_t."""
 
@@ -172,6 +185,10 @@ class NvmlApi(Protocol):
     def ecc_volatile_counts(self, handle: DeviceHandle) -> tuple[int, int]: ...
     # compute and graphics processes, each pid once
     def running_processes(self, handle: DeviceHandle) -> list[GpuProcess]: ...
+    # the clocks-event (throttle) reason bits active now (CLOCKS_EVENT_*)
+    def clocks_event_reasons(self, handle: DeviceHandle) -> int: ...
+    # PCIe (tx, rx) throughput in KiB/s over NVML's last 20 ms sample
+    def pcie_throughput_kib_per_second(self, handle: DeviceHandle) -> tuple[int, int]: ...
     def supported_event_types(self, handle: DeviceHandle) -> int: ...
     def event_set_create(self) -> EventSet: ...
     def register_events(self, handle: DeviceHandle, event_types: int, event_set: EventSet) -> None: ...
@@ -529,6 +546,24 @@ class Nvml:
         if not counts:
             raise NvmlError("nvmlDeviceGetNvLinkErrorCounter", NOT_SUPPORTED)
         return counts
+
+    def clocks_event_reasons(self, handle: DeviceHandle) -> int:
+        nv = self._nv
+        current = (
+            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
+        return int(self._call("nvmlDeviceGetCurrentClocksEventReasons", lambda: current(handle)))
+
+    def pcie_throughput_kib_per_second(self, handle: DeviceHandle) -> tuple[int, int]:
+        nv = self._nv
+        tx = self._call(
+            "nvmlDeviceGetPcieThroughput", lambda: nv.nvmlDeviceGetPcieThroughput(handle, _PCIE_TX_BYTES)
+        )
+        rx = self._call(
+            "nvmlDeviceGetPcieThroughput", lambda: nv.nvmlDeviceGetPcieThroughput(handle, _PCIE_RX_BYTES)
+        )
+        return int(tx), int(rx)
 
     def nvlink_throughput_kib(self, handle: DeviceHandle, link: int) -> tuple[int, int]:
         nv = self._nv

@@ -13,7 +13,10 @@ are acked. Response of /v1/summaries:
   for the next page (the last item's seq, or the request's `after` when there are none).
 - `kind` is "summary" (GpuSummary), "event" (GpuEvent) or "inventory" (GpuInventory), and,
   for a head that asks for them, "port_counters" (PortCounters), "nvlink_counters"
-  (NvlinkCounters) or "topology" (NodeTopology); `record` holds that record's fields by name:
+  (NvlinkCounters), "topology" (NodeTopology), "job_host" (JobHostWindow: a job's cgroup
+  counters per window), "gpu_host" (GpuHostWindow: throttle reasons, PCIe) or "rejected"
+  (Rejected: a cgroup file the agent could not read; the head quarantines it like an item
+  it cannot read); `record` holds that record's fields by name:
   datetimes as ISO 8601 UTC ("...Z"), tuples as lists, maps as objects. Unknown fields are
   ignored so newer agents can add fields.
 - Kinds are negotiated by the head: `&kinds=summary,event,inventory,port_counters,...` lists
@@ -51,8 +54,10 @@ from slurmtel.gcpause import gc_paused
 from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, read_document, scan_object
 from slurmtel.records import (
     GpuEvent,
+    GpuHostWindow,
     GpuInventory,
     GpuSummary,
+    JobHostWindow,
     NodeTopology,
     NvlinkCounters,
     PortCounters,
@@ -66,7 +71,17 @@ ACK_PATH = "/v1/ack"
 DEFAULT_PAGE_LIMIT = 1000
 MAX_PAGE_LIMIT = 10000
 
-AgentRecord = GpuSummary | GpuEvent | GpuInventory | PortCounters | NvlinkCounters | NodeTopology
+AgentRecord = (
+    GpuSummary
+    | GpuEvent
+    | GpuInventory
+    | PortCounters
+    | NvlinkCounters
+    | NodeTopology
+    | JobHostWindow
+    | GpuHostWindow
+    | Rejected
+)
 
 RECORD_TYPES: dict[str, type] = {
     "summary": GpuSummary,
@@ -75,6 +90,10 @@ RECORD_TYPES: dict[str, type] = {
     "port_counters": PortCounters,
     "nvlink_counters": NvlinkCounters,
     "topology": NodeTopology,
+    "job_host": JobHostWindow,
+    "gpu_host": GpuHostWindow,
+    # text the agent could not read (a bad cgroup file): quarantined by the head with its reason
+    "rejected": Rejected,
 }
 # what an agent serves a head that names no kinds (every head before kinds were negotiated)
 ORIGINAL_KINDS: tuple[str, ...] = ("summary", "event", "inventory")
@@ -141,6 +160,14 @@ class SummariesPage:
     @property
     def topologies(self) -> list[NodeTopology]:
         return self._of(NodeTopology)
+
+    @property
+    def job_host_windows(self) -> list[JobHostWindow]:
+        return self._of(JobHostWindow)
+
+    @property
+    def gpu_host_windows(self) -> list[GpuHostWindow]:
+        return self._of(GpuHostWindow)
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,9 +449,18 @@ def decode_summaries_response(raw: bytes | str, origin: str = "agent") -> Summar
     # over and over while they are built
     with gc_paused():
         try:
-            return _decode_well_formed(raw, origin)
+            page = _decode_well_formed(raw, origin)
         except _SlowPath:
-            return _decode_checking(raw, origin)
+            page = _decode_checking(raw, origin)
+    if not any(item.kind == "rejected" for item in page.items):
+        return page
+    # what the agent could not read itself (a bad cgroup file) joins what the head could not
+    shipped = [item.record for item in page.items if isinstance(item.record, Rejected)]
+    return dataclasses.replace(
+        page,
+        items=tuple(item for item in page.items if item.kind != "rejected"),
+        rejected=(*page.rejected, *shipped),
+    )
 
 
 class _WireItem(msgspec.Struct):

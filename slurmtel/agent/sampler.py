@@ -65,6 +65,9 @@ class TrackedDevice:
     unsupported: set[str] = field(default_factory=set)
     ecc_events_registered: bool = False
     last_ecc: tuple[int, int] | None = None
+    # sampling rounds so far and the last PCIe reading (read every Sampler.pcie_every rounds)
+    rounds: int = 0
+    last_pcie: tuple[int, int] | None = None
 
 
 def mig_fraction(
@@ -93,8 +96,13 @@ class Sampler:
         proc_root: str | Path = "/proc",
         metrics: AgentMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        pcie_every: int = 5,
+        host_signals: bool = True,
     ) -> None:
         self.nvml = nvml
+        self.pcie_every = max(1, int(pcie_every))
+        # read throttle reasons and PCIe throughput (agent.host_signals)
+        self.host_signals = host_signals
         self.node = node
         self.jobs = JobMapper(Path(proc_root))
         self.metrics = metrics
@@ -324,6 +332,18 @@ class Sampler:
         sm_clock = self._optional(device, "sm_clock_mhz", nv.sm_clock_mhz)
         ecc = self._optional(device, "ecc_volatile_counts", nv.ecc_volatile_counts)
         processes = self._optional(device, "running_processes", nv.running_processes)
+        reasons = pcie = None
+        if self.host_signals:
+            reasons = self._optional(device, "clocks_event_reasons", nv.clocks_event_reasons)
+            # NVML samples PCIe over 20 ms per call: read every pcie_every rounds, held between
+            device.rounds += 1
+            if device.rounds % self.pcie_every == 1 or self.pcie_every == 1:
+                pcie = self._optional(
+                    device, "pcie_throughput_kib_per_second", nv.pcie_throughput_kib_per_second
+                )
+                device.last_pcie = pcie
+            elif "pcie_throughput_kib_per_second" not in device.unsupported:
+                pcie = device.last_pcie
         job_ids: set[str] = set()
         if processes is not None:
             for proc in processes:
@@ -347,6 +367,9 @@ class Sampler:
             ecc_uncorrected_volatile=ecc[1] if ecc else None,
             process_count=len(processes) if processes is not None else None,
             job_ids=tuple(sorted(job_ids)),
+            clocks_event_reasons=reasons,
+            pcie_tx_kib_per_second=pcie[0] if pcie else None,
+            pcie_rx_kib_per_second=pcie[1] if pcie else None,
         )
 
     # events -------------------------------------------------------------------------------

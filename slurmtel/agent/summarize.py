@@ -27,7 +27,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from slurmtel.records import GpuSummary
+from slurmtel.records import GpuHostWindow, GpuSummary
+
+# nvmlClocksEventReason* bits (slurmtel.agent.nvml has the same; this module imports no NVML)
+_POWER_BITS = 0x4 | 0x80  # SW power cap, HW power brake
+_THERMAL_BITS = 0x20 | 0x40  # SW and HW thermal slowdown
+_HW_SLOWDOWN_BIT = 0x8
 
 SOURCE = "agent"
 
@@ -52,6 +57,11 @@ class GpuSample:
     # processes on the GPU; None when they could not be read
     process_count: int | None = None
     job_ids: tuple[str, ...] = ()
+    # NVML clocks-event (throttle) reason bits; None when not readable
+    clocks_event_reasons: int | None = None
+    # PCIe throughput (KiB/s); None when not read this round
+    pcie_tx_kib_per_second: int | None = None
+    pcie_rx_kib_per_second: int | None = None
 
 
 @dataclass(slots=True)
@@ -78,6 +88,14 @@ class _Window:
     temperature_max: float | None = None
     sm_clock_max: float | None = None
     job_ids: set[str] = field(default_factory=set)
+    # host side of the GPU: seconds with known throttle reasons, and of those throttled by each
+    reasons_seconds: float = 0.0
+    throttle_power: float = 0.0
+    throttle_thermal: float = 0.0
+    throttle_hw_slowdown: float = 0.0
+    pcie_seconds: float = 0.0
+    pcie_tx_bytes: float = 0.0
+    pcie_rx_bytes: float = 0.0
 
     def to_state(self) -> dict[str, Any]:
         state = {name: getattr(self, name) for name in self.__slots__}
@@ -121,6 +139,8 @@ class WindowSummarizer:
         self.max_gap_seconds = 2.0 * sample_interval_seconds
         self.idle_threshold_percent = idle_threshold_percent
         self._gpus: dict[str, _Gpu] = {}
+        # GpuHostWindow of windows closed since take_host_windows()
+        self._host: list[GpuHostWindow] = []
         # samples refused because their timestamp was not after the GPU's previous one
         self.out_of_order = 0
         # times the clock went back by more than a gap (the GPU's account restarted)
@@ -227,6 +247,19 @@ class WindowSummarizer:
         window.temperature_max = _max(window.temperature_max, sample.temperature_celsius)
         window.sm_clock_max = _max(window.sm_clock_max, sample.sm_clock_mhz)
         window.job_ids.update(sample.job_ids)
+        if sample.clocks_event_reasons is not None:
+            bits = sample.clocks_event_reasons
+            window.reasons_seconds += seconds
+            if bits & _POWER_BITS:
+                window.throttle_power += seconds
+            if bits & _THERMAL_BITS:
+                window.throttle_thermal += seconds
+            if bits & _HW_SLOWDOWN_BIT:
+                window.throttle_hw_slowdown += seconds
+        if sample.pcie_tx_kib_per_second is not None and sample.pcie_rx_kib_per_second is not None:
+            window.pcie_seconds += seconds
+            window.pcie_tx_bytes += sample.pcie_tx_kib_per_second * 1024.0 * seconds
+            window.pcie_rx_bytes += sample.pcie_rx_kib_per_second * 1024.0 * seconds
         if sample.power_watts is not None:
             window.power_seconds += seconds
             window.power_weighted += sample.power_watts * seconds
@@ -238,6 +271,8 @@ class WindowSummarizer:
                 window.energy_power_used = True
 
     def _summary(self, uuid: str, w: _Window) -> GpuSummary:
+        if w.reasons_seconds > 0 or w.pcie_seconds > 0:
+            self._host.append(self._host_window(uuid, w))
         has_energy = w.energy_counter_used or w.energy_power_used
         return GpuSummary(
             source=SOURCE,
@@ -264,6 +299,29 @@ class WindowSummarizer:
             sm_clock_max_mhz=w.sm_clock_max,
             job_ids=tuple(sorted(w.job_ids, key=_job_sort_key)),
         )
+
+    def _host_window(self, uuid: str, w: _Window) -> GpuHostWindow:
+        reasons = w.reasons_seconds > 0
+        # PCIe is read every few rounds: the bytes of the covered seconds it was read in,
+        # scaled to the window's covered seconds (a rate held between reads)
+        scale = w.covered / w.pcie_seconds if w.pcie_seconds > 0 else 0.0
+        return GpuHostWindow(
+            node=self.node,
+            gpu_uuid=uuid,
+            window_start_at=datetime.fromtimestamp(w.start, UTC),
+            window_seconds=self.window_seconds,
+            pcie_tx_bytes=round(w.pcie_tx_bytes * scale) if w.pcie_seconds > 0 else None,
+            pcie_rx_bytes=round(w.pcie_rx_bytes * scale) if w.pcie_seconds > 0 else None,
+            throttle_power_seconds=round(w.throttle_power, 6) if reasons else None,
+            throttle_thermal_seconds=round(w.throttle_thermal, 6) if reasons else None,
+            throttle_hw_slowdown_seconds=round(w.throttle_hw_slowdown, 6) if reasons else None,
+            job_ids=tuple(sorted(w.job_ids, key=_job_sort_key)),
+        )
+
+    def take_host_windows(self) -> list[GpuHostWindow]:
+        """The GPUs' host-side windows (throttling, PCIe) closed since the last call."""
+        host, self._host = self._host, []
+        return host
 
     def flush(self, now: float) -> list[GpuSummary]:
         """Close windows no future sample can reach: those ending more than a gap before NOW.

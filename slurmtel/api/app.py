@@ -377,6 +377,7 @@ class ReadApi:
             zone=self.config.zone,
             pricing=self.config.chargeback,
             samples=sample_store(self.config),
+            causes=self.config.idle_causes,
         )
 
     def me(self, request: Request) -> Response:

@@ -98,6 +98,7 @@ def cmd_job(args: argparse.Namespace, config: Config) -> int:
                 zone=config.zone,
                 pricing=config.chargeback,
                 samples=_remote_samples(config),
+                causes=config.idle_causes,
             )
             reports = job_document(conn, query)
             plot = job_plot(conn, query, fmt) if fmt and reports else None

@@ -74,6 +74,11 @@ class NvidiaSmiGpu:
     mig_mode: str = ""
     mig_devices: tuple[NvidiaSmiMigDevice, ...] = ()
     processes: tuple[NvidiaSmiProcess, ...] = ()
+    # NVML's clocks-event (throttle) reason bits active at capture time (CLOCKS_EVENT_*)
+    clocks_event_reasons: int | None = None
+    # PCIe throughput as nvidia-smi shows it (NVML samples 20 ms), KiB/s
+    pcie_tx_kib_per_second: int | None = None
+    pcie_rx_kib_per_second: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +94,27 @@ class NvidiaSmiListedGpu:
 
 # ---------------------------------------------------------------------------------------------
 # values
+
+# NVML's clocks-event reason bits (nvmlClocksEventReason*, formerly ClocksThrottleReason*) by the
+# name nvidia-smi -q prints and the tag suffix -q -x uses
+CLOCKS_EVENT_BITS = {
+    "Idle": ("gpu_idle", 0x1),
+    "Applications Clocks Setting": ("applications_clocks_setting", 0x2),
+    "SW Power Cap": ("sw_power_cap", 0x4),
+    "HW Slowdown": ("hw_slowdown", 0x8),
+    "Sync Boost": ("sync_boost", 0x10),
+    "SW Thermal Slowdown": ("sw_thermal_slowdown", 0x20),
+    "HW Thermal Slowdown": ("hw_thermal_slowdown", 0x40),
+    "HW Power Brake Slowdown": ("hw_power_brake_slowdown", 0x80),
+    "Display Clock Setting": ("display_clock_setting", 0x100),
+}
+_KIB_PER_SECOND = re.compile(r"^\s*(\d+)\s*KB/s\s*$")
+
+
+def _kib_per_second(text: str | None) -> int | None:
+    match = _KIB_PER_SECOND.match(text or "")
+    return int(match.group(1)) if match else None
+
 
 _NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(MiB|GiB|KiB|W|C|MHz|%|mW|J|mJ)?\s*$")
 
@@ -282,6 +308,23 @@ def _text_power_limit(gpu: _Node) -> float | None:
     return None
 
 
+def _text_clocks_events(node: _Node) -> int | None:
+    section = node.child("Clocks Event Reasons") or node.child("Clocks Throttle Reasons")
+    if section is None:
+        return None
+    bits, seen = 0, False
+    stack = list(section.children)
+    while stack:
+        child = stack.pop()
+        stack.extend(child.children)
+        known = CLOCKS_EVENT_BITS.get(child.key)
+        if known is not None and child.value in ("Active", "Not Active"):
+            seen = True
+            if child.value == "Active":
+                bits |= known[1]
+    return bits if seen else None
+
+
 def parse_nvidia_smi_query(raw: str) -> list[NvidiaSmiGpu]:
     """`nvidia-smi -q` text output -> one NvidiaSmiGpu per GPU section."""
     if "Attached GPUs" not in raw and "NVSMI LOG" not in raw:
@@ -317,6 +360,9 @@ def parse_nvidia_smi_query(raw: str) -> list[NvidiaSmiGpu]:
                 mig_mode=_mig_mode(node.get("MIG Mode", "Current")),
                 mig_devices=_text_mig_devices(node),
                 processes=_text_processes(node),
+                clocks_event_reasons=_text_clocks_events(node),
+                pcie_tx_kib_per_second=_kib_per_second(node.get("PCI", "Tx Throughput")),
+                pcie_rx_kib_per_second=_kib_per_second(node.get("PCI", "Rx Throughput")),
             )
         )
     if not gpus:
@@ -414,6 +460,25 @@ def _xml_processes(gpu: ET.Element) -> tuple[NvidiaSmiProcess, ...]:
     return tuple(result)
 
 
+def _xml_clocks_events(gpu: ET.Element) -> int | None:
+    for section, prefix in (
+        ("clocks_event_reasons", "clocks_event_reason_"),
+        ("clocks_throttle_reasons", "clocks_throttle_reason_"),
+    ):
+        element = gpu.find(section)
+        if element is None:
+            continue
+        bits, seen = 0, False
+        for tag, bit in CLOCKS_EVENT_BITS.values():
+            value = _xml_text(element, prefix + tag)
+            if value in ("Active", "Not Active"):
+                seen = True
+                if value == "Active":
+                    bits |= bit
+        return bits if seen else None
+    return None
+
+
 def parse_nvidia_smi_xml(raw: str | bytes) -> list[NvidiaSmiGpu]:
     """`nvidia-smi -q -x` output (DTD v10 to v13) -> one NvidiaSmiGpu per <gpu> element."""
     try:
@@ -452,6 +517,9 @@ def parse_nvidia_smi_xml(raw: str | bytes) -> list[NvidiaSmiGpu]:
                 mig_mode=_mig_mode(_xml_text(gpu, "mig_mode/current_mig")),
                 mig_devices=_xml_mig_devices(gpu),
                 processes=_xml_processes(gpu),
+                clocks_event_reasons=_xml_clocks_events(gpu),
+                pcie_tx_kib_per_second=_kib_per_second(_xml_text(gpu, "pci/tx_util")),
+                pcie_rx_kib_per_second=_kib_per_second(_xml_text(gpu, "pci/rx_util")),
             )
         )
     if not gpus:

@@ -346,34 +346,89 @@ IDLE_JOB_COLUMNS = (
 )
 
 
+IDLE_CAUSE_GROUP = (
+    "idle_gpu_seconds",
+    "no_process_gpu_seconds",
+    "idle_hardware_gpu_seconds",
+    "idle_storage_wait_gpu_seconds",
+    "idle_network_wait_gpu_seconds",
+    "idle_cpu_bound_gpu_seconds",
+    "idle_unexplained_gpu_seconds",
+    "idle_unmeasured_gpu_seconds",
+)
+IDLE_BY = ("group", "cause")
+
+
 def _run_idle(conn: Connection, q: ReportQuery) -> StoreSections:
-    from slurmtel.store.reports_idle import idle_report
+    from slurmtel.store.reports_idle import idle_cause_rows, idle_report
 
     first_day, last_day = q.days()
-    return idle_report(
-        conn,
-        first_day=first_day,
-        last_day=last_day,
-        scope=q.scope,
-        job_scope=q.job_scope,
-        job_filter=q.job_filter,
-        top=q.option("top"),
+    sections = dict(
+        idle_report(
+            conn,
+            first_day=first_day,
+            last_day=last_day,
+            scope=q.scope,
+            job_scope=q.job_scope,
+            job_filter=q.job_filter,
+            top=q.option("top"),
+        )
     )
+    causes = idle_cause_rows(
+        conn, first_day=first_day, last_day=last_day, scope=q.scope, job_filter=q.job_filter
+    )
+    sections["by_cause"] = causes["by_cause"]
+    if q.option("by") == "cause":
+        for name in ("by_account", "by_user", "by_partition"):
+            sections[name] = causes[name]
+    return sections
+
+
+def _idle_groups() -> tuple[Section, ...]:
+    """by_account, by_user, by_partition: the idle figures, or with --by cause the idle GPU
+    time split by cause."""
+    sections = []
+    for i, group in enumerate(("account", "user", "partition")):
+        types = {
+            "group": row_type(f"IdleBy{group.title()}Row", ("cluster", group, *IDLE_GROUP)),
+            "cause": row_type(f"IdleCauseBy{group.title()}Row", ("cluster", group, *IDLE_CAUSE_GROUP)),
+        }
+        keys = {"group": (group, *IDLE_KEY_FIGURES), "cause": (group, *IDLE_CAUSE_GROUP)}
+        sections.append(
+            Section(
+                f"by_{group}",
+                RowsBy("by", types),
+                (lambda q, rows: f"Idle GPU-hours by account{whose(q)}, {q.days_text()}")
+                if i == 0
+                else _fixed(f"Idle GPU-hours by {group}"),
+                key_columns=lambda q, keys=keys: keys[q.option("by")],  # type: ignore[misc]
+            )
+        )
+    return tuple(sections)
 
 
 IDLE = ReportSpec(
     name="idle",
-    help="idle, no-process, busy and unmeasured GPU-hours (whole site days)",
+    help="idle, no-process, busy and unmeasured GPU-hours, and idle GPU-hours by cause (whole site days)",
     action=Action.VIEW_AGGREGATES,
-    parameters=(TOP,),
+    parameters=(
+        TOP,
+        Parameter(
+            "by",
+            str,
+            "group",
+            "group: idle, busy and unmeasured figures per group; cause: each group's idle GPU time split by "
+            "cause (docs/idle-causes.md)",
+            choices=IDLE_BY,
+        ),
+    ),
     sections=(
-        *by_group(
-            "Idle",
-            IDLE_GROUP,
-            ("account", "user", "partition"),
-            "Idle GPU-hours",
-            lambda q, rows: f"Idle GPU-hours by account{whose(q)}, {q.days_text()}",
-            IDLE_KEY_FIGURES,
+        *_idle_groups(),
+        Section(
+            "by_cause",
+            row_type("IdleCauseRow", ("cluster", "idle_cause", "idle_gpu_seconds", "idle_cause_share")),
+            _fixed("Idle GPU-hours by cause (docs/idle-causes.md: an estimate from host signals)"),
+            key_columns=("idle_cause", "idle_gpu_seconds", "idle_cause_share"),
         ),
         Section(
             "top_jobs",
@@ -724,7 +779,43 @@ RETRIES = ReportSpec(
     run=_run_retries,
 )
 
+# --- checkpoints ------------------------------------------------------------------------------
+
+CHECKPOINT_GROUP = (
+    "jobs",
+    "checkpoint_episodes",
+    "checkpoint_gpu_seconds",
+    "checkpoint_write_bytes",
+    "startup_gpu_seconds",
+    "startup_read_bytes",
+)
+
+
+def _run_checkpoints(conn: Connection, q: ReportQuery) -> StoreSections:
+    from slurmtel.store.reports_idle import checkpoint_report
+
+    return checkpoint_report(conn, start=q.start, end=q.end, scope=q.scope, job_filter=q.job_filter)
+
+
+CHECKPOINTS = ReportSpec(
+    name="checkpoints",
+    help="GPU-hours spent checkpointing and starting up (estimates from host signals) of jobs that ended",
+    action=Action.VIEW_AGGREGATES,
+    sections=by_group(
+        "Checkpoints",
+        CHECKPOINT_GROUP,
+        ("account", "partition"),
+        "Checkpoint and start-up GPU-hours",
+        lambda q, rows: (
+            f"Checkpoint and start-up GPU-hours (estimates) by account{whose(q)}, {q.window_text()}"
+        ),
+        ("checkpoint_gpu_seconds", "startup_gpu_seconds", "checkpoint_episodes"),
+    ),
+    run=_run_checkpoints,
+)
+
 # the registry: the CLI registers `report NAME` for each, the API serves `/v1/reports/NAME`
 REPORTS: dict[str, ReportSpec] = {
-    spec.name: spec for spec in (USAGE, FAILURES, IDLE, QUEUE, TAXONOMY, NODES, CAPACITY, RETRIES)
+    spec.name: spec
+    for spec in (USAGE, FAILURES, IDLE, QUEUE, TAXONOMY, NODES, CAPACITY, RETRIES, CHECKPOINTS)
 }

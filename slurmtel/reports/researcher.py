@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from slurmtel.access import Action, Identity, Scope, allowed
 from slurmtel.bounds import check_count, check_name
-from slurmtel.config import ChargebackConfig
+from slurmtel.config import ChargebackConfig, IdleCausesConfig
 from slurmtel.errors import AccessDenied, ConfigError
 from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise, duration_text
 from slurmtel.reports.render import escape_controls, render
@@ -49,6 +49,8 @@ class JobQuery:
     pricing: ChargebackConfig | None = None
     # where the job's windows are read from (telemetry.sample_store); None: PostgreSQL
     samples: SampleStore | None = None
+    # [idle_causes]: the checkpoint and start-up thresholds
+    causes: IdleCausesConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,12 @@ def job_query(
     zone: tzinfo,
     pricing: ChargebackConfig | None = None,
     samples: SampleStore | None = None,
+    causes: IdleCausesConfig | None = None,
 ) -> JobQuery:
     """What IDENTITY may ask of JOBID (AccessDenied without the job-detail right)."""
-    return JobQuery(jobid, tuple(clusters), now, zone, _scope(identity, Action.VIEW_JOBS), pricing, samples)
+    return JobQuery(
+        jobid, tuple(clusters), now, zone, _scope(identity, Action.VIEW_JOBS), pricing, samples, causes
+    )
 
 
 def me_query(
@@ -523,6 +528,7 @@ def job_header(r: Mapping[str, Any], zone: tzinfo) -> list[tuple[str, str]]:
         ("queue wait", _duration(r["queue_wait_seconds"])),
         *(host_lines(r) if r["start_at"] else []),
         *energy_lines(r),
+        *idle_cause_lines(r),
     ]
 
 
@@ -583,10 +589,90 @@ def _prepare_windows(conn: Connection, q: JobQuery, attempts: Sequence[AttemptVi
 
 def _reports(conn: Connection, q: JobQuery, found: _Found) -> list[dict[str, Any]]:
     from slurmtel.store.efficiency import attempts_efficiency
+    from slurmtel.store.reports_idle import attempt_idle_causes
 
     attempts, figures = found
-    host = attempts_efficiency(conn, [a.key for a in attempts], now=q.now)
-    return [attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key), q.pricing) for a in attempts]
+    keys = [a.key for a in attempts]
+    host = attempts_efficiency(conn, keys, now=q.now)
+    causes = attempt_idle_causes(conn, keys)
+    reports = []
+    for a in attempts:
+        report = attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key), q.pricing)
+        report["idle_by_cause"] = causes.get(a.key, [])
+        report.update(_checkpoint_figures(conn, a, q))
+        reports.append(report)
+    return reports
+
+
+def _checkpoint_figures(conn: Connection, a: AttemptView, q: JobQuery) -> dict[str, Any]:
+    """The attempt's checkpoint episodes and start-up estimate (None each: not measured)."""
+    from slurmtel.store.hostside import CheckpointThresholds, checkpoint_estimate
+
+    names = (
+        "checkpoint_episodes",
+        "checkpoint_gpu_seconds",
+        "checkpoint_write_bytes",
+        "startup_seconds",
+        "startup_gpu_seconds",
+        "startup_read_bytes",
+    )
+    estimate = None
+    if a.start_at is not None:
+        c = q.causes or IdleCausesConfig()
+        estimate = checkpoint_estimate(
+            conn,
+            cluster=a.cluster,
+            job_id_raw=a.job_id_raw,
+            submit_at=a.submit_at,
+            nodes=a.nodes,
+            start_at=a.start_at,
+            end_at=a.end_at or q.now,
+            gpus=float(a.alloc_gpus),
+            thresholds=CheckpointThresholds(
+                c.checkpoint_write_bytes, c.checkpoint_dip_percent, c.checkpoint_merge_windows,
+                c.startup_active_percent,
+            ),
+        )  # fmt: skip
+    if estimate is None:
+        return dict.fromkeys(names)
+    return {
+        "checkpoint_episodes": estimate.episodes,
+        "checkpoint_gpu_seconds": estimate.checkpoint_gpu_seconds,
+        "checkpoint_write_bytes": estimate.checkpoint_write_bytes,
+        "startup_seconds": estimate.startup_seconds,
+        "startup_gpu_seconds": estimate.startup_gpu_seconds,
+        "startup_read_bytes": estimate.startup_read_bytes,
+    }
+
+
+def idle_cause_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The job text's lines on why its GPUs idled and on checkpoints and start-up."""
+    lines: list[tuple[str, str]] = []
+    causes = [c for c in r.get("idle_by_cause") or [] if c["idle_gpu_seconds"]]
+    if causes:
+        parts = [
+            f"{c['idle_cause']} {100 * (c['idle_cause_share'] or 0):.0f} %"
+            for c in sorted(causes, key=lambda c: -float(c["idle_gpu_seconds"]))
+        ]
+        lines.append(("idle cause", ", ".join(parts) + " of idle GPU time (estimate)"))
+    if r.get("checkpoint_episodes") is not None:
+        lines.append(
+            (
+                "checkpoints",
+                f"{r['checkpoint_episodes']} episode(s), GPUs idle {_duration(r['checkpoint_gpu_seconds'])} "
+                f"(GPU time), {_gib(r['checkpoint_write_bytes'])} written (estimate)",
+            )
+        )
+        startup = r.get("startup_seconds")
+        lines.append(
+            (
+                "start-up",
+                f"{_duration(startup)} until the GPUs first worked, {_gib(r['startup_read_bytes'])} read (estimate)"
+                if startup is not None
+                else "the GPUs never became active",
+            )
+        )
+    return lines
 
 
 def job_page_documents(

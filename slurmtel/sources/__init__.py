@@ -21,6 +21,7 @@ def _registry() -> dict[str, Source]:
     if registry is None:
         from slurmtel.sources.agent import AgentSource
         from slurmtel.sources.dcgm import DcgmSource
+        from slurmtel.sources.lustre import LustreSource
         from slurmtel.sources.nccl import NcclSource
         from slurmtel.sources.prometheus import PrometheusSource
         from slurmtel.sources.sacct import SacctSource
@@ -35,6 +36,7 @@ def _registry() -> dict[str, Source]:
                 AgentSource(),
                 NcclSource(),
                 PrometheusSource(),
+                LustreSource(),
             )
         }
         globals()["SOURCES"] = registry

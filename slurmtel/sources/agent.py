@@ -445,6 +445,7 @@ def _store_pages(
     hold."""
     from slurmtel.store.checks import rejections
     from slurmtel.store.fabric import write_nvlink_counters, write_port_counters, write_topology
+    from slurmtel.store.hostside import write_gpu_host_windows, write_job_host_windows
     from slurmtel.store.quarantine import quarantine
     from slurmtel.store.samples import sample_store
     from slurmtel.store.telemetry import resolve_allocation_uuids, write_events, write_inventory
@@ -465,10 +466,15 @@ def _store_pages(
         ports = write_port_counters(conn, page.port_counters)
         nvlinks = write_nvlink_counters(conn, page.nvlink_counters)
         topologies = write_topology(conn, page.topologies)
+        hosts = write_job_host_windows(conn, page.job_host_windows) + write_gpu_host_windows(
+            conn, page.gpu_host_windows
+        )
         rejected += rejections(stats.refused, source=NAME, origin=origin)
         quarantine(conn, rejected)
         result.rows_read += _served(page)
-        result.rows_written += stats.inserted + events_written + len(inventory) + ports + nvlinks + topologies
+        result.rows_written += (
+            stats.inserted + events_written + len(inventory) + ports + nvlinks + topologies + hosts
+        )
         result.rows_quarantined += len(rejected)
         if page.items or page.rejected:
             fabric = (
@@ -477,6 +483,8 @@ def _store_pages(
                 if ports or nvlinks or topologies or page.port_counters or page.nvlink_counters
                 else ""
             )
+            if page.job_host_windows or page.gpu_host_windows:
+                fabric += f", {len(page.job_host_windows)} job host windows, {len(page.gpu_host_windows)} GPU host windows"
             result.notes.append(
                 f"{page.node}: {len(summaries)} windows ({stats.inserted} new), {len(events)} events, "
                 f"{len(inventory)} inventory{fabric}; spool {page.spool_items} items, {page.evicted_total} evicted"

@@ -170,6 +170,7 @@ def recompute_dirty(
     timezone: str,
     full: bool = False,
     before_read: Callable[[Connection], object] | None = None,
+    causes: CauseThresholds | None = None,
 ) -> Recomputed:
     """Bring the gpu_attribution rows of every attempt in dirty_attempt up to date.
 
@@ -335,6 +336,11 @@ def recompute_dirty(
     # rows x rows (2.8 s of a 4.2 s run at 2,500 GPUs, growing with the square); the lateral
     # reads stay nested loops, the only plan they have
     conn.execute(text("SET LOCAL enable_nestloop = off"))
+    thresholds = causes or CauseThresholds()
+    # idle causes in the same pass as the slices' other sums (causes None: not computed, NULL)
+    cause_of = _CAUSE_OF if causes is not None else "NULL::text AS cause"
+    cause_lookups = _CAUSE_LOOKUPS if causes is not None else ""
+    cause_sums = _CAUSE_SUMS if causes is not None else ", ".join(["NULL::float8"] * len(CAUSES))
     slices, windows = conn.execute(
         text(
             f"""
@@ -344,7 +350,7 @@ def recompute_dirty(
             -- again for every window read; ordered, so that the sort below is one per segment)
             gpu_segments AS (
                 SELECT s.cluster, s.job_id_raw, s.submit_at, s.node, s.day, s.day_hi, s.from_at,
-                       s.seg_start, s.seg_end, m.gpu_uuid,
+                       s.seg_start, s.seg_end, m.gpu_uuid, s.node_count,
                        CASE WHEN s.from_at IS NULL THEN s.seg_start
                             ELSE greatest(s.seg_start,
                                           date_trunc('hour', s.from_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')
@@ -356,8 +362,7 @@ def recompute_dirty(
             ),
             read AS (
                 SELECT gs.cluster, gs.job_id_raw, gs.submit_at, gs.node, gs.gpu_uuid, gs.day, gs.day_hi,
-                       gs.from_at, gs.seg_start, gs.seg_end, gs.read_start, w.*,
-                       w.window_start_at + make_interval(secs => w.window_seconds) AS window_end_at
+                       gs.from_at, gs.seg_start, gs.seg_end, gs.read_start, gs.node_count, w.*, {cause_of}
                 FROM gpu_segments gs
                 JOIN LATERAL (
                     SELECT DISTINCT ON (s.window_start_at) s.window_start_at, s.window_seconds, s.util_metric,
@@ -365,13 +370,13 @@ def recompute_dirty(
                            s.util_max_percent, s.memory_used_max_bytes, s.energy_joules
                     FROM slurmtel_gpu_windows(ARRAY[gs.gpu_uuid], gs.read_start, gs.seg_end) s
                     ORDER BY s.window_start_at, (s.source = 'agent') DESC
-                ) w ON gs.read_start < gs.seg_end
+                ) w ON gs.read_start < gs.seg_end{cause_lookups}
             ),
             -- each window in the UTC hours it overlaps inside the read (a window is at most an
             -- hour long: one or two), by the fraction of it in the slice
             clipped AS (
                 SELECT r.*, greatest(r.window_start_at, r.read_start) AS clip_start,
-                       least(r.window_end_at, r.seg_end) AS clip_end
+                       least(r.window_start_at + make_interval(secs => r.window_seconds), r.seg_end) AS clip_end
                 FROM read r
             ),
             windows AS (
@@ -398,7 +403,7 @@ def recompute_dirty(
             written AS (
                 INSERT INTO gpu_attribution_part (cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at,
                     windows, util_metric, covered_seconds, idle_seconds, no_process_seconds, util_weighted_sum,
-                    util_max_percent, memory_used_max_bytes, energy_joules)
+                    util_max_percent, memory_used_max_bytes, energy_joules, {_CAUSE_COLUMNS})
                 SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at, count(*),
                        min(util_metric),
                        sum(f * covered_seconds),
@@ -407,7 +412,8 @@ def recompute_dirty(
                        sum(f * covered_seconds * coalesce(util_mean_percent, 0)),
                        max(util_max_percent),
                        max(memory_used_max_bytes),
-                       sum(f * energy_joules)
+                       sum(f * energy_joules),
+                       {cause_sums}
                 FROM ordered
                 GROUP BY cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at
                 RETURNING windows
@@ -415,7 +421,7 @@ def recompute_dirty(
             SELECT count(*), coalesce(sum(windows), 0) FROM written
             """
         ),
-        {"tz": timezone},
+        {"tz": timezone, **(thresholds.params() if causes is not None else {})},
     ).one()
     # the day rows from from_day on, built from the slices
     conn.execute(
@@ -545,11 +551,13 @@ def recompute_dirty(
 _SEGMENTS = """
             node_share AS (
                 SELECT d.cluster, d.job_id_raw, d.submit_at, n.node, d.start_at, d.end_eff, d.from_at,
-                       d.from_day, CAST(d.alloc_gpus AS float8) / cardinality(d.nodes) AS gpus_on_node
+                       d.from_day, CAST(d.alloc_gpus AS float8) / cardinality(d.nodes) AS gpus_on_node,
+                       cardinality(d.nodes) AS node_count
                 FROM dirty_attempt d CROSS JOIN LATERAL unnest(d.nodes) AS n(node)
             ),
             segments AS (
-                SELECT ns.cluster, ns.job_id_raw, ns.submit_at, ns.node, ns.gpus_on_node, ns.from_at, dd.day,
+                SELECT ns.cluster, ns.job_id_raw, ns.submit_at, ns.node, ns.gpus_on_node, ns.node_count,
+                       ns.from_at, dd.day,
                        dd.hi AS day_hi,
                        greatest(ns.start_at, dd.lo) AS seg_start, least(ns.end_eff, dd.hi) AS seg_end
                 FROM node_share ns
@@ -642,3 +650,96 @@ def mark_batches(conn: Connection, batch_ids: list[int]) -> None:
             ),
             {"ids": batch_ids},
         )
+
+
+# ---------------------------------------------------------------- idle GPU-seconds by cause
+
+CAUSES = (
+    "no_process",
+    "hardware",
+    "storage_wait",
+    "network_wait",
+    "cpu_bound",
+    "idle_unexplained",
+    "unmeasured",
+)
+_CAUSE_COLUMNS = ", ".join(f"cause_{c}_seconds" for c in CAUSES)
+# per slice: no_process is the idle time without a process; the rest of a window's idle time
+# goes to its window's one cause (windows without idle time have none: NULL)
+_IDLE_W = "least(idle_seconds, covered_seconds)"
+_NP_W = "least(coalesce(no_process_seconds, 0), idle_seconds, covered_seconds)"
+_CAUSE_SUMS = ",\n".join(
+    [f"coalesce(sum(f * {_NP_W}) FILTER (WHERE cause IS NOT NULL), 0)"]
+    + [f"coalesce(sum(f * ({_IDLE_W} - {_NP_W})) FILTER (WHERE cause = '{c}'), 0)" for c in CAUSES[1:]]
+)
+
+
+@dataclass(frozen=True)
+class CauseThresholds:
+    """config.idle_causes as the attribution SQL reads it."""
+
+    io_pressure_share: float = 0.10
+    io_bytes_per_second: float = 500e6
+    network_bytes_per_second: float = 1e9
+    cpu_saturated_share: float = 0.90
+    cpu_pressure_share: float = 0.50
+
+    def params(self) -> dict[str, float]:
+        return {f"c_{k}": float(v) for k, v in self.__dict__.items()}
+
+
+# Each window read into a slice, with the one cause of its idle time beyond no-process, by
+# precedence (docs/idle-causes.md): hardware (an XID or double-bit ECC event on the GPU, or
+# NVML's HW-slowdown throttle, in the window) > unmeasured (no cgroup window of the job on the
+# node: the host side is not known) > storage_wait (the job's IO pressure or block IO over the
+# thresholds) > network_wait (a multi-node job whose node's fabric ports were busy) >
+# cpu_bound (the job's CPUs saturated, or CPU pressure) > idle_unexplained. Windows without
+# idle time are not looked up (the laterals' filter is false before any index is read).
+_CAUSE_OF = """
+                       CASE
+                           WHEN w.idle_seconds <= 0 THEN NULL
+                           WHEN coalesce(gh.throttle_hw_slowdown_seconds, 0) > 0 OR ev.hit
+                               THEN 'hardware'
+                           WHEN jh.window_seconds IS NULL THEN 'unmeasured'
+                           WHEN coalesce(jh.io_some_stall_seconds, 0) >= :c_io_pressure_share * jh.window_seconds
+                             OR coalesce(jh.read_bytes, 0) + coalesce(jh.write_bytes, 0)
+                                >= :c_io_bytes_per_second * jh.window_seconds
+                               THEN 'storage_wait'
+                           WHEN coalesce(fb.bytes, 0) >= :c_network_bytes_per_second * w.window_seconds
+                               THEN 'network_wait'
+                           WHEN (jh.cpus > 0 AND coalesce(jh.cpu_usage_seconds, 0)
+                                    >= :c_cpu_saturated_share * jh.cpus * jh.window_seconds)
+                             OR coalesce(jh.cpu_some_stall_seconds, 0) >= :c_cpu_pressure_share * jh.window_seconds
+                               THEN 'cpu_bound'
+                           ELSE 'idle_unexplained'
+                       END AS cause"""
+# one index probe per idle window (the statement runs without nested loop joins, and a hash
+# join would read the whole table every run)
+_CAUSE_LOOKUPS = """
+                LEFT JOIN LATERAL (
+                    SELECT j.window_seconds, j.read_bytes, j.write_bytes, j.cpus, j.cpu_usage_seconds,
+                           j.io_some_stall_seconds, j.cpu_some_stall_seconds
+                    FROM job_host_window j
+                    WHERE w.idle_seconds > 0 AND j.node = gs.node AND j.job_id = CAST(gs.job_id_raw AS text)
+                      AND j.window_start_at = w.window_start_at
+                    LIMIT 1  -- kept a lateral subquery: never pulled up into a (hash) join
+                ) jh ON true
+                LEFT JOIN LATERAL (
+                    SELECT g.throttle_hw_slowdown_seconds FROM gpu_host_window g
+                    WHERE w.idle_seconds > 0 AND g.gpu_uuid = gs.gpu_uuid AND g.window_start_at = w.window_start_at
+                    LIMIT 1
+                ) gh ON true
+                LEFT JOIN LATERAL (
+                    SELECT true AS hit FROM gpu_event e
+                    WHERE w.idle_seconds > 0 AND e.gpu_uuid = gs.gpu_uuid AND e.kind IN ('xid', 'ecc_double_bit')
+                      AND e.at >= w.window_start_at AND e.at < w.window_start_at + make_interval(secs => w.window_seconds)
+                    LIMIT 1
+                ) ev ON true
+                LEFT JOIN LATERAL (
+                    -- port_*_data count 4-byte words
+                    SELECT sum(coalesce((p.deltas ->> 'port_xmit_data')::float8, 0)
+                               + coalesce((p.deltas ->> 'port_rcv_data')::float8, 0)) * 4 AS bytes
+                    FROM fabric_port_window p
+                    WHERE w.idle_seconds > 0 AND gs.node_count > 1 AND p.node = gs.node
+                      AND p.window_start_at = w.window_start_at
+                ) fb ON true"""

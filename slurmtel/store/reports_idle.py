@@ -10,7 +10,8 @@ busy. idle_share = idle / covered, covered_share = covered / allocated, mean_uti
 
 from __future__ import annotations
 
-from datetime import date
+from collections.abc import Sequence
+from datetime import date, datetime
 from typing import Any
 
 from slurmtel.access import Scope
@@ -152,3 +153,230 @@ def _group_values(r: Any) -> dict[str, Any]:
 def _mean_util(r: Any) -> float | None:
     # util_weighted_sum is Σ covered seconds × util percent
     return share(float(r["util_weighted"] or 0) / 100, r["covered"], places=4)
+
+
+# ---------------------------------------------------------------- idle GPU time by cause
+
+CAUSES = (
+    "no_process",
+    "hardware",
+    "storage_wait",
+    "network_wait",
+    "cpu_bound",
+    "idle_unexplained",
+    "unmeasured",
+)
+# the column each cause is reported in
+CAUSE_COLUMNS = {
+    "no_process": "no_process_gpu_seconds",
+    "hardware": "idle_hardware_gpu_seconds",
+    "storage_wait": "idle_storage_wait_gpu_seconds",
+    "network_wait": "idle_network_wait_gpu_seconds",
+    "cpu_bound": "idle_cpu_bound_gpu_seconds",
+    "idle_unexplained": "idle_unexplained_gpu_seconds",
+    "unmeasured": "idle_unmeasured_gpu_seconds",
+}
+_RAW = ", ".join(f"sum(cause_{c}_seconds) AS raw_{c}" for c in CAUSES)
+_RAW_COLUMNS = ", ".join(f"p.raw_{c}" for c in CAUSES)
+_RAW_TOTAL = " + ".join(f"coalesce(raw_{c}, 0)" for c in CAUSES)
+# each GPU-day's idle time (as report idle counts it) split in the proportions of its causes;
+# a GPU-day without cause rows (windows from before issue 26, DCGM's) splits into its
+# no-process time and unmeasured
+_SCALED = ",\n".join(
+    f"sum(CASE WHEN raw_total > 0 THEN idle * coalesce(raw_{c}, 0) / raw_total "
+    + (
+        "ELSE least(no_process, idle) END)"
+        if c == "no_process"
+        else "ELSE greatest(0, idle - least(no_process, idle)) END)"
+        if c == "unmeasured"
+        else "ELSE 0 END)"
+    )
+    + f" AS {c}"
+    for c in CAUSES
+)
+
+
+def idle_cause_rows(
+    conn: Connection,
+    *,
+    first_day: date,
+    last_day: date,
+    scope: Scope,
+    job_filter: JobFilter | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Idle GPU time split by cause: per cause (by_cause), and per account, user and partition
+    with a column per cause. Each group's causes add up to the idle GPU time `report idle`
+    gives it (the same gpu_attribution rows, × gpu_fraction; rounding residue to its largest)."""
+    sql = f"""
+        WITH parts AS (
+            SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day, {_RAW}
+            FROM gpu_attribution_part
+            WHERE day >= :first_day AND day <= :last_day
+            GROUP BY cluster, job_id_raw, submit_at, node, gpu_uuid, day
+        ),
+        gpu_days AS (
+            SELECT a.cluster, a.account, a.user_name, a.partition,
+                   g.idle_seconds * g.gpu_fraction AS idle,
+                   g.no_process_seconds * g.gpu_fraction AS no_process,
+                   {_RAW_COLUMNS}, {_RAW_TOTAL} AS raw_total
+            FROM gpu_attribution g
+            JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
+            LEFT JOIN parts p USING (cluster, job_id_raw, submit_at, node, gpu_uuid, day)
+            WHERE g.day >= :first_day AND g.day <= :last_day AND g.idle_seconds > 0
+              AND slurmtel_in_scope(a.user_name, a.account, :scope_all, :scope_users, :scope_accounts)
+              AND slurmtel_job_filter(a.cluster, a.account, a.user_name, a.partition,
+                                      :f_accounts, :f_users, :f_partitions, :f_clusters)
+        )
+        SELECT CASE WHEN grouping(account) = 0 THEN 'by_account'
+                    WHEN grouping(user_name) = 0 THEN 'by_user'
+                    WHEN grouping(partition) = 0 THEN 'by_partition' ELSE 'by_cause' END AS section,
+               cluster, coalesce(account, user_name, partition) AS grp, sum(idle) AS idle, {_SCALED}
+        FROM gpu_days
+        GROUP BY GROUPING SETS ((cluster, account), (cluster, user_name), (cluster, partition), (cluster))
+    """
+    sections: dict[str, list[dict[str, Any]]] = {
+        "by_cause": [],
+        "by_account": [],
+        "by_user": [],
+        "by_partition": [],
+    }
+    no_jit(conn)
+    for r in conn.execute(
+        text(sql), params(scope, job_filter, first_day=first_day, last_day=last_day)
+    ).mappings():
+        idle = as_seconds(r["idle"])
+        parts = _exact_parts(idle, {c: float(r[c] or 0) for c in CAUSES})
+        if r["section"] == "by_cause":
+            for cause in CAUSES:
+                sections["by_cause"].append(
+                    {
+                        "cluster": r["cluster"],
+                        "idle_cause": cause,
+                        "idle_gpu_seconds": parts[cause],
+                        "idle_cause_share": share(parts[cause], idle),
+                    }
+                )
+            continue
+        key = r["section"].removeprefix("by_")
+        sections[r["section"]].append(
+            {
+                "cluster": r["cluster"],
+                key: r["grp"],
+                "idle_gpu_seconds": idle,
+                **{CAUSE_COLUMNS[c]: parts[c] for c in CAUSES},
+            }
+        )
+    for name in ("by_account", "by_user", "by_partition"):
+        key = name.removeprefix("by_")
+        sections[name].sort(key=lambda g: (g["cluster"], -g["idle_gpu_seconds"], g[key]))
+    sections["by_cause"].sort(key=lambda g: (g["cluster"], CAUSES.index(g["idle_cause"])))
+    return sections
+
+
+def _exact_parts(total: int | float, raw: dict[str, float]) -> dict[str, int | float]:
+    """RAW rounded as report seconds, the rounding residue given to the largest part, so the
+    parts add up to TOTAL exactly as printed."""
+    parts = {c: as_seconds(v) for c, v in raw.items()}
+    residue = round(float(total) - sum(float(v) for v in parts.values()), 3)
+    if residue and parts:
+        largest = max(parts, key=lambda c: (float(parts[c]), -CAUSES.index(c)))
+        parts[largest] = as_seconds(round(float(parts[largest]) + residue, 3))
+    return parts
+
+
+def attempt_idle_causes(
+    conn: Connection, keys: Sequence[tuple[str, int, datetime]]
+) -> dict[tuple[str, int, datetime], list[dict[str, Any]]]:
+    """Each attempt's idle GPU time by cause (the job view): rows of idle_cause,
+    idle_gpu_seconds, idle_cause_share adding up to its idle GPU time. KEYS are attempts the
+    caller may see (found through find_attempts)."""
+    if not keys:
+        return {}
+    sql = f"""
+        WITH wanted AS (
+            SELECT * FROM unnest(CAST(:clusters AS text[]), CAST(:raws AS bigint[]),
+                                 CAST(:submits AS timestamptz[])) AS k(cluster, job_id_raw, submit_at)
+        ),
+        parts AS (
+            SELECT p.cluster, p.job_id_raw, p.submit_at, p.node, p.gpu_uuid, p.day, {_RAW}
+            FROM gpu_attribution_part p JOIN wanted USING (cluster, job_id_raw, submit_at)
+            GROUP BY p.cluster, p.job_id_raw, p.submit_at, p.node, p.gpu_uuid, p.day
+        ),
+        gpu_days AS (
+            SELECT g.cluster, g.job_id_raw, g.submit_at, g.idle_seconds * g.gpu_fraction AS idle,
+                   g.no_process_seconds * g.gpu_fraction AS no_process,
+                   {_RAW_COLUMNS}, {_RAW_TOTAL} AS raw_total
+            FROM gpu_attribution g JOIN wanted USING (cluster, job_id_raw, submit_at)
+            LEFT JOIN parts p USING (cluster, job_id_raw, submit_at, node, gpu_uuid, day)
+            WHERE g.idle_seconds > 0
+        )
+        SELECT cluster, job_id_raw, submit_at, sum(idle) AS idle, {_SCALED}
+        FROM gpu_days GROUP BY cluster, job_id_raw, submit_at
+    """
+    bind = {
+        "clusters": [k[0] for k in keys],
+        "raws": [k[1] for k in keys],
+        "submits": [k[2] for k in keys],
+    }
+    result: dict[tuple[str, int, datetime], list[dict[str, Any]]] = {}
+    for r in conn.execute(text(sql), bind).mappings():
+        idle = as_seconds(r["idle"])
+        parts = _exact_parts(idle, {c: float(r[c] or 0) for c in CAUSES})
+        result[(r["cluster"], r["job_id_raw"], r["submit_at"])] = [
+            {"idle_cause": c, "idle_gpu_seconds": parts[c], "idle_cause_share": share(parts[c], idle)}
+            for c in CAUSES
+        ]
+    return result
+
+
+# ---------------------------------------------------------------- checkpoints and start-up, fleet-wide
+
+_CHECKPOINT_SUMS = """
+    count(*) AS jobs, sum(c.episodes) AS episodes, sum(c.checkpoint_gpu_seconds) AS checkpoint,
+    sum(c.checkpoint_write_bytes) AS written, sum(c.startup_gpu_seconds) AS startup,
+    sum(c.startup_read_bytes) AS read
+"""
+
+
+def checkpoint_report(
+    conn: Connection,
+    *,
+    start: datetime,
+    end: datetime,
+    scope: Scope,
+    job_filter: JobFilter | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """GPU time spent checkpointing and starting up (estimates, docs/idle-causes.md) of the
+    attempts that ended in [START, END) and have host signals, by account and partition."""
+    sql = f"""
+        SELECT CASE WHEN grouping(a.account) = 0 THEN 'by_account' ELSE 'by_partition' END AS section,
+               a.cluster, coalesce(a.account, a.partition) AS grp, {_CHECKPOINT_SUMS}
+        FROM job_checkpoint c JOIN job_attempt a USING (cluster, job_id_raw, submit_at)
+        WHERE a.end_at >= :start AND a.end_at < :end
+          AND slurmtel_in_scope(a.user_name, a.account, :scope_all, :scope_users, :scope_accounts)
+          AND slurmtel_job_filter(a.cluster, a.account, a.user_name, a.partition,
+                                  :f_accounts, :f_users, :f_partitions, :f_clusters)
+        GROUP BY GROUPING SETS ((a.cluster, a.account), (a.cluster, a.partition))
+    """
+    sections: dict[str, list[dict[str, Any]]] = {"by_account": [], "by_partition": []}
+    no_jit(conn)
+    for r in conn.execute(text(sql), params(scope, job_filter, start=start, end=end)).mappings():
+        key = r["section"].removeprefix("by_")
+        sections[r["section"]].append(
+            {
+                "cluster": r["cluster"],
+                key: r["grp"],
+                "jobs": int(r["jobs"]),
+                "checkpoint_episodes": int(r["episodes"] or 0),
+                "checkpoint_gpu_seconds": as_seconds(r["checkpoint"]),
+                "checkpoint_write_bytes": int(r["written"] or 0),
+                "startup_gpu_seconds": as_seconds(r["startup"]),
+                "startup_read_bytes": int(r["read"] or 0),
+            }
+        )
+    for name, rows in sections.items():
+        key = name.removeprefix("by_")
+        rows.sort(
+            key=lambda g: (g["cluster"], -(g["checkpoint_gpu_seconds"] + g["startup_gpu_seconds"]), g[key])
+        )
+    return sections

@@ -1,0 +1,180 @@
+"""Idle GPU time by cause: a job whose idle windows each have one planted reason (no process,
+an XID, HW-slowdown throttling, IO pressure, saturated CPUs, nothing, no host signal) and a
+two-node job on a busy fabric. Every idle second lands in exactly the planted cause, the
+causes add up to the idle figure `report idle` prints, and runs are idempotent."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, text
+
+from slurmtel.access import EVERYTHING
+from slurmtel.attribution import run_attribution
+from slurmtel.config import Config
+from slurmtel.records import GpuEvent, GpuHostWindow, JobHostWindow, PortCounters
+from slurmtel.store.fabric import write_port_counters
+from slurmtel.store.hostside import write_gpu_host_windows, write_job_host_windows
+from slurmtel.store.jobs import write_attempts
+from slurmtel.store.reports_idle import idle_cause_rows, idle_report
+from slurmtel.store.telemetry import write_events, write_inventory, write_summaries
+from tests.factories import T0, attempt, inventory, windows
+
+W = 30.0
+
+
+def host(job: str, i: int, node: str = "gpu01", **values: float) -> JobHostWindow:
+    base: dict[str, float | int | None] = {
+        "read_bytes": 1000, "write_bytes": 0, "read_ops": 1, "write_ops": 0, "cpu_usage_seconds": 10.0,
+        "cpus": 8, "memory_peak_bytes": 2**30, "io_some_stall_seconds": 0.0, "io_full_stall_seconds": 0.0,
+        "cpu_some_stall_seconds": 0.0,
+    }  # fmt: skip
+    base.update(values)
+    return JobHostWindow(node, job, T0 + timedelta(seconds=W * i), W, 2, **base)  # type: ignore[arg-type]
+
+
+def test_each_idle_second_in_its_planted_cause(engine: Engine, config: Config) -> None:
+    # job 61: one GPU on gpu01 for 14 windows; windows 12, 13 busy
+    job = attempt(
+        job_id_raw=61, nodes=("gpu01",), alloc_gpus=1, start_at=T0, end_at=T0 + timedelta(seconds=14 * W)
+    )
+    gpu = windows("GPU-61", T0, 14, busy={12, 13}, job="61", no_process={0, 1})
+    planted = {
+        2: ("hardware", {}),  # an XID event in the window (below)
+        3: ("hardware", {}),  # HW-slowdown throttling (below)
+        4: ("storage_wait", {"io_some_stall_seconds": 9.0}),  # 30 % of the window stalled on IO
+        5: ("storage_wait", {"read_bytes": 40_000_000_000}),  # 1.3 GB/s of block IO
+        6: ("cpu_bound", {"cpu_usage_seconds": 8 * W * 0.97}),  # 8 CPUs at 97 %
+        7: ("cpu_bound", {"cpu_some_stall_seconds": 20.0}),  # CPU pressure 67 %
+        8: ("idle_unexplained", {}),
+        9: ("idle_unexplained", {}),
+        # 10, 11: no cgroup window of the job: unmeasured
+    }
+    hosts = [host("61", i, **v) for i, (_, v) in planted.items()] + [host("61", i) for i in (0, 1, 12, 13)]
+    # job 62: two nodes, one GPU each, 4 idle windows; gpu02's ports move 2 GB/s in windows 0, 1
+    two = attempt(
+        job_id_raw=62,
+        nodes=("gpu02", "gpu03"),
+        alloc_gpus=2,
+        start_at=T0,
+        end_at=T0 + timedelta(seconds=4 * W),
+    )
+    gpu += windows("GPU-62a", T0, 4, job="62", node="gpu02") + windows(
+        "GPU-62b", T0, 4, job="62", node="gpu03"
+    )
+    hosts += [host("62", i, node=n) for i in range(4) for n in ("gpu02", "gpu03")]
+    words = int(2e9 * W / 4)  # port_*_data count 4-byte words
+    ports = [
+        PortCounters("gpu02", "mlx5_0", 1, T0 + timedelta(seconds=W * i), W, deltas={"port_xmit_data": words})
+        for i in (0, 1)
+    ]
+    with engine.begin() as conn:
+        write_attempts(conn, [job, two])
+        for node, uuids in (("gpu01", ["GPU-61"]), ("gpu02", ["GPU-62a"]), ("gpu03", ["GPU-62b"])):
+            write_inventory(conn, inventory(node, uuids), source="agent")
+        for node in ("gpu01", "gpu02", "gpu03"):
+            write_summaries(conn, [s for s in gpu if s.node == node], source="agent", node=node)
+        write_job_host_windows(conn, hosts)
+        write_gpu_host_windows(
+            conn,
+            [
+                GpuHostWindow(
+                    "gpu01", "GPU-61", T0 + timedelta(seconds=3 * W), W, throttle_hw_slowdown_seconds=12.0
+                )
+            ],
+        )
+        write_events(conn, [GpuEvent("gpu01", "GPU-61", T0 + timedelta(seconds=2 * W + 5), "xid", 79, "")])
+        write_port_counters(conn, ports)
+    now = T0 + timedelta(hours=1)
+    run_attribution(engine, config, now=now)
+    day = T0.date()
+    with engine.connect() as conn:
+        causes = idle_cause_rows(conn, first_day=day, last_day=day, scope=EVERYTHING)
+        idle = idle_report(conn, first_day=day, last_day=day, scope=EVERYTHING)
+        parts = conn.execute(
+            text("SELECT count(*) FROM gpu_attribution_part WHERE cause_unmeasured_seconds IS NOT NULL")
+        ).scalar_one()
+    # job 62: gpu02's windows 0, 1 network_wait; its windows 2, 3 and gpu03's (quiet ports) unexplained
+    expected = {"no_process": 2 * W, "hardware": 2 * W, "storage_wait": 2 * W, "network_wait": 2 * W,
+                "cpu_bound": 2 * W, "idle_unexplained": 2 * W + 6 * W, "unmeasured": 2 * W}  # fmt: skip
+    got = {r["idle_cause"]: r["idle_gpu_seconds"] for r in causes["by_cause"]}
+    assert got == pytest.approx(expected)
+    # the causes add up to the idle figure of `report idle`, for the site and every group
+    (account,) = idle["by_account"]
+    assert sum(got.values()) == account["idle_gpu_seconds"] == 12 * W + 8 * W
+    for name in ("by_account", "by_user", "by_partition"):
+        for group in causes[name]:
+            parts_sum = sum(
+                v for k, v in group.items() if k.endswith("_gpu_seconds") and k != "idle_gpu_seconds"
+            )
+            assert parts_sum == pytest.approx(group["idle_gpu_seconds"], abs=1e-9)
+    # a second run (and a full one) gives the same rows
+    run_attribution(engine, config, now=now)
+    run_attribution(engine, config, now=now, full=True)
+    with engine.connect() as conn:
+        again = idle_cause_rows(conn, first_day=day, last_day=day, scope=EVERYTHING)
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM gpu_attribution_part WHERE cause_unmeasured_seconds IS NOT NULL")
+            ).scalar_one()
+            == parts
+        )
+    assert again == causes
+
+
+def test_checkpoint_episodes_and_startup_in_job_view(engine: Engine, config: Config) -> None:
+    """A job that restores for 2 windows (reads 5 GB, GPU idle), trains, checkpoints twice (3 GB
+    written over windows 6-7 with its GPU idle, then 2 GB at window 14): 2 episodes, 90 GPU-s."""
+    import io
+    from zoneinfo import ZoneInfo
+
+    from slurmtel.access import Identity, Role
+    from slurmtel.reports.researcher import job_document, job_query, write_job_text
+
+    n = 20
+    busy = set(range(2, n)) - {6, 7, 14}
+    job = attempt(
+        job_id_raw=71, nodes=("gpu01",), alloc_gpus=1, start_at=T0, end_at=T0 + timedelta(seconds=n * W)
+    )
+    gpu = windows("GPU-71", T0, n, busy=busy, job="71")
+    writes = {6: 1_500_000_000, 7: 1_500_000_000, 14: 2_000_000_000}
+    hosts = [
+        host("71", i, read_bytes=2_500_000_000 if i < 2 else 0, write_bytes=writes.get(i, 0),
+             io_some_stall_seconds=12.0 if i in writes or i < 2 else 0.0)
+        for i in range(n)
+    ]  # fmt: skip
+    with engine.begin() as conn:
+        write_attempts(conn, [job])
+        write_inventory(conn, inventory("gpu01", ["GPU-71"]), source="agent")
+        write_summaries(conn, gpu, source="agent", node="gpu01")
+        write_job_host_windows(conn, hosts)
+    now = T0 + timedelta(hours=1)
+    run_attribution(engine, config, now=now)
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT * FROM job_checkpoint WHERE job_id_raw = 71")).mappings().one()
+        query = job_query(Identity("root", Role.ADMIN), "71", clusters=(), now=now, zone=ZoneInfo("UTC"))
+        (report,) = job_document(conn, query)
+    assert (stored["episodes"], stored["checkpoint_gpu_seconds"], stored["checkpoint_write_bytes"]) == (
+        2, 3 * W, 5_000_000_000,
+    )  # fmt: skip
+    assert (stored["startup_seconds"], stored["startup_read_bytes"]) == (2 * W, 5_000_000_000)
+    # the job view says the same, and why its GPUs idled: all of it waiting on storage
+    assert report["checkpoint_episodes"] == 2 and report["startup_seconds"] == 2 * W
+    causes = {c["idle_cause"]: c["idle_gpu_seconds"] for c in report["idle_by_cause"]}
+    assert causes["storage_wait"] == 5 * W and sum(causes.values()) == 5 * W
+    out = io.StringIO()
+    write_job_text([report], out, ZoneInfo("UTC"))
+    text_out = out.getvalue()
+    assert "idle cause  storage_wait 100 % of idle GPU time (estimate)" in text_out
+    assert "checkpoints 2 episode(s), GPUs idle 00:01:30" in text_out
+    assert "start-up    00:01:00 until the GPUs first worked" in text_out
+    # the fleet report: GPU time checkpointing and starting, by account and partition
+    from slurmtel.store.reports_idle import checkpoint_report
+
+    with engine.connect() as conn:
+        fleet = checkpoint_report(conn, start=T0, end=now, scope=EVERYTHING)
+    (account,) = fleet["by_account"]
+    assert (account["account"], account["jobs"], account["checkpoint_episodes"]) == ("physics", 1, 2)
+    assert (account["checkpoint_gpu_seconds"], account["startup_gpu_seconds"]) == (3 * W, 2 * W)
+    assert fleet["by_partition"][0]["checkpoint_write_bytes"] == 5_000_000_000
