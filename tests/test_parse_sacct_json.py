@@ -19,7 +19,7 @@ import pytest
 
 from slurmtel.errors import ParseError
 from slurmtel.parsers.sacct_json import parse_sacct_json
-from slurmtel.records import JobAttempt, Rejected, SchemaNotice
+from slurmtel.records import JobAttempt, Rejected, SchemaNotice, type_problem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sacct"
 LAB = FIXTURES / "slurm-22.05"
@@ -802,3 +802,23 @@ def test_a_field_of_another_json_type_rejects_its_job_alone() -> None:
     attempts = [r for r in records if isinstance(r, JobAttempt)]
     assert len(attempts) == len(doc["jobs"]) - 2
     assert "a\ufffdb" in {a.name for a in attempts}
+
+
+def test_the_quick_type_check_agrees_with_the_full_one_on_a_well_formed_document() -> None:
+    """A document msgspec reads (the fast path): a TRES type that is a number, a job id built
+    from a pending array's task text with NUL, NUL in wckey and the state reason: the same
+    rejections and replacements as the full per-field check gives."""
+    doc = json.loads((LAB / "sacct-a-D.json").read_text())
+    doc["jobs"][0]["tres"]["requested"] = [{"type": 7, "name": "", "id": 1, "count": 2}]
+    doc["jobs"][1]["wckey"] = {"wckey": "w\x00k", "flags": []}
+    doc["jobs"][2]["state"]["reason"] = "r\x00"
+    records = parse_sacct_json(json.dumps(doc))
+    rejected = {r.record_key: r.reason for r in records if isinstance(r, Rejected)}
+    assert list(rejected.values()) == [
+        "req_tres is dict {7: 2}, not a map of names to integers",
+    ], rejected
+    attempts = [r for r in records if isinstance(r, JobAttempt)]
+    assert len(attempts) == len(doc["jobs"]) - 1
+    assert attempts[0].wckey == "w\ufffdk" and attempts[1].state_reason == "r\ufffd"
+    for attempt in attempts:
+        assert type_problem(attempt) == (attempt, None)

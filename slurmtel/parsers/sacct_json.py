@@ -25,6 +25,7 @@ import dataclasses
 import json
 import re
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -221,7 +222,7 @@ class _Reader:
         else:
             self.all_jobs = False
         try:
-            attempt, problem = type_problem(_attempt(job, self.default_cluster))
+            attempt, problem = _type_problem(_attempt(job, self.default_cluster))
             if problem is not None:
                 raise _BadJob(f"job {_shown_id(job.get('job_id'))}", problem)
             append(attempt)
@@ -256,6 +257,45 @@ class _Reader:
         if truncation is not None:
             out.append(truncation)
         return out
+
+
+# The fields of an attempt that _attempt takes from the job as they are (a JSON value of any
+# type) or builds from its text (so they may hold NUL): every other field has its type by
+# construction (ints from unwrap_number, datetimes from _at, the node tuple from hostlist).
+_TEXT_OF = attrgetter(
+    "cluster",
+    "job_id",
+    "name",
+    "user",
+    "account",
+    "partition",
+    "state",
+    "qos",
+    "wckey",
+    "gpu_model",
+    "exit_code",
+    "state_reason",
+    "nodelist",
+    "work_dir",
+    "submit_line",
+    "stdout_path",
+    "stdout_pattern",
+)
+
+
+def _type_problem(attempt: JobAttempt) -> tuple[JobAttempt, str | None]:
+    """type_problem(ATTEMPT) for an attempt _attempt built, checking only what it may get wrong.
+
+    The common case (every text field a str without NUL, the TRES maps keyed by str) is
+    answered in one join each; anything else goes to type_problem, which names the field or
+    replaces the NULs, so the result is type_problem's in every case."""
+    try:
+        clean = "\x00" not in "".join(_TEXT_OF(attempt))
+        "".join(attempt.alloc_tres)
+        "".join(attempt.req_tres)
+    except TypeError:
+        clean = False
+    return (attempt, None) if clean else type_problem(attempt)
 
 
 def _shown_id(value: Any) -> str:
