@@ -19,7 +19,7 @@ import pytest
 
 from slurmtel.errors import ParseError
 from slurmtel.parsers.sacct_json import parse_sacct_json
-from slurmtel.records import JobAttempt, Rejected, SchemaNotice
+from slurmtel.records import JobAttempt, Rejected, SchemaNotice, type_problem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sacct"
 LAB = FIXTURES / "slurm-22.05"
@@ -802,3 +802,113 @@ def test_a_field_of_another_json_type_rejects_its_job_alone() -> None:
     attempts = [r for r in records if isinstance(r, JobAttempt)]
     assert len(attempts) == len(doc["jobs"]) - 2
     assert "a\ufffdb" in {a.name for a in attempts}
+
+
+def test_the_quick_type_check_agrees_with_the_full_one_on_a_well_formed_document() -> None:
+    """A document msgspec reads (the fast path): a TRES type that is a number, a job id built
+    from a pending array's task text with NUL, NUL in wckey and the state reason: the same
+    rejections and replacements as the full per-field check gives."""
+    doc = json.loads((LAB / "sacct-a-D.json").read_text())
+    doc["jobs"][0]["tres"]["requested"] = [{"type": 7, "name": "", "id": 1, "count": 2}]
+    doc["jobs"][1]["wckey"] = {"wckey": "w\x00k", "flags": []}
+    doc["jobs"][2]["state"]["reason"] = "r\x00"
+    records = parse_sacct_json(json.dumps(doc))
+    rejected = {r.record_key: r.reason for r in records if isinstance(r, Rejected)}
+    assert list(rejected.values()) == [
+        "req_tres is dict {7: 2}, not a map of names to integers",
+    ], rejected
+    attempts = [r for r in records if isinstance(r, JobAttempt)]
+    assert len(attempts) == len(doc["jobs"]) - 1
+    assert attempts[0].wckey == "w\ufffdk" and attempts[1].state_reason == "r\ufffd"
+    for attempt in attempts:
+        assert type_problem(attempt) == (attempt, None)
+
+
+def _every_json_capture() -> list[Path]:
+    return sorted(p for p in FIXTURES.rglob("*.json") if p.is_file())
+
+
+@pytest.mark.parametrize("path", _every_json_capture(), ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_the_typed_path_reads_every_capture_as_the_general_path_does(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The typed per-job path (msgspec structs) gives the very records the general per-job
+    path (orjson, _attempt) gives, on every real capture: jobs it does not take go there."""
+    from slurmtel.parsers import sacct_json
+
+    raw = read(path)
+    try:
+        typed = parse_sacct_json(raw, origin="x", default_cluster="site")
+    except ParseError as exc:
+        typed_error: str | None = str(exc)
+    else:
+        typed_error = None
+
+    def general_only(job: Any, default_cluster: str) -> JobAttempt:
+        raise sacct_json._Slow
+
+    monkeypatch.setattr(sacct_json, "_fast_attempt", general_only)
+    try:
+        general = parse_sacct_json(raw, origin="x", default_cluster="site")
+    except ParseError as exc:
+        assert typed_error == str(exc)
+        return
+    assert typed_error is None
+    assert typed == general
+
+
+def test_the_typed_path_reads_generated_jobs_as_the_general_path_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The benchmark's jobs (arrays, pending and running ones, steps with usage), and the same
+    jobs with the shapes the typed path leaves to the general one."""
+    from slurmtel.parsers import sacct_json
+    from slurmtel.simulate import render_sacct_json, synthetic_jobs
+
+    jobs = list(synthetic_jobs(400, start=datetime(2026, 11, 1, tzinfo=UTC)))
+    doc = orjson.loads(render_sacct_json(jobs, usage_steps=3))
+    odd = copy.deepcopy(doc)
+    for i, job in enumerate(odd["jobs"][::7]):
+        variant = i % 6
+        if variant == 0:
+            job["time"]["start"] = {"set": True, "infinite": False, "number": job["time"]["start"]}
+        elif variant == 1:
+            job["tres"]["allocated"] = [t for t in job["tres"]["allocated"] if t["type"] != "cpu"]
+            job["required"] = {"CPUs": 12}
+        elif variant == 2:
+            job["array"] = {
+                "job_id": 77,
+                "task_id": {"set": False, "infinite": False, "number": 0},
+                "task": "1-4",
+            }
+        elif variant == 3:
+            job["time"]["end"] = job["time"]["start"] - 10 if job["time"]["start"] else 1
+        elif variant == 4:
+            job["name"] = 12
+        else:
+            job["state"] = {"current": "CANCELLED by 0", "reason": None}
+    counts = {"typed": 0}
+    fast = sacct_json._fast_attempt
+
+    def counting(job: Any, default_cluster: str) -> JobAttempt:
+        attempt = fast(job, default_cluster)
+        counts["typed"] += 1
+        return attempt
+
+    for document in (doc, odd):
+        raw = orjson.dumps(document)
+        counts["typed"] = 0
+        monkeypatch.setattr(sacct_json, "_fast_attempt", counting)
+        typed = parse_sacct_json(raw, origin="x")
+        taken = counts["typed"]
+
+        def general_only(job: Any, default_cluster: str) -> JobAttempt:
+            raise sacct_json._Slow
+
+        monkeypatch.setattr(sacct_json, "_fast_attempt", general_only)
+        assert typed == parse_sacct_json(raw, origin="x")
+        # every generated job takes the typed path; the altered ones do not
+        if document is doc:
+            assert taken == len(jobs)
+        else:
+            assert 0 < taken < len(jobs)

@@ -14,9 +14,12 @@ Only allocations become attempts; the steps nested under each job (sacct without
 the attempt's usage: TotalCPU summed over the steps, the largest task's and the largest step's
 peak memory (TRESUsageInMax / TRESUsageInTot mem).
 
-A well-formed document is read job by job (msgspec finds each job's text, orjson decodes it);
-anything else (truncated, damaged, nested too deep) is read value by value (json_scan), the
-slower general way, with the same results; a job that cannot be read is rejected alone.
+A well-formed document is read job by job: msgspec finds each job's text and reads the fields
+an attempt needs straight into typed structs when the job has the shapes of a current sacct
+(v0.0.40+); a job of another shape, or one to reject, is decoded by orjson and read by the
+general rules, with the same results; anything else (truncated, damaged, nested too deep) is
+read value by value (json_scan), the slower general way, with the same results; a job that
+cannot be read is rejected alone.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import dataclasses
 import json
 import re
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -36,7 +40,9 @@ from slurmtel.parsers.json_scan import BadItem, NotAnObject, Truncated, byte_off
 from slurmtel.parsers.slurm_common import (
     BASE_STATES,
     GPU_KEY,
+    NO_VAL16,
     NO_VAL32,
+    SENTINELS,
     expand_nodelist,
     minutes_to_seconds,
     normalize_state,
@@ -118,11 +124,285 @@ def _parse(
     reader.errors = envelope.errors
     jobs = envelope.jobs
     del envelope
+    decode = _JOB.decode
+    default_cluster = reader.default_cluster
+    append = reader.out.append
     for index, job in enumerate(jobs):
         # each job is freed once it is read: its memory, still in the caches, takes the next one
         jobs[index] = None  # type: ignore[call-overload]
+        # the shapes every job of a current sacct has, read straight into typed fields; any
+        # other shape, and any job to reject, by the general per-job path below
+        try:
+            attempt = _fast_attempt(decode(job), default_cluster)
+        except (msgspec.MsgspecError, _Slow, ValueError, OverflowError, OSError, RecursionError):
+            attempt = None
+        # its text fields are str by the structs' types: only NUL is left for type_problem
+        if attempt is not None and "\x00" not in "".join(_TEXT_OF(attempt)):
+            reader.seen += 1
+            reader.any_job = True
+            append(attempt)
+            continue
         reader.read_text(index, job)
     return reader.finish()
+
+
+class _Slow(Exception):
+    """A job the typed path leaves to the general one (a shape or value it does not take)."""
+
+
+class _Number(msgspec.Struct):
+    """Slurm's {"set", "infinite", "number"} (v0.0.40+), defaults as unwrap_number reads them."""
+
+    set: bool = True
+    infinite: bool = False
+    number: int | None = None
+
+
+_Int = int | _Number | None
+
+
+def _number(value: _Int | msgspec.UnsetType, bits: int = 32) -> int | None:
+    """unwrap_number for the typed shapes."""
+    if type(value) is int:
+        return None if value >= NO_VAL16 and value in SENTINELS[bits] else value
+    if type(value) is not _Number:
+        return None
+    if value.infinite or not value.set:
+        return None
+    number = value.number
+    if number is None:
+        return None
+    return None if number >= NO_VAL16 and number in SENTINELS[bits] else number
+
+
+class _Time(msgspec.Struct):
+    submission: int
+    start: int = 0
+    end: int = 0
+    eligible: int = 0
+    limit: _Int = None
+
+
+class _Array(msgspec.Struct):
+    job_id: _Int = None
+    task_id: _Int = None
+
+
+class _Het(msgspec.Struct):
+    job_id: _Int = None
+    job_offset: _Int = None
+
+
+class _TresItem(msgspec.Struct):
+    type: str
+    name: str
+    count: int
+
+
+class _Tres(msgspec.Struct):
+    allocated: list[_TresItem] | None = None
+    requested: list[_TresItem] | None = None
+
+
+class _State(msgspec.Struct):
+    current: list[str] | str | None = None
+    reason: str | None = None
+
+
+class _Wckey(msgspec.Struct):
+    wckey: str | None = None
+
+
+class _Signal(msgspec.Struct):
+    id: _Int | msgspec.UnsetType = msgspec.UNSET
+    signal_id: _Int = None
+
+
+class _ExitCode(msgspec.Struct):
+    return_code: _Int = None
+    signal: _Signal | None = None
+
+
+class _Job(msgspec.Struct):
+    """The fields of a sacct job that an attempt reads, in the shapes of v0.0.40+ (plain epochs,
+    number objects, state lists); unknown fields are skipped without being built."""
+
+    job_id: int
+    time: _Time
+    state: _State
+    cluster: str | None = None
+    name: str | None = None
+    user: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    qos: str | None = None
+    wckey: str | _Wckey | None = None
+    nodes: str | None = None
+    uid: _Int = None
+    array: _Array | None = None
+    het: _Het | None = None
+    tres: _Tres | None = None
+    exit_code: _ExitCode | None = None
+    working_directory: str | None = None
+    submit_line: str | None = None
+    stdout_expanded: str | None = None
+    stdout: str | None = None
+    # steps as the general path reads them (their shapes vary more): dicts and lists
+    steps: Any = None
+
+
+_JOB = msgspec.json.Decoder(_Job)
+
+
+def _epoch(value: int) -> datetime | None:
+    """_at for a plain epoch: a time, or None for 0 (not set); any other value to _Slow."""
+    if _EARLIEST_EPOCH < value < NO_VAL32:
+        return _from_epoch(value, UTC)
+    if value == 0:
+        return None
+    raise _Slow
+
+
+def _tres(items: list[_TresItem] | None) -> dict[str, int]:
+    """parse_tres_list for the typed items."""
+    tres: dict[str, int] = {}
+    if not items:
+        return tres
+    for item in items:
+        count = item.count
+        if count >= NO_VAL32:
+            raise _Slow
+        tres_type = item.type
+        if count < 0 or not tres_type:
+            continue
+        name = item.name
+        tres[f"{tres_type}/{name}" if name else tres_type] = count
+    return tres
+
+
+def _fast_attempt(job: _Job, default_cluster: str) -> JobAttempt:
+    """_attempt for a job in the typed shapes: the same attempt, or _Slow for a job _attempt
+    would read by its general rules or reject (the general path then reads it)."""
+    job_id_raw = job.job_id
+    if not 0 < job_id_raw < NO_VAL32:
+        raise _Slow
+    time = job.time
+    submission = time.submission
+    submit_at = _epoch(submission)
+    if submit_at is None:
+        raise _Slow
+    start_at = _epoch(time.start)
+    end_at = _epoch(time.end)
+    if start_at is not None and end_at is not None and end_at < start_at:
+        raise _Slow
+    eligible = time.eligible
+    eligible_at = submit_at if eligible == submission else _epoch(eligible)
+
+    array_job_id = array_task_id = het_job_id = het_job_offset = None
+    job_id = str(job_id_raw)
+    array = job.array
+    if array is not None:
+        array_job_id = _number(array.job_id) or None
+        array_task_id = _number(array.task_id)
+        if array_job_id is not None:
+            if array_task_id is None:
+                raise _Slow  # a pending array's range id
+            job_id = f"{array_job_id}_{array_task_id}"
+    het = job.het
+    if het is not None:
+        het_job_id = _number(het.job_id) or None
+        het_job_offset = _number(het.job_offset)
+        if het_job_id is not None and het_job_offset is not None:
+            job_id = f"{het_job_id}+{het_job_offset}"
+
+    tres = job.tres
+    alloc_tres = _tres(tres.allocated) if tres is not None else {}
+    req_tres = _tres(tres.requested) if tres is not None else {}
+    gpus = alloc_tres.get(GPU_KEY)
+    models = [k[9:] for k in alloc_tres if k.startswith(_GPU_TYPED)]
+    if gpus is None:
+        gpus = sum(alloc_tres[f"{_GPU_TYPED}{m}"] for m in models)
+    alloc_cpus = alloc_tres.get("cpu")
+    if alloc_cpus is None:
+        raise _Slow  # from required.CPUs
+
+    state = job.state
+    current = state.current
+    if type(current) is list and len(current) == 1 and current[0] in BASE_STATES:
+        state_name = current[0]
+    else:
+        state_name = normalize_state(current)
+    wckey = job.wckey
+    if isinstance(wckey, _Wckey):
+        wckey = wckey.wckey
+    nodelist = job.nodes or ""
+    try:
+        nodes = expand_nodelist(nodelist)
+    except ValueError:
+        nodes = ()
+    else:
+        if not nodes:
+            nodelist = ""
+    steps = job.steps
+    cpu_time, mem_task, mem_step, steps_read = _step_usage(steps) if steps else (None, None, None, None)
+    limit = _number(time.limit)
+
+    # positional, in JobAttempt's field order (faster than 38 keywords; the tests compare
+    # every attempt with the general path's)
+    return JobAttempt(
+        job.cluster or default_cluster,  # cluster
+        job_id_raw,  # job_id_raw
+        submit_at,  # submit_at
+        job_id,  # job_id
+        job.name or "",  # name
+        job.user or "",  # user
+        job.account or "",  # account
+        job.partition or "",  # partition
+        state_name,  # state
+        eligible_at,  # eligible_at
+        start_at,  # start_at
+        end_at,  # end_at
+        gpus,  # alloc_gpus
+        alloc_tres,  # alloc_tres
+        req_tres,  # req_tres
+        alloc_cpus,  # alloc_cpus
+        job.qos or "",  # qos
+        wckey or "",  # wckey
+        models[0] if len(models) == 1 else "",  # gpu_model
+        array_job_id,  # array_job_id
+        array_task_id,  # array_task_id
+        het_job_id,  # het_job_id
+        het_job_offset,  # het_job_offset
+        None,  # db_index
+        _fast_exit_code(job.exit_code),  # exit_code
+        state.reason or "",  # state_reason
+        None if limit is None or limit < 0 or limit >= NO_VAL32 else limit * 60,  # time_limit_seconds
+        nodelist,  # nodelist
+        nodes,  # nodes
+        _number(job.uid),  # uid
+        job.working_directory or "",  # work_dir
+        job.submit_line or "",  # submit_line
+        job.stdout_expanded or "",  # stdout_path
+        job.stdout or "",  # stdout_pattern
+        cpu_time,  # cpu_time_seconds
+        mem_task,  # mem_peak_task_bytes
+        mem_step,  # mem_peak_step_bytes
+        steps_read,  # usage_steps
+    )
+
+
+def _fast_exit_code(value: _ExitCode | None) -> str:
+    """_exit_code for the typed shape."""
+    if value is None:
+        return ""
+    rc = _number(value.return_code)
+    signal = value.signal
+    sig = None
+    if signal is not None:
+        sig = _number(signal.id if signal.id is not msgspec.UNSET else signal.signal_id, 16)
+    if rc is None and sig is None:
+        return ""
+    return _EXIT_CODES.get((rc, sig)) or f"{rc or 0}:{sig or 0}"
 
 
 def _parse_whole(
@@ -221,7 +501,7 @@ class _Reader:
         else:
             self.all_jobs = False
         try:
-            attempt, problem = type_problem(_attempt(job, self.default_cluster))
+            attempt, problem = _type_problem(_attempt(job, self.default_cluster))
             if problem is not None:
                 raise _BadJob(f"job {_shown_id(job.get('job_id'))}", problem)
             append(attempt)
@@ -256,6 +536,45 @@ class _Reader:
         if truncation is not None:
             out.append(truncation)
         return out
+
+
+# The fields of an attempt that _attempt takes from the job as they are (a JSON value of any
+# type) or builds from its text (so they may hold NUL): every other field has its type by
+# construction (ints from unwrap_number, datetimes from _at, the node tuple from hostlist).
+_TEXT_OF = attrgetter(
+    "cluster",
+    "job_id",
+    "name",
+    "user",
+    "account",
+    "partition",
+    "state",
+    "qos",
+    "wckey",
+    "gpu_model",
+    "exit_code",
+    "state_reason",
+    "nodelist",
+    "work_dir",
+    "submit_line",
+    "stdout_path",
+    "stdout_pattern",
+)
+
+
+def _type_problem(attempt: JobAttempt) -> tuple[JobAttempt, str | None]:
+    """type_problem(ATTEMPT) for an attempt _attempt built, checking only what it may get wrong.
+
+    The common case (every text field a str without NUL, the TRES maps keyed by str) is
+    answered in one join each; anything else goes to type_problem, which names the field or
+    replaces the NULs, so the result is type_problem's in every case."""
+    try:
+        clean = "\x00" not in "".join(_TEXT_OF(attempt))
+        "".join(attempt.alloc_tres)
+        "".join(attempt.req_tres)
+    except TypeError:
+        clean = False
+    return (attempt, None) if clean else type_problem(attempt)
 
 
 def _shown_id(value: Any) -> str:
