@@ -5,7 +5,7 @@ causes add up to the idle figure `report idle` prints, and runs are idempotent."
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine, text
@@ -178,3 +178,32 @@ def test_checkpoint_episodes_and_startup_in_job_view(engine: Engine, config: Con
     assert (account["account"], account["jobs"], account["checkpoint_episodes"]) == ("physics", 1, 2)
     assert (account["checkpoint_gpu_seconds"], account["startup_gpu_seconds"]) == (3 * W, 2 * W)
     assert fleet["by_partition"][0]["checkpoint_write_bytes"] == 5_000_000_000
+
+
+def test_startup_ignores_the_previous_jobs_windows_on_the_same_gpus() -> None:
+    """The windows read from a minute before the start are the GPUs' previous job's when they
+    ended by the start: busy there is not this job becoming active (the demo's planted
+    checkpoint job follows another on the same GPUs)."""
+    from types import SimpleNamespace
+
+    from slurmtel.store.hostside import CheckpointThresholds, estimate_from_windows
+
+    start = datetime(2026, 11, 3, 8, 0, tzinfo=UTC)
+
+    def row(offset: int, util: float, read: int | None) -> SimpleNamespace:
+        return SimpleNamespace(
+            at=start + timedelta(seconds=offset), written=0 if read is not None else None, read=read,
+            util=util, idle=0.0, measured=read is not None,
+        )  # fmt: skip
+
+    rows = [
+        row(-60, 90.0, None),
+        row(-30, 90.0, None),
+        row(0, 0.0, 10**9),
+        row(30, 0.0, 10**9),
+        row(60, 80.0, 0),
+    ]
+    estimate = estimate_from_windows(rows, start, 4.0, CheckpointThresholds())
+    assert estimate is not None
+    assert estimate.startup_seconds == 60.0
+    assert estimate.startup_read_bytes == 2 * 10**9

@@ -258,9 +258,12 @@ def estimate_from_windows(
     last_index: int | None = None
     startup: float | None = None
     read_before = 0
+    window = timedelta(seconds=window_seconds)
     for r in rows:
         index = int(r.at.timestamp())
-        if startup is None and r.at < start_at + STARTUP_HORIZON:
+        # a window that ended by the start is the GPUs' previous job's (read for the window
+        # the start falls in, which may begin before it)
+        if startup is None and start_at < r.at + window and r.at < start_at + STARTUP_HORIZON:
             if r.util is not None and float(r.util) >= thresholds.startup_active_percent:
                 startup = max(0.0, (r.at - start_at).total_seconds())
             else:
