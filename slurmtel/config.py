@@ -370,6 +370,8 @@ class AgentConfig:
     # where Slurm's job cgroups are read each round (v2 system.slice/slurmstepd.scope/job_*,
     # v1 <controller>/slurm/uid_*/job_*): the jobs' IO, CPU, memory peak and pressure stalls
     cgroup_root: str = "/sys/fs/cgroup"
+    # the node's NFS client counters per mount, read once per summary window ("" = not read)
+    mountstats_path: str = "/proc/self/mountstats"
     # the job cgroups are read this often (seconds; their counters are cumulative: a job that
     # ends loses at most this much of its last window)
     cgroup_read_seconds: float = 5.0

@@ -265,3 +265,46 @@ def test_lustre_traffic_per_window_is_storage_wait(engine: Engine, config: Confi
     assert storage == pytest.approx(2 * W)
     assert unexplained == pytest.approx(5 * W)
     assert unmeasured == pytest.approx(W)
+
+
+def test_nfs_traffic_counts_only_for_a_job_alone_on_its_node(engine: Engine, config: Config) -> None:
+    """A node's NFS counters are every job's on it: 20 GB in a window (over 500 MB/s x 30 s) is
+    storage_wait for job 71, alone on gpu05, and nobody's for jobs 72 and 73 sharing gpu06."""
+    from slurmtel.records import NodeFsWindow
+    from slurmtel.store.hostside import write_node_fs_windows
+
+    jobs, gpu, hosts, mounts = [], [], [], []
+    for raw, node in ((71, "gpu05"), (72, "gpu06"), (73, "gpu06")):
+        jobs.append(
+            attempt(
+                job_id_raw=raw, nodes=(node,), alloc_gpus=1, start_at=T0, end_at=T0 + timedelta(seconds=4 * W)
+            )
+        )
+        gpu += windows(f"GPU-{raw}", T0, 4, job=str(raw), node=node)
+        hosts += [host(str(raw), i, node=node) for i in range(4)]
+    for node in ("gpu05", "gpu06"):
+        mounts += [
+            NodeFsWindow(node, "/home", "nfs4", "nfs1:/export/home", T0 + timedelta(seconds=W * i), W,
+                           read_bytes=15 * 10**9, write_bytes=5 * 10**9)
+            for i in (0, 1)
+        ]  # fmt: skip
+    with engine.begin() as conn:
+        write_attempts(conn, jobs)
+        write_inventory(conn, inventory("gpu05", ["GPU-71"]), source="agent")
+        write_inventory(conn, inventory("gpu06", ["GPU-72", "GPU-73"]), source="agent")
+        for node in ("gpu05", "gpu06"):
+            write_summaries(conn, [s for s in gpu if s.node == node], source="agent", node=node)
+        write_job_host_windows(conn, hosts)
+        assert write_node_fs_windows(conn, mounts) == 4
+        assert write_node_fs_windows(conn, mounts) == 0  # idempotent on its natural key
+    run_attribution(engine, config, now=T0 + timedelta(hours=1))
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT job_id_raw, sum(cause_storage_wait_seconds), sum(cause_idle_unexplained_seconds) "
+                 "FROM gpu_attribution_part GROUP BY job_id_raw ORDER BY job_id_raw")
+        ).all()  # fmt: skip
+    assert [(r[0], float(r[1]), float(r[2])) for r in rows] == [
+        (71, 2 * W, 2 * W),
+        (72, 0.0, 4 * W),
+        (73, 0.0, 4 * W),
+    ]

@@ -37,12 +37,14 @@ from slurmtel.config import Config, load_config
 from slurmtel.errors import ConfigError, SlurmtelError
 from slurmtel.listen import ListenLimits
 from slurmtel.logs import configure_logging
+from slurmtel.parsers.mountstats import parse_mountstats
 from slurmtel.records import (
     GpuEvent,
     GpuHostWindow,
     GpuInventory,
     GpuSummary,
     JobCgroupReading,
+    NfsMountStats,
     NodeTopology,
     Rejected,
 )
@@ -336,12 +338,37 @@ class Agent:
             ports = []
         gpus = [(g.uuid, g.handle, g.active, len(g.links)) for g in self._nvlink_gpus if g.active]
         nvlinks = self.fabric.nvlink_windows(read_nvlinks(self.nvml, gpus, self.sampler.record_error), now)
-        records: list[AgentRecord] = [*ports, *nvlinks]
+        records: list[AgentRecord] = [*ports, *nvlinks, *self.read_mounts(now)]
         try:
             self.spool.append_records(records, state=(_FABRIC_STATE, self.fabric.export_state()))
         except sqlite3.Error as exc:
             log.error("spool write failed, %d fabric windows lost: %s", len(records), exc)
             self.metrics.spool_errors.inc()
+
+    def read_mounts(self, now: float) -> list[AgentRecord]:
+        """The node's NFS mounts' increases (agent.mountstats_path, once a window, with the
+        fabric counters); a mount's unreadable text is sent to the head's quarantine once."""
+        path = self.config.agent.mountstats_path
+        if not path:
+            return []
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            log.warning("NFS mount counters unreadable: %s", exc)
+            return []
+        parsed = parse_mountstats(raw, origin=f"{self.node}:{path}")
+        out: list[AgentRecord] = list(
+            self.fabric.nfs_windows([m for m in parsed if isinstance(m, NfsMountStats)], now)
+        )
+        for rejected in parsed:
+            if (
+                isinstance(rejected, Rejected)
+                and (rejected.record_key, rejected.reason) not in self._rejected_sent
+            ):
+                self._rejected_sent.add((rejected.record_key, rejected.reason))
+                log.warning("%s: %s", rejected.record_key, rejected.reason)
+                out.append(rejected)
+        return out
 
     def rediscover(self, force: bool = False) -> None:
         self._discovered_at = self.monotonic()
