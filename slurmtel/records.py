@@ -680,6 +680,27 @@ class GpuHostWindow:
 
 
 @dataclass(frozen=True, slots=True)
+class GpfsFsIo:
+    """One file system of a GPFS (IBM Storage Scale) client node as `mmpmon -p` answers
+    `fs_io_s`: counters since GPFS started on the node or the last `reset`."""
+
+    node_address: str
+    node_name: str
+    cluster: str
+    filesystem: str
+    disks: int
+    at: datetime
+    read_bytes: int
+    write_bytes: int
+    opens: int
+    closes: int
+    reads: int
+    writes: int
+    readdirs: int
+    inode_updates: int
+
+
+@dataclass(frozen=True, slots=True)
 class LustreJobStat:
     """One job's entry in one Lustre target's job_stats: cumulative since `start_at` (2.15+)
     or since the entry appeared. Natural key: (target, job_name, snapshot_at)."""

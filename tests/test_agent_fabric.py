@@ -326,3 +326,35 @@ def test_agent_spools_node_fs_windows_from_mountstats(tmp_path: Path) -> None:
     windows = spooled(later, "node_fs")
     assert [w.read_bytes for w in windows] == [100_000_000, 1000]  # type: ignore[attr-defined]
     later.close()
+
+
+def test_agent_spools_gpfs_windows_from_mmpmon(tmp_path: Path) -> None:
+    """agent.mmpmon_command printing the real fs_io_s answer (treydock/gpfs_exporter's, OSC's
+    Pitzer), then the test's copy with 3 GB more read from scratch: one window per file system;
+    the node's NFS mounts in the same spool (procfs' real mountstats)."""
+    capture = fixture_path("mmpmon", "gpfs_exporter_mmpmon_fs_io_s.txt").read_text()
+    answer = tmp_path / "fs_io_s"
+    answer.write_text(capture)
+    mountstats = tmp_path / "mountstats"
+    mountstats.write_text(fixture_path("mountstats", "procfs_proc_26231_mountstats").read_text())
+    config = config_from_dict(
+        {
+            "agent": {
+                "spool_path": str(tmp_path / "spool.sqlite"), "port": 0, "listen_address": "127.0.0.1",
+                "node_name": "gpu01", "sysfs_root": str(tmp_path / "nosys"), "proc_root": str(tmp_path / "proc"),
+                "mountstats_path": str(mountstats), "mmpmon_command": ["cat", str(answer)],
+            }
+        }
+    )  # fmt: skip
+    agent = Agent(config, fake_hpe(), clock=lambda: T0 + 1)
+    agent.start()
+    agent.read_fabric(T0 + 1)
+    answer.write_text(capture.replace("_br_ 205607400434", f"_br_ {205607400434 + 3 * 10**9}"))
+    agent.read_fabric(T0 + 31)
+    windows = sorted(spooled(agent, "node_fs"), key=lambda w: w.filesystem)  # type: ignore[attr-defined]
+    assert [(w.fstype, w.filesystem, w.device, w.read_bytes, w.write_bytes) for w in windows] == [  # type: ignore[attr-defined]
+        ("nfs4", "/mnt/nfs/test", "192.168.1.1:/srv/test", 0, 0),
+        ("gpfs", "project", "gpfs.domain", 0, 0),
+        ("gpfs", "scratch", "gpfs.domain", 3 * 10**9, 0),
+    ]
+    agent.close()

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmtel.agent.nvml import GPU_IS_LOST, INVALID_ARGUMENT, DeviceHandle, NvmlApi, NvmlError
-from slurmtel.records import NfsMountStats, NodeFsWindow, NvlinkCounters, PortCounters
+from slurmtel.records import GpfsFsIo, NfsMountStats, NodeFsWindow, NvlinkCounters, PortCounters
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +239,41 @@ def read_nvlinks(
 # ---------------------------------------------------------------- windows
 
 
+@dataclass(frozen=True)
+class FsReading:
+    """One network file system client's cumulative counters on the node (read_bytes,
+    write_bytes, read_ops, write_ops, read_rtt_ms, write_rtt_ms: those it has)."""
+
+    filesystem: str
+    fstype: str
+    device: str
+    counters: dict[str, int]
+
+
+def nfs_reading(m: NfsMountStats) -> FsReading:
+    """An NFS mount of /proc/self/mountstats (its mountpoint names it)."""
+    values = {
+        "read_bytes": m.read_bytes,
+        "write_bytes": m.write_bytes,
+        "read_ops": m.read_ops,
+        "write_ops": m.write_ops,
+        "read_rtt_ms": round(m.read_rtt_seconds * 1000) if m.read_rtt_seconds is not None else None,
+        "write_rtt_ms": round(m.write_rtt_seconds * 1000) if m.write_rtt_seconds is not None else None,
+    }
+    return FsReading(m.mountpoint, m.fstype, m.device, {k: v for k, v in values.items() if v is not None})
+
+
+def gpfs_reading(g: GpfsFsIo) -> FsReading:
+    """A GPFS file system of mmpmon's fs_io_s (its name names it, its cluster is the device)."""
+    counters = {
+        "read_bytes": g.read_bytes,
+        "write_bytes": g.write_bytes,
+        "read_ops": g.reads,
+        "write_ops": g.writes,
+    }
+    return FsReading(g.filesystem, "gpfs", g.cluster, counters)
+
+
 @dataclass
 class _Last:
     at: float
@@ -253,7 +288,7 @@ class FabricWindows:
     window_seconds: float
     ports: dict[str, _Last] = field(default_factory=dict)
     nvlinks: dict[str, _Last] = field(default_factory=dict)
-    # NFS mounts by mountpoint (/proc/self/mountstats)
+    # network file system clients by fstype:filesystem (NFS mounts, GPFS file systems)
     mounts: dict[str, _Last] = field(default_factory=dict)
     # a reading older than this is no baseline: the gap is unmeasured, not one long window
     max_gap_seconds: float = 3600.0
@@ -328,41 +363,33 @@ class FabricWindows:
             )
         return records
 
-    def nfs_windows(self, mounts: list[NfsMountStats], now: float) -> list[NodeFsWindow]:
-        """Each NFS mount's increases since the last reading (a mount seen first: none; a
-        counter that went backwards, a remount: counted from zero)."""
+    def fs_windows(self, readings: list[FsReading], now: float) -> list[NodeFsWindow]:
+        """Each network file system client's increases since its last reading (one seen first:
+        none; a counter that went backwards, a remount or a GPFS restart: counted from zero).
+        READINGS are all the node's (NFS and GPFS together): one missing has gone."""
         records = []
-        for m in mounts:
-            counters = {
-                name: value
-                for name, value in (
-                    ("read_bytes", m.read_bytes), ("write_bytes", m.write_bytes), ("read_ops", m.read_ops),
-                    ("write_ops", m.write_ops),
-                    ("read_rtt_ms", round(m.read_rtt_seconds * 1000) if m.read_rtt_seconds is not None else None),
-                    ("write_rtt_ms", round(m.write_rtt_seconds * 1000) if m.write_rtt_seconds is not None else None),
-                )
-                if value is not None
-            }  # fmt: skip
-            last = self.mounts.get(m.mountpoint)
-            self.mounts[m.mountpoint] = _Last(now, counters)
+        for r in readings:
+            key = f"{r.fstype}:{r.filesystem}"
+            last = self.mounts.get(key)
+            self.mounts[key] = _Last(now, dict(r.counters))
             if last is None or (window := self._window(last, now)) is None:
                 continue
             up = {
                 k: v - last.counters[k] if v >= last.counters[k] else v
-                for k, v in counters.items()
+                for k, v in r.counters.items()
                 if k in last.counters
             }
             records.append(
                 NodeFsWindow(
-                    node=self.node, filesystem=m.mountpoint, fstype=m.fstype, device=m.device, window_start_at=window[0],
-                    window_seconds=window[1], read_bytes=up.get("read_bytes"), write_bytes=up.get("write_bytes"),
-                    read_ops=up.get("read_ops"), write_ops=up.get("write_ops"),
+                    node=self.node, filesystem=r.filesystem, fstype=r.fstype, device=r.device,
+                    window_start_at=window[0], window_seconds=window[1], read_bytes=up.get("read_bytes"),
+                    write_bytes=up.get("write_bytes"), read_ops=up.get("read_ops"), write_ops=up.get("write_ops"),
                     read_rtt_seconds=up["read_rtt_ms"] / 1000 if "read_rtt_ms" in up else None,
                     write_rtt_seconds=up["write_rtt_ms"] / 1000 if "write_rtt_ms" in up else None,
                 )
             )  # fmt: skip
-        # a mount gone (unmounted) is no baseline for one mounted there later
-        seen = {m.mountpoint for m in mounts}
+        # one gone (unmounted) is no baseline for one mounted there later
+        seen = {f"{r.fstype}:{r.filesystem}" for r in readings}
         for gone in [k for k in self.mounts if k not in seen]:
             del self.mounts[gone]
         return records

@@ -13,6 +13,7 @@ import logging
 import signal
 import socket
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
@@ -22,7 +23,14 @@ from pathlib import Path
 from types import FrameType
 
 from slurmtel import __version__
-from slurmtel.agent.fabric import FabricWindows, read_infiniband, read_nvlinks
+from slurmtel.agent.fabric import (
+    FabricWindows,
+    FsReading,
+    gpfs_reading,
+    nfs_reading,
+    read_infiniband,
+    read_nvlinks,
+)
 from slurmtel.agent.host import HostWindows, read_jobs, with_pcie
 from slurmtel.agent.metrics import AgentMetrics
 from slurmtel.agent.nvml import NvmlApi, NvmlError
@@ -37,8 +45,10 @@ from slurmtel.config import Config, load_config
 from slurmtel.errors import ConfigError, SlurmtelError
 from slurmtel.listen import ListenLimits
 from slurmtel.logs import configure_logging
+from slurmtel.parsers.mmpmon import parse_mmpmon_fs_io_s
 from slurmtel.parsers.mountstats import parse_mountstats
 from slurmtel.records import (
+    GpfsFsIo,
     GpuEvent,
     GpuHostWindow,
     GpuInventory,
@@ -346,20 +356,33 @@ class Agent:
             self.metrics.spool_errors.inc()
 
     def read_mounts(self, now: float) -> list[AgentRecord]:
-        """The node's NFS mounts' increases (agent.mountstats_path, once a window, with the
-        fabric counters); a mount's unreadable text is sent to the head's quarantine once."""
-        path = self.config.agent.mountstats_path
-        if not path:
-            return []
-        try:
-            raw = Path(path).read_bytes()
-        except OSError as exc:
-            log.warning("NFS mount counters unreadable: %s", exc)
-            return []
-        parsed = parse_mountstats(raw, origin=f"{self.node}:{path}")
-        out: list[AgentRecord] = list(
-            self.fabric.nfs_windows([m for m in parsed if isinstance(m, NfsMountStats)], now)
-        )
+        """The node's network file system clients' increases, once a window with the fabric
+        counters: NFS mounts (agent.mountstats_path) and GPFS file systems (agent.mmpmon_command).
+        Text that cannot be read is sent to the head's quarantine once."""
+        agent = self.config.agent
+        readings: list[FsReading] = []
+        parsed: list[object] = []
+        if agent.mountstats_path:
+            try:
+                raw = Path(agent.mountstats_path).read_bytes()
+            except OSError as exc:
+                log.warning("NFS mount counters unreadable: %s", exc)
+            else:
+                mounts = parse_mountstats(raw, origin=f"{self.node}:{agent.mountstats_path}")
+                readings += [nfs_reading(m) for m in mounts if isinstance(m, NfsMountStats)]
+                parsed += mounts
+        if agent.mmpmon_command:
+            try:
+                done = subprocess.run(
+                    agent.mmpmon_command, input=b"fs_io_s\n", capture_output=True, timeout=10, check=True
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                log.warning("GPFS counters (mmpmon) unreadable: %s", exc)
+            else:
+                filesystems = parse_mmpmon_fs_io_s(done.stdout, origin=f"{self.node}:mmpmon")
+                readings += [gpfs_reading(g) for g in filesystems if isinstance(g, GpfsFsIo)]
+                parsed += filesystems
+        out: list[AgentRecord] = list(self.fabric.fs_windows(readings, now))
         for rejected in parsed:
             if (
                 isinstance(rejected, Rejected)

@@ -429,7 +429,7 @@ IDLE = ReportSpec(
             row_type("IdleCauseRow", ("cluster", "idle_cause", "idle_gpu_seconds", "idle_cause_share")),
             _fixed(
                 "Idle GPU-hours by cause (docs/idle-causes.md: an estimate from host signals; a node's NFS "
-                "traffic counts only for a job alone on the node)"
+                "and GPFS traffic counts only for a job alone on the node)"
             ),
             key_columns=("idle_cause", "idle_gpu_seconds", "idle_cause_share"),
         ),

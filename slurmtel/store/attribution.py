@@ -804,7 +804,7 @@ _CAUSE_LOOKUPS = """
                     WHERE w.idle_seconds > 0 AND gs.node_count > 1 AND p.node = gs.node
                       AND p.window_start_at = w.window_start_at
                 ) fb ON true"""
-# the job's Lustre and (alone on its node) NFS bytes in the window; a run with no Lustre rates
+# the job's Lustre and (alone on its node) NFS and GPFS bytes in the window; a run with no Lustre rates
 # or no NFS windows at all reads a constant instead (a probe per idle window costs ~25 %)
 _LUSTRE_LOOKUP = """
                 LEFT JOIN LATERAL (
@@ -820,7 +820,7 @@ _LUSTRE_LOOKUP = """
                 ) lu ON true"""
 _NFS_LOOKUP = """
                 LEFT JOIN LATERAL (
-                    -- the node's NFS traffic, the job's only when no other job had a cgroup
+                    -- the node's NFS and GPFS traffic, the job's only when no other job had a cgroup
                     -- window on the node in the window (it held the node alone)
                     SELECT sum(coalesce(n.read_bytes, 0) + coalesce(n.write_bytes, 0)) AS bytes
                     FROM node_fs_window n
