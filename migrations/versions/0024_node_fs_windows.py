@@ -9,6 +9,7 @@ Revises: 0021
   migration). Natural key (node, filesystem, window_start_at). Node-level traffic, no user or job: readable like
   gpu_host_window. The attribution run counts it towards a job's storage_wait only in the
   windows in which the job is the only one with a cgroup window on the node.
+- job_host_window gains an index on (node, window_start_at) for that test.
 """
 
 from alembic import op
@@ -41,9 +42,13 @@ def upgrade() -> None:
         )
         """
     )
+    # "was the job alone on the node in that window": the cgroup windows of a node and window
+    # (the primary key leads with node, job_id: a lookup by window read the node's history)
+    op.execute("CREATE INDEX job_host_window_node_window ON job_host_window (node, window_start_at)")
     op.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON node_fs_window TO {WRITER}")
     op.execute(f"GRANT SELECT ON node_fs_window TO {READER}")
 
 
 def downgrade() -> None:
+    op.execute("DROP INDEX job_host_window_node_window")
     op.execute("DROP TABLE node_fs_window")

@@ -826,6 +826,7 @@ _NFS_LOOKUP = """
                     FROM node_fs_window n
                     WHERE w.idle_seconds > 0 AND jh.window_seconds IS NOT NULL AND n.node = gs.node
                       AND n.window_start_at = w.window_start_at
+                      AND coalesce(n.read_bytes, 0) + coalesce(n.write_bytes, 0) > 0
                       AND NOT EXISTS (
                           SELECT 1 FROM job_host_window o
                           WHERE o.node = gs.node AND o.window_start_at = w.window_start_at
