@@ -370,6 +370,12 @@ class AgentConfig:
     # where Slurm's job cgroups are read each round (v2 system.slice/slurmstepd.scope/job_*,
     # v1 <controller>/slurm/uid_*/job_*): the jobs' IO, CPU, memory peak and pressure stalls
     cgroup_root: str = "/sys/fs/cgroup"
+    # the node's NFS client counters per mount, read once per summary window ("" = not read)
+    mountstats_path: str = "/proc/self/mountstats"
+    # a command that prints `mmpmon -p` fs_io_s lines (GPFS/Storage Scale client counters per file
+    # system), run once a summary window with "fs_io_s" on its stdin ([] = not run); mmpmon needs
+    # root: e.g. ["sudo", "-n", "/usr/lpp/mmfs/bin/mmpmon", "-p", "-s"] with a sudoers rule
+    mmpmon_command: list[str] = field(default_factory=list)
     # the job cgroups are read this often (seconds; their counters are cumulative: a job that
     # ends loses at most this much of its last window)
     cgroup_read_seconds: float = 5.0

@@ -10,7 +10,12 @@ what that cluster would print through the real parsers and the real daemon jobs:
 - slurmctld: a `scontrol` stand-in prints hourly `scontrol show job -d` / `show node -d`
   snapshots for the slurmctld source's daemon job;
 - node agents: one real slurmtel-agent spool and HTTP server per node, filled with the week's
-  window summaries, pulled over HTTP by the agent source's daemon job;
+  window summaries, pulled over HTTP by the agent source's daemon job; five jobs with a known
+  idle cause each (slurmtel.simulate.PLANTED_CAUSES: data loading, a storage stall, periodic
+  checkpoints after a restore, a two-node job on a busy link, no process) run first on whole
+  nodes, and their agents ship their cgroup windows and fabric port counters too, so `report
+  idle --by cause`, `report checkpoints` and `job` have something to find (the other jobs
+  have no host signals: their idle time is `unmeasured`);
 - nccl-tests acceptance jobs (an admin's, on pairs of nodes, before and after the maintenance
   window): their StdOut files hold real published nccl-tests logs (slurmtel/data/nccl, CSCS's,
   CC0, only host and GPU names changed), read by the nccl source's daemon job;
@@ -58,6 +63,7 @@ from slurmtel.simulate import (
     Simulation,
     World,
     sim_account_tree,
+    sim_host_records,
     sim_inventory,
     sim_summaries,
     write_captures,
@@ -136,7 +142,7 @@ def build_demo(config: Config, out: TextIO, *, days: int = 7, directory: Path | 
     )
     world = World(
         start, days, seed=7, cluster="demo", clock_file=str(home / "clock"), captures=str(captures),
-        acceptance=str(acceptance),
+        acceptance=str(acceptance), planted=True,
     )  # fmt: skip
     sim = world.simulate(until=end)
     failed = sum(a.job.state in ("FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL") for a in sim.attempts)
@@ -240,6 +246,7 @@ def _pull_agents(
             spool = Spool(home / f"agent-{node.name}.sqlite")
             spool.append_records([g for g in sim_inventory(sim, at=start) if g.node == node.name])
             spool.append_records(list(sim_summaries(sim, node.name)))
+            spool.append_records(list(sim_host_records(sim, node.name)))
             server = AgentHttpServer(spool, AgentMetrics(), node.name, "demo", "127.0.0.1", 0, token=token)
             server.start()
             agents.append((spool, server))
@@ -534,6 +541,7 @@ def next_commands(run: DemoRun) -> list[list[str]]:
     return [
         ["report", "usage", "-S", "now-7days"],
         ["report", "idle", "-S", "now-7days", "--top", "5"],
+        ["report", "idle", "--by", "cause", "-S", "now-7days"],
         ["report", "budget"],
         ["job", run.job or "", "--plot", f"job-{run.job}.png"],
         ["me", "--user", _busiest_user(run), "--jobs"],

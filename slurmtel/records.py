@@ -589,6 +589,31 @@ class JobCgroupReading:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeFsWindow:
+    """What one network file system client of a node moved during one summary window: the
+    increase of its counters (NFS: /proc/self/mountstats per mount; the fstype says which).
+    Node-level: every job on the node together; the attribution run gives it to a job only in
+    windows the job holds the node alone. Natural key: (node, filesystem, window_start_at). A
+    counter that went backwards (remounted) counts from zero."""
+
+    node: str
+    # the mountpoint (NFS), or the file system's name where the client names it so
+    filesystem: str
+    fstype: str
+    device: str
+    window_start_at: datetime
+    window_seconds: float
+    # what applications read and wrote through it (page cache and O_DIRECT)
+    read_bytes: int | None = None
+    write_bytes: int | None = None
+    read_ops: int | None = None
+    write_ops: int | None = None
+    # round-trip time of the window's READ and WRITE RPCs together
+    read_rtt_seconds: float | None = None
+    write_rtt_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobHostWindow:
     """What one job did on one node's host side during one summary window: the increase of
     its cgroup counters between two reads. Natural key: (node, job_id, window_start_at).
@@ -652,6 +677,27 @@ class GpuHostWindow:
                 self.throttle_hw_slowdown_seconds,
             )
         )
+
+
+@dataclass(frozen=True, slots=True)
+class GpfsFsIo:
+    """One file system of a GPFS (IBM Storage Scale) client node as `mmpmon -p` answers
+    `fs_io_s`: counters since GPFS started on the node or the last `reset`."""
+
+    node_address: str
+    node_name: str
+    cluster: str
+    filesystem: str
+    disks: int
+    at: datetime
+    read_bytes: int
+    write_bytes: int
+    opens: int
+    closes: int
+    reads: int
+    writes: int
+    readdirs: int
+    inode_updates: int
 
 
 @dataclass(frozen=True, slots=True)

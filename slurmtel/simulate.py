@@ -376,6 +376,9 @@ class SimAcceptance:
     eligible_at: datetime
     nodes: tuple[str, ...]
     log: str
+    # a job with a planted idle cause (PLANTED_CAUSES) instead of an acceptance run: it holds
+    # its whole NODES for PLANTED_WINDOWS windows (planted_runs)
+    planted: str = ""
 
 
 ACCEPTANCE_USER, ACCEPTANCE_ACCOUNT = "hpcadmin", "ops"
@@ -461,6 +464,7 @@ def simulate_cluster(
     first_job_id: int = 5000,
     until: datetime | None = None,
     acceptance_dir: str = "",
+    planted: bool = False,
 ) -> Simulation:
     """Simulate DAYS of a small GPU cluster from START, minute by minute.
 
@@ -468,7 +472,9 @@ def simulate_cluster(
     any instant is the same whatever UNTIL is (the same seed, the same maintenance window), so
     a world simulated further goes on from where a shorter one stopped (the demo's stand-ins).
     With ACCEPTANCE_DIR, the admins also run nccl-tests acceptance jobs (acceptance_runs), their
-    StdOut in that folder; they draw nothing from the random stream the other jobs use.
+    StdOut in that folder; they draw nothing from the random stream the other jobs use. With
+    PLANTED, the five jobs with known idle causes (planted_runs) are queued when the week starts
+    and run on whole nodes as those empty; they draw nothing from it either.
     """
     rng = random.Random(seed)
     nodes = nodes or demo_nodes()
@@ -485,6 +491,7 @@ def simulate_cluster(
     next_id = first_job_id
     accounts = list(USERS)
     to_submit = acceptance_runs(nodes, start, outages) if acceptance_dir else []
+    to_submit += planted_runs(nodes, start) if planted else []
     waiting: list[tuple[SimJob, SimAcceptance]] = []  # acceptance jobs queued, not started
     now = start
     while now < end:
@@ -492,6 +499,17 @@ def simulate_cluster(
         for run in [r for r in to_submit if r.submit_at <= now]:
             to_submit.remove(run)
             per_node = next(n.gpus for n in nodes if n.name == run.nodes[0])
+            if run.planted:
+                account, user = PLANTED_OWNERS[run.planted]
+                job = SimJob(
+                    job_id_raw=next_id, user=user, account=account, partition="gpu",
+                    name=f"planted-{run.planted}", state="PENDING", submit_at=now, eligible_at=run.eligible_at,
+                    start_at=None, end_at=None, gpus=per_node * len(run.nodes), nodes=(),
+                    cpus=PLANTED_CPUS * len(run.nodes), time_limit_minutes=240, cluster=cluster,
+                )  # fmt: skip
+                next_id += 1
+                waiting.append((job, run))
+                continue
             job = SimJob(
                 job_id_raw=next_id, user=ACCEPTANCE_USER, account=ACCEPTANCE_ACCOUNT, partition="gpu",
                 name=ACCEPTANCE_JOB_NAME, state="PENDING", submit_at=now, eligible_at=run.eligible_at,
@@ -554,11 +572,18 @@ def simulate_cluster(
             placement = {n: tuple(sorted(free[n])) for n in run.nodes}
             for n in run.nodes:
                 free[n].clear()
-            attempt = SimAttempt(
-                job=dataclasses.replace(job, start_at=now, nodes=run.nodes, state="RUNNING"),
-                placement=placement, profile="busy", setup_seconds=30, nccl_log=run.log,
-            )  # fmt: skip
-            running.append((attempt, now + timedelta(minutes=ACCEPTANCE_MINUTES), "COMPLETED"))
+            started_job = dataclasses.replace(job, start_at=now, nodes=run.nodes, state="RUNNING")
+            if run.planted:
+                attempt = SimAttempt(
+                    job=started_job, placement=placement, profile=f"planted-{run.planted}", setup_seconds=0
+                )
+                minutes = PLANTED_WINDOWS // 2
+            else:
+                attempt = SimAttempt(
+                    job=started_job, placement=placement, profile="busy", setup_seconds=30, nccl_log=run.log
+                )
+                minutes = ACCEPTANCE_MINUTES
+            running.append((attempt, now + timedelta(minutes=minutes), "COMPLETED"))
             waiting.remove((job, run))
         # nodes a queued acceptance job waits for start nothing else
         reserved = {n for _, run in waiting for n in run.nodes}
@@ -706,7 +731,13 @@ def sim_window(
     job_ids: tuple[str, ...] = ()
     if span is not None:
         start_at, _, attempt, rank = span
-        if (t - start_at).total_seconds() >= attempt.setup_seconds:
+        if attempt.profile.startswith("planted-"):
+            k = int((t - start_at).total_seconds() // window_seconds)
+            planted = planted_window(attempt.profile.removeprefix("planted-"), k, attempt.job.job_id_raw)
+            util = 0.0 if planted.idle else rng.uniform(60, 95)
+            if not planted.no_process:
+                job_ids, no_process = (str(attempt.job.job_id_raw),), 0.0
+        elif (t - start_at).total_seconds() >= attempt.setup_seconds:
             util = _utilisation(rng, attempt.profile, rank, t)
             job_ids = (str(attempt.job.job_id_raw),)
             no_process = 0.0
@@ -935,6 +966,8 @@ class World:
     captures: str
     # the acceptance jobs' StdOut folder ("" = no acceptance jobs: a world.json from before them)
     acceptance: str = ""
+    # the five jobs with known idle causes (False: a world.json from before them)
+    planted: bool = False
 
     def to_json(self) -> bytes:
         data = dataclasses.asdict(self)
@@ -950,7 +983,7 @@ class World:
     def simulate(self, until: datetime) -> Simulation:
         return simulate_cluster(
             start=self.start_at, days=self.days, seed=self.seed, cluster=self.cluster, until=until,
-            acceptance_dir=self.acceptance,
+            acceptance_dir=self.acceptance, planted=self.planted,
         )  # fmt: skip
 
 
@@ -1007,10 +1040,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 def sampled_windows(
     node: str, gpu_uuid_: str, start_at: datetime, count: int, *, seed: int = 7, window_seconds: int = 30
 ) -> Iterator[GpuSummary]:
@@ -1054,6 +1083,145 @@ PLANTED_CAUSES = {
     "link": "network_wait",  # a two-node job on a slow link: fabric busy while its GPUs wait
     "empty": "no_process",  # a job that never started a process on its GPUs
 }
+
+
+# how long each planted job runs (windows of 30 s), the CPUs its cgroup holds per node, and
+# whose it is in the demo's world (simulate_cluster(planted=True))
+PLANTED_WINDOWS = 240
+PLANTED_CPUS = 16
+PLANTED_OWNERS = {
+    "loader": ("ml", "ivan"),
+    "stall": ("physics", "alice"),
+    "link": ("physics", "dave"),
+    "ckpt": ("ml", "judy"),
+    "empty": ("biology", "carol"),
+}
+# the nodes each planted job holds, as indices into the cluster's nodes (loader, stall and link
+# run first; ckpt and empty when loader's and stall's nodes are free again)
+_PLANTED_NODES = {"loader": (0,), "stall": (1,), "link": (2, 3), "ckpt": (0,), "empty": (1,)}
+
+
+def planted_runs(nodes: Sequence[SimNode], start: datetime) -> list[SimAcceptance]:
+    """The planted jobs of a cluster of at least 4 nodes, queued at START on whole nodes."""
+    return [
+        SimAcceptance(start, start, tuple(nodes[i].name for i in where), "", planted=kind)
+        for kind, where in _PLANTED_NODES.items()
+    ]
+
+
+@dataclass(frozen=True)
+class PlantedWindow:
+    """One window of a planted job (all its nodes): whether its GPUs idle and why, and its
+    host signals: CPU and IO pressure as shares of the window, bytes read (all nodes) and
+    written (per node) in it, each node's fabric port rate (bytes/s)."""
+
+    idle: bool
+    no_process: bool
+    cause: str
+    cpu_share: float
+    io_share: float
+    read_bytes: float
+    write_bytes: float
+    port_rate: float
+    # the first window of a checkpoint episode
+    episode: bool = False
+
+
+def planted_window(kind: str, k: int, job_id: int, window_seconds: int = 30) -> PlantedWindow:
+    """Window K of the planted job KIND (idle_cause_scenario says what each does), drawn from
+    (JOB_ID, K) alone: the GPU windows, the cgroup windows and the ports agree on it."""
+    rng = random.Random(f"planted.{job_id}.{k}")
+    w = float(window_seconds)
+    idle, no_process, cause, episode = False, False, "", False
+    cpu_share, io_share, io_bytes, written, port_rate = (
+        rng.uniform(0.2, 0.6), rng.uniform(0, 0.03), rng.uniform(0, 50e6) * w, 0.0, rng.uniform(0, 50e6),
+    )  # fmt: skip
+    if kind == "loader" and k % 3 == 2:
+        idle, cause, cpu_share = True, "cpu_bound", rng.uniform(0.93, 1.0)
+    elif kind == "stall" and (60 <= k < 80 or 150 <= k < 170):
+        idle, cause, io_share = True, "storage_wait", rng.uniform(0.2, 0.7)
+        cpu_share = rng.uniform(0.05, 0.3)
+    elif kind == "ckpt" and k < 4:
+        idle, cause, io_share, io_bytes = True, "storage_wait", rng.uniform(0.15, 0.4), 2.5e9
+    elif kind == "ckpt" and k % 40 in (38, 39):
+        idle, cause, io_share = True, "storage_wait", rng.uniform(0.15, 0.4)
+        written, episode = rng.uniform(2e9, 4e9), k % 40 == 38
+    elif kind == "link" and k % 4 == 3:
+        idle, cause, port_rate = True, "network_wait", rng.uniform(2e9, 6e9)
+        cpu_share = rng.uniform(0.05, 0.4)
+    elif kind == "empty":
+        idle, no_process, cause = True, True, "no_process"
+    return PlantedWindow(idle, no_process, cause, cpu_share, io_share, io_bytes, written, port_rate, episode)
+
+
+def planted_host_records(
+    node: str, job_id: int, nodes: int, t: datetime, window: PlantedWindow, window_seconds: int = 30
+) -> tuple[JobHostWindow, PortCounters]:
+    """What the agent on NODE ships for a planted job's window at T: the job's cgroup window
+    (the empty job's too: its batch script runs) and the node's fabric port."""
+    w = float(window_seconds)
+    host = JobHostWindow(
+        node=node, job_id=str(job_id), window_start_at=t, window_seconds=w, cgroup_version=2,
+        read_bytes=int(window.read_bytes / nodes), write_bytes=int(window.write_bytes),
+        read_ops=int(window.read_bytes // 2**20), write_ops=int(window.write_bytes // 2**20),
+        cpu_usage_seconds=round(window.cpu_share * PLANTED_CPUS * w, 3), cpus=PLANTED_CPUS,
+        memory_peak_bytes=64 * 2**30, io_some_stall_seconds=round(window.io_share * w, 3),
+        io_full_stall_seconds=round(window.io_share * w / 2, 3),
+        cpu_some_stall_seconds=round(min(window.cpu_share, 0.3) * w * 0.5, 3),
+    )  # fmt: skip
+    words = int(window.port_rate * w / 4)  # port_*_data count 4-byte words
+    port = PortCounters(
+        node=node, device="mlx5_0", port=1, window_start_at=t, window_seconds=w, link_layer="InfiniBand",
+        state="ACTIVE", rate_gbps=200.0, deltas={"port_xmit_data": words // 2, "port_rcv_data": words - words // 2},
+    )  # fmt: skip
+    return host, port
+
+
+def sim_host_records(
+    sim: Simulation, node: str, *, window_seconds: int = 30
+) -> Iterator[JobHostWindow | PortCounters]:
+    """The agent's job cgroup windows and fabric port counters on NODE for the planted jobs
+    (the simulation's other jobs have no host signals: their idle time is `unmeasured`)."""
+    for attempt in sim.attempts:
+        job = attempt.job
+        if (
+            not attempt.profile.startswith("planted-")
+            or node not in attempt.placement
+            or job.start_at is None
+        ):
+            continue
+        end = min(job.end_at or sim.end_at, sim.end_at)
+        windows = int((end - job.start_at).total_seconds() // window_seconds)
+        kind = attempt.profile.removeprefix("planted-")
+        for k in range(windows):
+            t = job.start_at + timedelta(seconds=window_seconds * k)
+            window = planted_window(kind, k, job.job_id_raw, window_seconds)
+            yield from planted_host_records(node, job.job_id_raw, len(job.nodes), t, window, window_seconds)
+
+
+@dataclass(frozen=True)
+class PlantedTruth:
+    """What a planted job's report must show: idle GPU-seconds per cause, checkpoint episodes
+    and start-up seconds (None: its GPUs never became active)."""
+
+    causes: dict[str, float]
+    episodes: int
+    startup_seconds: float | None
+
+
+def planted_truth(attempt: SimAttempt, *, window_seconds: int = 30) -> PlantedTruth:
+    job, kind = attempt.job, attempt.profile.removeprefix("planted-")
+    assert job.start_at is not None and job.end_at is not None, "a planted job that ended"
+    windows = int((job.end_at - job.start_at).total_seconds() // window_seconds)
+    causes: dict[str, float] = {}
+    episodes = 0
+    for k in range(windows):
+        window = planted_window(kind, k, job.job_id_raw, window_seconds)
+        if window.idle:
+            causes[window.cause] = causes.get(window.cause, 0.0) + job.gpus * window_seconds
+        episodes += window.episode
+    startup = 4.0 * window_seconds if kind == "ckpt" else (None if kind == "empty" else 0.0)
+    return PlantedTruth(causes, episodes, startup)
 
 
 @dataclass(frozen=True)
@@ -1125,27 +1293,9 @@ def idle_cause_scenario(
                 )  # fmt: skip
         for k in range(windows):
             t = start + step * k
-            idle, no_process, cause = False, False, ""
-            cpu_share, io_share, io_bytes, written, port_rate = (
-                rng.uniform(0.2, 0.6), rng.uniform(0, 0.03), rng.uniform(0, 50e6) * w, 0.0, rng.uniform(0, 50e6),
-            )  # fmt: skip
-            if kind == "loader" and k % 3 == 2:
-                idle, cause, cpu_share = True, "cpu_bound", rng.uniform(0.93, 1.0)
-            elif kind == "stall" and (60 <= k < 80 or 150 <= k < 170):
-                idle, cause, io_share = True, "storage_wait", rng.uniform(0.2, 0.7)
-                cpu_share = rng.uniform(0.05, 0.3)
-            elif kind == "ckpt" and k < 4:
-                idle, cause, io_share, io_bytes = True, "storage_wait", rng.uniform(0.15, 0.4), 2.5e9
-            elif kind == "ckpt" and k % 40 in (38, 39):
-                idle, cause, io_share = True, "storage_wait", rng.uniform(0.15, 0.4)
-                written = rng.uniform(2e9, 4e9)
-                if k % 40 == 38:
-                    episodes += 1
-            elif kind == "link" and k % 4 == 3:
-                idle, cause, port_rate = True, "network_wait", rng.uniform(2e9, 6e9)
-                cpu_share = rng.uniform(0.05, 0.4)
-            elif kind == "empty":
-                idle, no_process, cause = True, True, "no_process"
+            window = planted_window(kind, k, job_id, window_seconds)
+            idle, cause = window.idle, window.cause
+            episodes += window.episode
             for node in nodes:
                 for i in range(4):
                     util = 0.0 if idle else rng.uniform(60, 95)
@@ -1155,33 +1305,17 @@ def idle_cause_scenario(
                             window_seconds=w, util_metric="gr_engine_active", sample_count=window_seconds,
                             covered_seconds=w, util_mean_percent=round(util, 2),
                             util_max_percent=round(min(100.0, util * 1.1), 2), idle_seconds=w if idle else 0.0,
-                            no_process_seconds=w if no_process else 0.0, memory_used_max_bytes=40 * 2**30,
+                            no_process_seconds=w if window.no_process else 0.0, memory_used_max_bytes=40 * 2**30,
                             memory_total_bytes=81559 * 2**20, power_mean_watts=round(70 + 6 * util, 1),
                             energy_joules=round((70 + 6 * util) * w, 1), energy_method="counter",
-                            job_ids=() if no_process else (str(job_id),),
+                            job_ids=() if window.no_process else (str(job_id),),
                         )
                     )  # fmt: skip
                     if idle:
                         totals[cause] = totals.get(cause, 0.0) + w
-                # the job's cgroup on the node (the empty job's too: its batch script runs)
-                hosts.append(
-                    JobHostWindow(
-                        node=node, job_id=str(job_id), window_start_at=t, window_seconds=w, cgroup_version=2,
-                        read_bytes=int(io_bytes / len(nodes)), write_bytes=int(written), read_ops=int(io_bytes // 2**20),
-                        write_ops=int(written // 2**20), cpu_usage_seconds=round(cpu_share * 16 * w, 3), cpus=16,
-                        memory_peak_bytes=64 * 2**30, io_some_stall_seconds=round(io_share * w, 3),
-                        io_full_stall_seconds=round(io_share * w / 2, 3),
-                        cpu_some_stall_seconds=round(min(cpu_share, 0.3) * w * 0.5, 3),
-                    )
-                )  # fmt: skip
-                words = int(port_rate * w / 4)  # port_*_data count 4-byte words
-                ports.append(
-                    PortCounters(
-                        node=node, device="mlx5_0", port=1, window_start_at=t, window_seconds=w,
-                        link_layer="InfiniBand", state="ACTIVE", rate_gbps=200.0,
-                        deltas={"port_xmit_data": words // 2, "port_rcv_data": words - words // 2},
-                    )
-                )  # fmt: skip
+                host, port = planted_host_records(node, job_id, len(nodes), t, window, window_seconds)
+                hosts.append(host)
+                ports.append(port)
         planted[str(job_id)] = totals
         checkpoints[str(job_id)] = episodes
         startup[str(job_id)] = 4 * w if kind == "ckpt" else (None if kind == "empty" else 0.0)
@@ -1195,3 +1329,7 @@ def idle_cause_scenario(
         checkpoints,
         startup,
     )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -284,3 +284,77 @@ def test_nvlink_counters_of_a_gpu_without_nvlink_are_not_read() -> None:
     device = fake.devices[0]
     assert device.nvlinks == {}
     assert read_nvlinks(fake, [], lambda u, e: None) == []
+
+
+def test_agent_spools_node_fs_windows_from_mountstats(tmp_path: Path) -> None:
+    """prometheus/procfs' real /proc/PID/mountstats (one NFSv4 mount among local ones) read once
+    a window: the first reading is the baseline, the next the increase (the test's copy with
+    100 MB more read), across a restart; a remount (counters lower) counts from zero."""
+    capture = fixture_path("mountstats", "procfs_proc_26231_mountstats").read_text()
+    mountstats = tmp_path / "mountstats"
+    mountstats.write_text(capture)
+    config = config_from_dict(
+        {
+            "agent": {
+                "spool_path": str(tmp_path / "spool.sqlite"), "port": 0, "listen_address": "127.0.0.1",
+                "node_name": "gpu01", "sysfs_root": str(tmp_path / "nosys"), "proc_root": str(tmp_path / "proc"),
+                "mountstats_path": str(mountstats),
+            }
+        }
+    )  # fmt: skip
+    agent = Agent(config, fake_hpe(), clock=lambda: T0 + 1)
+    agent.start()
+    agent.read_fabric(T0 + 1)
+    assert spooled(agent, "node_fs") == []
+    mountstats.write_text(capture.replace("bytes:\t1207640230 0 0 0", "bytes:\t1307640230 0 0 0"))
+    agent.read_fabric(T0 + 31)
+    (window,) = spooled(agent, "node_fs")
+    assert (window.node, window.filesystem, window.fstype, window.device) == (
+        "gpu01",
+        "/mnt/nfs/test",
+        "nfs4",
+        "192.168.1.1:/srv/test",
+    )  # type: ignore[attr-defined]
+    assert (window.window_start_at, window.window_seconds) == (datetime.fromtimestamp(T0, UTC), 30.0)  # type: ignore[attr-defined]
+    assert (window.read_bytes, window.write_bytes, window.read_ops) == (100_000_000, 0, 0)  # type: ignore[attr-defined]
+    agent.close()
+    # restarted: the baseline comes from the spool; remounted meanwhile (1 kB read since)
+    mountstats.write_text(capture.replace("bytes:\t1207640230 0 0 0", "bytes:\t1000 0 0 0"))
+    later = Agent(config, fake_hpe(), clock=lambda: T0 + 61)
+    later.start()
+    later.read_fabric(T0 + 61)
+    windows = spooled(later, "node_fs")
+    assert [w.read_bytes for w in windows] == [100_000_000, 1000]  # type: ignore[attr-defined]
+    later.close()
+
+
+def test_agent_spools_gpfs_windows_from_mmpmon(tmp_path: Path) -> None:
+    """agent.mmpmon_command printing the real fs_io_s answer (treydock/gpfs_exporter's, OSC's
+    Pitzer), then the test's copy with 3 GB more read from scratch: one window per file system;
+    the node's NFS mounts in the same spool (procfs' real mountstats)."""
+    capture = fixture_path("mmpmon", "gpfs_exporter_mmpmon_fs_io_s.txt").read_text()
+    answer = tmp_path / "fs_io_s"
+    answer.write_text(capture)
+    mountstats = tmp_path / "mountstats"
+    mountstats.write_text(fixture_path("mountstats", "procfs_proc_26231_mountstats").read_text())
+    config = config_from_dict(
+        {
+            "agent": {
+                "spool_path": str(tmp_path / "spool.sqlite"), "port": 0, "listen_address": "127.0.0.1",
+                "node_name": "gpu01", "sysfs_root": str(tmp_path / "nosys"), "proc_root": str(tmp_path / "proc"),
+                "mountstats_path": str(mountstats), "mmpmon_command": ["cat", str(answer)],
+            }
+        }
+    )  # fmt: skip
+    agent = Agent(config, fake_hpe(), clock=lambda: T0 + 1)
+    agent.start()
+    agent.read_fabric(T0 + 1)
+    answer.write_text(capture.replace("_br_ 205607400434", f"_br_ {205607400434 + 3 * 10**9}"))
+    agent.read_fabric(T0 + 31)
+    windows = sorted(spooled(agent, "node_fs"), key=lambda w: w.filesystem)  # type: ignore[attr-defined]
+    assert [(w.fstype, w.filesystem, w.device, w.read_bytes, w.write_bytes) for w in windows] == [  # type: ignore[attr-defined]
+        ("nfs4", "/mnt/nfs/test", "192.168.1.1:/srv/test", 0, 0),
+        ("gpfs", "project", "gpfs.domain", 0, 0),
+        ("gpfs", "scratch", "gpfs.domain", 3 * 10**9, 0),
+    ]
+    agent.close()

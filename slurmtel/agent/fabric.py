@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmtel.agent.nvml import GPU_IS_LOST, INVALID_ARGUMENT, DeviceHandle, NvmlApi, NvmlError
-from slurmtel.records import NvlinkCounters, PortCounters
+from slurmtel.records import GpfsFsIo, NfsMountStats, NodeFsWindow, NvlinkCounters, PortCounters
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +239,41 @@ def read_nvlinks(
 # ---------------------------------------------------------------- windows
 
 
+@dataclass(frozen=True)
+class FsReading:
+    """One network file system client's cumulative counters on the node (read_bytes,
+    write_bytes, read_ops, write_ops, read_rtt_ms, write_rtt_ms: those it has)."""
+
+    filesystem: str
+    fstype: str
+    device: str
+    counters: dict[str, int]
+
+
+def nfs_reading(m: NfsMountStats) -> FsReading:
+    """An NFS mount of /proc/self/mountstats (its mountpoint names it)."""
+    values = {
+        "read_bytes": m.read_bytes,
+        "write_bytes": m.write_bytes,
+        "read_ops": m.read_ops,
+        "write_ops": m.write_ops,
+        "read_rtt_ms": round(m.read_rtt_seconds * 1000) if m.read_rtt_seconds is not None else None,
+        "write_rtt_ms": round(m.write_rtt_seconds * 1000) if m.write_rtt_seconds is not None else None,
+    }
+    return FsReading(m.mountpoint, m.fstype, m.device, {k: v for k, v in values.items() if v is not None})
+
+
+def gpfs_reading(g: GpfsFsIo) -> FsReading:
+    """A GPFS file system of mmpmon's fs_io_s (its name names it, its cluster is the device)."""
+    counters = {
+        "read_bytes": g.read_bytes,
+        "write_bytes": g.write_bytes,
+        "read_ops": g.reads,
+        "write_ops": g.writes,
+    }
+    return FsReading(g.filesystem, "gpfs", g.cluster, counters)
+
+
 @dataclass
 class _Last:
     at: float
@@ -253,6 +288,8 @@ class FabricWindows:
     window_seconds: float
     ports: dict[str, _Last] = field(default_factory=dict)
     nvlinks: dict[str, _Last] = field(default_factory=dict)
+    # network file system clients by fstype:filesystem (NFS mounts, GPFS file systems)
+    mounts: dict[str, _Last] = field(default_factory=dict)
     # a reading older than this is no baseline: the gap is unmeasured, not one long window
     max_gap_seconds: float = 3600.0
 
@@ -326,23 +363,56 @@ class FabricWindows:
             )
         return records
 
+    def fs_windows(self, readings: list[FsReading], now: float) -> list[NodeFsWindow]:
+        """Each network file system client's increases since its last reading (one seen first:
+        none; a counter that went backwards, a remount or a GPFS restart: counted from zero).
+        READINGS are all the node's (NFS and GPFS together): one missing has gone."""
+        records = []
+        for r in readings:
+            key = f"{r.fstype}:{r.filesystem}"
+            last = self.mounts.get(key)
+            self.mounts[key] = _Last(now, dict(r.counters))
+            if last is None or (window := self._window(last, now)) is None:
+                continue
+            up = {
+                k: v - last.counters[k] if v >= last.counters[k] else v
+                for k, v in r.counters.items()
+                if k in last.counters
+            }
+            records.append(
+                NodeFsWindow(
+                    node=self.node, filesystem=r.filesystem, fstype=r.fstype, device=r.device,
+                    window_start_at=window[0], window_seconds=window[1], read_bytes=up.get("read_bytes"),
+                    write_bytes=up.get("write_bytes"), read_ops=up.get("read_ops"), write_ops=up.get("write_ops"),
+                    read_rtt_seconds=up["read_rtt_ms"] / 1000 if "read_rtt_ms" in up else None,
+                    write_rtt_seconds=up["write_rtt_ms"] / 1000 if "write_rtt_ms" in up else None,
+                )
+            )  # fmt: skip
+        # one gone (unmounted) is no baseline for one mounted there later
+        seen = {f"{r.fstype}:{r.filesystem}" for r in readings}
+        for gone in [k for k in self.mounts if k not in seen]:
+            del self.mounts[gone]
+        return records
+
     def export_state(self) -> dict[str, Any]:
         def dump(items: dict[str, _Last]) -> dict[str, Any]:
             return {k: {"at": v.at, "counters": v.counters} for k, v in items.items()}
 
-        return {"ports": dump(self.ports), "nvlinks": dump(self.nvlinks)}
+        return {"ports": dump(self.ports), "nvlinks": dump(self.nvlinks), "mounts": dump(self.mounts)}
 
     def restore_state(self, state: Any) -> None:
         """The readings a previous run left (a malformed state is ignored: one window lost)."""
         try:
-            for target, name in ((self.ports, "ports"), (self.nvlinks, "nvlinks")):
-                for key, value in state[name].items():
+            for target, name in ((self.ports, "ports"), (self.nvlinks, "nvlinks"), (self.mounts, "mounts")):
+                # a state from before NFS mounts were read has none
+                for key, value in state.get(name, {}).items() if name == "mounts" else state[name].items():
                     counters = {str(k): int(v) for k, v in value["counters"].items()}
                     target[str(key)] = _Last(float(value["at"]), counters)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             log.warning("fabric counter state from the spool is unreadable (%s): starting afresh", exc)
             self.ports.clear()
             self.nvlinks.clear()
+            self.mounts.clear()
 
 
 def _increases(

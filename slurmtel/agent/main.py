@@ -13,6 +13,7 @@ import logging
 import signal
 import socket
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
@@ -22,7 +23,14 @@ from pathlib import Path
 from types import FrameType
 
 from slurmtel import __version__
-from slurmtel.agent.fabric import FabricWindows, read_infiniband, read_nvlinks
+from slurmtel.agent.fabric import (
+    FabricWindows,
+    FsReading,
+    gpfs_reading,
+    nfs_reading,
+    read_infiniband,
+    read_nvlinks,
+)
 from slurmtel.agent.host import HostWindows, read_jobs, with_pcie
 from slurmtel.agent.metrics import AgentMetrics
 from slurmtel.agent.nvml import NvmlApi, NvmlError
@@ -37,12 +45,16 @@ from slurmtel.config import Config, load_config
 from slurmtel.errors import ConfigError, SlurmtelError
 from slurmtel.listen import ListenLimits
 from slurmtel.logs import configure_logging
+from slurmtel.parsers.mmpmon import parse_mmpmon_fs_io_s
+from slurmtel.parsers.mountstats import parse_mountstats
 from slurmtel.records import (
+    GpfsFsIo,
     GpuEvent,
     GpuHostWindow,
     GpuInventory,
     GpuSummary,
     JobCgroupReading,
+    NfsMountStats,
     NodeTopology,
     Rejected,
 )
@@ -336,12 +348,50 @@ class Agent:
             ports = []
         gpus = [(g.uuid, g.handle, g.active, len(g.links)) for g in self._nvlink_gpus if g.active]
         nvlinks = self.fabric.nvlink_windows(read_nvlinks(self.nvml, gpus, self.sampler.record_error), now)
-        records: list[AgentRecord] = [*ports, *nvlinks]
+        records: list[AgentRecord] = [*ports, *nvlinks, *self.read_mounts(now)]
         try:
             self.spool.append_records(records, state=(_FABRIC_STATE, self.fabric.export_state()))
         except sqlite3.Error as exc:
             log.error("spool write failed, %d fabric windows lost: %s", len(records), exc)
             self.metrics.spool_errors.inc()
+
+    def read_mounts(self, now: float) -> list[AgentRecord]:
+        """The node's network file system clients' increases, once a window with the fabric
+        counters: NFS mounts (agent.mountstats_path) and GPFS file systems (agent.mmpmon_command).
+        Text that cannot be read is sent to the head's quarantine once."""
+        agent = self.config.agent
+        readings: list[FsReading] = []
+        parsed: list[object] = []
+        if agent.mountstats_path:
+            try:
+                raw = Path(agent.mountstats_path).read_bytes()
+            except OSError as exc:
+                log.warning("NFS mount counters unreadable: %s", exc)
+            else:
+                mounts = parse_mountstats(raw, origin=f"{self.node}:{agent.mountstats_path}")
+                readings += [nfs_reading(m) for m in mounts if isinstance(m, NfsMountStats)]
+                parsed += mounts
+        if agent.mmpmon_command:
+            try:
+                done = subprocess.run(
+                    agent.mmpmon_command, input=b"fs_io_s\n", capture_output=True, timeout=10, check=True
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                log.warning("GPFS counters (mmpmon) unreadable: %s", exc)
+            else:
+                filesystems = parse_mmpmon_fs_io_s(done.stdout, origin=f"{self.node}:mmpmon")
+                readings += [gpfs_reading(g) for g in filesystems if isinstance(g, GpfsFsIo)]
+                parsed += filesystems
+        out: list[AgentRecord] = list(self.fabric.fs_windows(readings, now))
+        for rejected in parsed:
+            if (
+                isinstance(rejected, Rejected)
+                and (rejected.record_key, rejected.reason) not in self._rejected_sent
+            ):
+                self._rejected_sent.add((rejected.record_key, rejected.reason))
+                log.warning("%s: %s", rejected.record_key, rejected.reason)
+                out.append(rejected)
+        return out
 
     def rediscover(self, force: bool = False) -> None:
         self._discovered_at = self.monotonic()

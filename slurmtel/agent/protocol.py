@@ -58,6 +58,7 @@ from slurmtel.records import (
     GpuInventory,
     GpuSummary,
     JobHostWindow,
+    NodeFsWindow,
     NodeTopology,
     NvlinkCounters,
     PortCounters,
@@ -80,6 +81,7 @@ AgentRecord = (
     | NodeTopology
     | JobHostWindow
     | GpuHostWindow
+    | NodeFsWindow
     | Rejected
 )
 
@@ -92,6 +94,7 @@ RECORD_TYPES: dict[str, type] = {
     "topology": NodeTopology,
     "job_host": JobHostWindow,
     "gpu_host": GpuHostWindow,
+    "node_fs": NodeFsWindow,
     # text the agent could not read (a bad cgroup file): quarantined by the head with its reason
     "rejected": Rejected,
 }
@@ -168,6 +171,10 @@ class SummariesPage:
     @property
     def gpu_host_windows(self) -> list[GpuHostWindow]:
         return self._of(GpuHostWindow)
+
+    @property
+    def node_fs_windows(self) -> list[NodeFsWindow]:
+        return self._of(NodeFsWindow)
 
 
 @dataclass(frozen=True, slots=True)

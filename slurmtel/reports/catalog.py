@@ -427,7 +427,10 @@ IDLE = ReportSpec(
         Section(
             "by_cause",
             row_type("IdleCauseRow", ("cluster", "idle_cause", "idle_gpu_seconds", "idle_cause_share")),
-            _fixed("Idle GPU-hours by cause (docs/idle-causes.md: an estimate from host signals)"),
+            _fixed(
+                "Idle GPU-hours by cause (docs/idle-causes.md: an estimate from host signals; a node's NFS "
+                "and GPFS traffic counts only for a job alone on the node)"
+            ),
             key_columns=("idle_cause", "idle_gpu_seconds", "idle_cause_share"),
         ),
         Section(

@@ -445,7 +445,11 @@ def _store_pages(
     hold."""
     from slurmtel.store.checks import rejections
     from slurmtel.store.fabric import write_nvlink_counters, write_port_counters, write_topology
-    from slurmtel.store.hostside import write_gpu_host_windows, write_job_host_windows
+    from slurmtel.store.hostside import (
+        write_gpu_host_windows,
+        write_job_host_windows,
+        write_node_fs_windows,
+    )
     from slurmtel.store.quarantine import quarantine
     from slurmtel.store.samples import sample_store
     from slurmtel.store.telemetry import resolve_allocation_uuids, write_events, write_inventory
@@ -466,8 +470,10 @@ def _store_pages(
         ports = write_port_counters(conn, page.port_counters)
         nvlinks = write_nvlink_counters(conn, page.nvlink_counters)
         topologies = write_topology(conn, page.topologies)
-        hosts = write_job_host_windows(conn, page.job_host_windows) + write_gpu_host_windows(
-            conn, page.gpu_host_windows
+        hosts = (
+            write_job_host_windows(conn, page.job_host_windows)
+            + write_gpu_host_windows(conn, page.gpu_host_windows)
+            + write_node_fs_windows(conn, page.node_fs_windows)
         )
         rejected += rejections(stats.refused, source=NAME, origin=origin)
         quarantine(conn, rejected)
@@ -485,6 +491,8 @@ def _store_pages(
             )
             if page.job_host_windows or page.gpu_host_windows:
                 fabric += f", {len(page.job_host_windows)} job host windows, {len(page.gpu_host_windows)} GPU host windows"
+            if page.node_fs_windows:
+                fabric += f", {len(page.node_fs_windows)} NFS mount windows"
             result.notes.append(
                 f"{page.node}: {len(summaries)} windows ({stats.inserted} new), {len(events)} events, "
                 f"{len(inventory)} inventory{fabric}; spool {page.spool_items} items, {page.evicted_total} evicted"

@@ -335,11 +335,19 @@ def recompute_dirty(
     # the planner cannot count the rows of the CTEs below and joined them in nested loops,
     # rows x rows (2.8 s of a 4.2 s run at 2,500 GPUs, growing with the square); the lateral
     # reads stay nested loops, the only plan they have
+    cause_lookups = ""
+    if causes is not None:
+        has_lustre = lustre_rates(conn)
+        has_nfs = conn.execute(text("SELECT EXISTS (SELECT 1 FROM node_fs_window)")).scalar_one()
+        cause_lookups = (
+            _CAUSE_LOOKUPS
+            + (_LUSTRE_LOOKUP if has_lustre else _NO_LUSTRE)
+            + (_NFS_LOOKUP if has_nfs else _NO_NFS)
+        )
     conn.execute(text("SET LOCAL enable_nestloop = off"))
     thresholds = causes or CauseThresholds()
     # idle causes in the same pass as the slices' other sums (causes None: not computed, NULL)
     cause_of = _CAUSE_OF if causes is not None else "NULL::text AS cause"
-    cause_lookups = _CAUSE_LOOKUPS if causes is not None else ""
     cause_sums = _CAUSE_SUMS if causes is not None else ", ".join(["NULL::float8"] * len(CAUSES))
     slices, windows = conn.execute(
         text(
@@ -688,11 +696,61 @@ class CauseThresholds:
         return {f"c_{k}": float(v) for k, v in self.__dict__.items()}
 
 
+def lustre_rates(conn: Connection) -> bool:
+    """The temporary table lustre_rate of the run's attempts' job ids: per Lustre entry (target,
+    job name) and snapshot, the interval since the entry's previous snapshot (lo, hi] and the
+    bytes read and written in it per second, spread evenly over it. An entry recreated (its
+    counters went backwards or its start_time changed: job_cleanup_interval, a reused job id)
+    or seen first counts from its start_time (Lustre 2.15+); without one, when those bytes
+    moved is not known and they are left out. MDT entries move no bytes. Whether it has rows."""
+    conn.execute(text("DROP TABLE IF EXISTS lustre_rate"))
+    conn.execute(
+        text(
+            """
+            CREATE TEMP TABLE lustre_rate ON COMMIT DROP AS
+            WITH s AS (
+                SELECT l.job_id, l.snapshot_at, l.start_at, l.read_bytes, l.write_bytes,
+                       lag(l.snapshot_at) OVER w AS prev_at, lag(l.start_at) OVER w AS prev_start,
+                       lag(l.read_bytes) OVER w AS prev_read, lag(l.write_bytes) OVER w AS prev_write
+                FROM lustre_job_stat l
+                WHERE l.job_id IN (SELECT DISTINCT CAST(job_id_raw AS text) FROM dirty_attempt)
+                  AND (l.read_bytes IS NOT NULL OR l.write_bytes IS NOT NULL)
+                WINDOW w AS (PARTITION BY l.target, l.job_name ORDER BY l.snapshot_at)
+            ),
+            inc AS (
+                SELECT job_id, snapshot_at,
+                       prev_at IS NULL OR coalesce(read_bytes < prev_read, false)
+                           OR coalesce(write_bytes < prev_write, false)
+                           OR start_at IS DISTINCT FROM prev_start AS anew,
+                       start_at, prev_at, read_bytes, write_bytes, prev_read, prev_write
+                FROM s
+            ),
+            spans AS (
+                SELECT job_id, snapshot_at AS hi,
+                       CASE WHEN anew THEN start_at ELSE prev_at END AS lo,
+                       CASE WHEN anew THEN coalesce(read_bytes, 0) + coalesce(write_bytes, 0)
+                            ELSE coalesce(read_bytes - prev_read, 0) + coalesce(write_bytes - prev_write, 0)
+                       END AS moved
+                FROM inc
+            )
+            SELECT job_id, lo, hi, moved / date_part('epoch', hi - lo) AS bytes_per_second
+            FROM spans WHERE lo IS NOT NULL AND lo < hi AND moved > 0
+            """
+        )
+    )
+    if not conn.execute(text("SELECT EXISTS (SELECT 1 FROM lustre_rate)")).scalar_one():
+        return False
+    conn.execute(text("CREATE INDEX ON lustre_rate (job_id, hi)"))
+    conn.execute(text("ANALYZE lustre_rate"))
+    return True
+
+
 # Each window read into a slice, with the one cause of its idle time beyond no-process, by
 # precedence (docs/idle-causes.md): hardware (an XID or double-bit ECC event on the GPU, or
 # NVML's HW-slowdown throttle, in the window) > unmeasured (no cgroup window of the job on the
-# node: the host side is not known) > storage_wait (the job's IO pressure or block IO over the
-# thresholds) > network_wait (a multi-node job whose node's fabric ports were busy) >
+# node, and no Lustre traffic over the threshold: the host side is not known) > storage_wait
+# (the job's IO pressure, or its block IO, Lustre traffic and, when it holds the node alone, the
+# node's NFS traffic together, over the thresholds) > network_wait (a multi-node job whose node's fabric ports were busy) >
 # cpu_bound (the job's CPUs saturated, or CPU pressure) > idle_unexplained. Windows without
 # idle time are not looked up (the laterals' filter is false before any index is read).
 _CAUSE_OF = """
@@ -700,10 +758,13 @@ _CAUSE_OF = """
                            WHEN w.idle_seconds <= 0 THEN NULL
                            WHEN coalesce(gh.throttle_hw_slowdown_seconds, 0) > 0 OR ev.hit
                                THEN 'hardware'
-                           WHEN jh.window_seconds IS NULL THEN 'unmeasured'
+                           WHEN jh.window_seconds IS NULL
+                                AND coalesce(lu.bytes, 0) < :c_io_bytes_per_second * w.window_seconds
+                               THEN 'unmeasured'
                            WHEN coalesce(jh.io_some_stall_seconds, 0) >= :c_io_pressure_share * jh.window_seconds
-                             OR coalesce(jh.read_bytes, 0) + coalesce(jh.write_bytes, 0)
-                                >= :c_io_bytes_per_second * jh.window_seconds
+                             OR coalesce(jh.read_bytes, 0) + coalesce(jh.write_bytes, 0) + coalesce(lu.bytes, 0)
+                                + coalesce(nf.bytes, 0)
+                                >= :c_io_bytes_per_second * coalesce(jh.window_seconds, w.window_seconds)
                                THEN 'storage_wait'
                            WHEN coalesce(fb.bytes, 0) >= :c_network_bytes_per_second * w.window_seconds
                                THEN 'network_wait'
@@ -743,3 +804,34 @@ _CAUSE_LOOKUPS = """
                     WHERE w.idle_seconds > 0 AND gs.node_count > 1 AND p.node = gs.node
                       AND p.window_start_at = w.window_start_at
                 ) fb ON true"""
+# the job's Lustre and (alone on its node) NFS and GPFS bytes in the window; a run with no Lustre rates
+# or no NFS windows at all reads a constant instead (a probe per idle window costs ~25 %)
+_LUSTRE_LOOKUP = """
+                LEFT JOIN LATERAL (
+                    -- the job's Lustre bytes in the window: each snapshot interval's rate times
+                    -- its overlap with the window (lustre_rates)
+                    SELECT sum(l.bytes_per_second * greatest(0, date_part('epoch',
+                               least(l.hi, w.window_start_at + make_interval(secs => w.window_seconds))
+                               - greatest(l.lo, w.window_start_at)))) AS bytes
+                    FROM lustre_rate l
+                    WHERE w.idle_seconds > 0 AND l.job_id = CAST(gs.job_id_raw AS text)
+                      AND l.hi > w.window_start_at
+                      AND l.lo < w.window_start_at + make_interval(secs => w.window_seconds)
+                ) lu ON true"""
+_NFS_LOOKUP = """
+                LEFT JOIN LATERAL (
+                    -- the node's NFS and GPFS traffic, the job's only when no other job had a cgroup
+                    -- window on the node in the window (it held the node alone)
+                    SELECT sum(coalesce(n.read_bytes, 0) + coalesce(n.write_bytes, 0)) AS bytes
+                    FROM node_fs_window n
+                    WHERE w.idle_seconds > 0 AND jh.window_seconds IS NOT NULL AND n.node = gs.node
+                      AND n.window_start_at = w.window_start_at
+                      AND coalesce(n.read_bytes, 0) + coalesce(n.write_bytes, 0) > 0
+                      AND NOT EXISTS (
+                          SELECT 1 FROM job_host_window o
+                          WHERE o.node = gs.node AND o.window_start_at = w.window_start_at
+                            AND o.job_id <> CAST(gs.job_id_raw AS text)
+                      )
+                ) nf ON true"""
+_NO_LUSTRE = "\n                CROSS JOIN (SELECT NULL::float8 AS bytes) lu"
+_NO_NFS = "\n                CROSS JOIN (SELECT NULL::float8 AS bytes) nf"

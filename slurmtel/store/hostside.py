@@ -1,5 +1,5 @@
-"""The host side of jobs and GPUs (issue 26): writes of the agent's job and GPU host windows and
-of Lustre jobstats snapshots, and the reads the job view makes of them.
+"""The host side of jobs and GPUs (issue 26): writes of the agent's job and GPU host windows, of
+its network file system windows and of Lustre jobstats snapshots, and the reads the job view makes of them.
 
 Every write is idempotent on its natural key (migration 0021): a window that arrives twice (a
 re-pulled page, a restarted agent) is stored once, with the values it first had.
@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from itertools import groupby
 from typing import Any
 
-from slurmtel.records import GpuHostWindow, JobHostWindow, LustreJobStat
+from slurmtel.records import GpuHostWindow, JobHostWindow, LustreJobStat, NodeFsWindow
 from slurmtel.store.sql import Connection, text
 
 _JOB_COLUMNS = (
@@ -94,6 +94,31 @@ def write_gpu_host_windows(conn: Connection, windows: Iterable[GpuHostWindow]) -
         if w.throttled
     }
     return _insert(conn, "gpu_host_window", _GPU_COLUMNS, "gpu_uuid, window_start_at", list(rows.values()))
+
+
+_FS_COLUMNS = (
+    "node",
+    "filesystem",
+    "window_start_at",
+    "fstype",
+    "device",
+    "window_seconds",
+    "read_bytes",
+    "write_bytes",
+    "read_ops",
+    "write_ops",
+    "read_rtt_seconds",
+    "write_rtt_seconds",
+)
+
+
+def write_node_fs_windows(conn: Connection, windows: Iterable[NodeFsWindow]) -> int:
+    rows = {
+        (w.node, w.window_start_at, w.filesystem): {c: getattr(w, c) for c in _FS_COLUMNS} for w in windows
+    }
+    return _insert(
+        conn, "node_fs_window", _FS_COLUMNS, "node, window_start_at, filesystem", list(rows.values())
+    )
 
 
 def write_lustre_stats(conn: Connection, stats: Iterable[LustreJobStat]) -> int:
@@ -258,9 +283,12 @@ def estimate_from_windows(
     last_index: int | None = None
     startup: float | None = None
     read_before = 0
+    window = timedelta(seconds=window_seconds)
     for r in rows:
         index = int(r.at.timestamp())
-        if startup is None and r.at < start_at + STARTUP_HORIZON:
+        # a window that ended by the start is the GPUs' previous job's (read for the window
+        # the start falls in, which may begin before it)
+        if startup is None and start_at < r.at + window and r.at < start_at + STARTUP_HORIZON:
             if r.util is not None and float(r.util) >= thresholds.startup_active_percent:
                 startup = max(0.0, (r.at - start_at).total_seconds())
             else:
