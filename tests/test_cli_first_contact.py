@@ -253,7 +253,7 @@ THROUGH_API = (
     {"job", "me", "chargeback"}
     | {f"report {n}" for n in ("usage", "failures", "idle", "queue")}
     | {f"report {n}" for n in ("taxonomy", "nodes", "capacity", "retries")}
-    | {f"report {n}" for n in ("budget", "cost", "fabric")}
+    | {f"report {n}" for n in ("budget", "cost", "fabric", "checkpoints", "idle-now")}
 )
 # the variants that ask the API too
 API_VARIANTS = [("report", "nodes", "--drift"), ("report", "fabric", "--nodes")]
