@@ -24,6 +24,7 @@ from slurmtel.config import Config
 from slurmtel.store.attribution import (
     CauseThresholds,
     Recomputed,
+    forget_host_batches,
     get_watermark,
     mark_batches,
     recompute_dirty,
@@ -115,6 +116,7 @@ def run_attribution(
                 now,
             )
         mark_batches(conn, selection.batches)
+        forget_host_batches(conn, selection.host_batches)
         packed = store.after_attribution(conn, now=now) if pack else 0
         if selection.max_updated_at is not None:
             set_watermark(conn, "jobs", selection.max_updated_at)

@@ -5,6 +5,7 @@ causes add up to the idle figure `report idle` prints, and runs are idempotent."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from sqlalchemy import Engine, text
 from slurmtel.access import EVERYTHING
 from slurmtel.attribution import run_attribution
 from slurmtel.config import Config
-from slurmtel.records import GpuEvent, GpuHostWindow, JobHostWindow, PortCounters
+from slurmtel.records import GpuEvent, GpuHostWindow, JobHostWindow, LustreJobStat, PortCounters
 from slurmtel.store.fabric import write_port_counters
 from slurmtel.store.hostside import write_gpu_host_windows, write_job_host_windows
 from slurmtel.store.jobs import write_attempts
@@ -308,3 +309,134 @@ def test_nfs_traffic_counts_only_for_a_job_alone_on_its_node(engine: Engine, con
         (72, 0.0, 4 * W),
         (73, 0.0, 4 * W),
     ]
+
+
+def _causes_by_job(engine: Engine) -> dict[int, dict[str, float]]:
+    from slurmtel.store.attribution import CAUSES
+
+    sums = ", ".join(f"sum(cause_{c}_seconds)" for c in CAUSES)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(f"SELECT job_id_raw, {sums} FROM gpu_attribution_part GROUP BY job_id_raw ORDER BY 1")
+        ).all()
+    return {int(r[0]): {c: float(r[i + 1]) for i, c in enumerate(CAUSES)} for r in rows}
+
+
+def test_cgroup_windows_stored_late_recompute_the_causes(engine: Engine, config: Config) -> None:
+    """Jobs 81 (gpu01) and 82 (gpu02) idle alike, with the same cgroup windows. Job 81's are
+    stored with its GPU windows; job 82's only after a run attributed its GPU windows (an agent
+    restarted, its spool replayed): that run says unmeasured, the next one recomputes job 82
+    alone, and its causes are job 81's, counted once."""
+    # no re-reading of recently written jobs: a run selects what is new only
+    config = replace(config, attribution=replace(config.attribution, overlap_seconds=0))
+    planted = {
+        1: {"io_some_stall_seconds": 9.0},  # storage_wait
+        2: {"read_bytes": 40_000_000_000},  # storage_wait
+        3: {"cpu_usage_seconds": 8 * W * 0.97},  # cpu_bound
+        4: {},  # idle_unexplained
+        5: {},  # idle_unexplained
+    }
+    jobs, gpu, hosts = [], [], {}
+    for raw, node in ((81, "gpu01"), (82, "gpu02")):
+        jobs.append(
+            attempt(
+                job_id_raw=raw, nodes=(node,), alloc_gpus=1, start_at=T0, end_at=T0 + timedelta(seconds=8 * W)
+            )
+        )
+        # window 0 has no process, 6 and 7 are busy
+        gpu += windows(f"GPU-{raw}", T0, 8, busy={6, 7}, job=str(raw), node=node, no_process={0})
+        hosts[raw] = [host(str(raw), i, node=node, **v) for i, v in planted.items()] + [
+            host(str(raw), i, node=node) for i in (0, 6, 7)
+        ]
+    with engine.begin() as conn:
+        write_attempts(conn, jobs)
+        for raw, node in ((81, "gpu01"), (82, "gpu02")):
+            write_inventory(conn, inventory(node, [f"GPU-{raw}"]), source="agent")
+            write_summaries(conn, [s for s in gpu if s.node == node], source="agent", node=node)
+        write_job_host_windows(conn, hosts[81])
+    run_attribution(engine, config, now=T0 + timedelta(hours=1))
+    expected = {"no_process": W, "hardware": 0.0, "storage_wait": 2 * W, "network_wait": 0.0,
+                "cpu_bound": W, "idle_unexplained": 2 * W, "unmeasured": 0.0}  # fmt: skip
+    before = _causes_by_job(engine)
+    assert before[81] == pytest.approx(expected)
+    assert before[82] == pytest.approx({**{c: 0.0 for c in expected}, "no_process": W, "unmeasured": 5 * W})
+    with engine.begin() as conn:
+        assert conn.execute(text("SELECT count(*) FROM host_batch")).scalar_one() == 0  # folded in
+        write_job_host_windows(conn, hosts[82])
+        batch = conn.execute(text("SELECT node, job_id, window_min_at, window_max_at FROM host_batch")).one()
+    assert tuple(batch) == ("gpu02", "82", T0, T0 + timedelta(seconds=8 * W))
+    late = run_attribution(engine, config, now=T0 + timedelta(hours=2))
+    assert late.attempts == 1  # job 82 only: job 81 is not read again
+    after = _causes_by_job(engine)
+    assert after[82] == pytest.approx(after[81]) and after[81] == pytest.approx(expected)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM host_batch")).scalar_one() == 0
+        parts = conn.execute(
+            text(
+                "SELECT job_id_raw, count(*), sum(idle_seconds) FROM gpu_attribution_part GROUP BY 1 ORDER BY 1"
+            )
+        ).all()
+        rows = conn.execute(text("SELECT * FROM gpu_attribution ORDER BY job_id_raw")).all()
+    # nothing counted twice: the same slices, and the causes add up to the idle time
+    assert [(r[1], float(r[2])) for r in parts] == [(1, 6 * W), (1, 6 * W)]
+    assert sum(after[82].values()) == pytest.approx(6 * W)
+    # a run with nothing new changes nothing, and a full recompute gives the same rows
+    assert run_attribution(engine, config, now=T0 + timedelta(hours=2)).attempts == 0
+    run_attribution(engine, config, now=T0 + timedelta(hours=2), full=True)
+    assert _causes_by_job(engine) == after
+    with engine.connect() as conn:
+        again = conn.execute(text("SELECT * FROM gpu_attribution ORDER BY job_id_raw")).all()
+    drop = [i for i, c in enumerate(again[0]._fields) if c == "computed_at"]
+    assert [tuple(v for i, v in enumerate(r) if i not in drop) for r in again] == [
+        tuple(v for i, v in enumerate(r) if i not in drop) for r in rows
+    ]
+
+
+def test_late_nfs_windows_and_lustre_snapshots_mark_their_attempts(
+    engine: Engine, config: Config, tmp_path: Path
+) -> None:
+    """A node's NFS windows stored late mark every attempt on the node over their span; a late
+    Lustre snapshot marks its job's attempt from the entry's previous snapshot on."""
+    config = replace(config, attribution=replace(config.attribution, overlap_seconds=0))
+    from slurmtel.records import NodeFsWindow
+    from slurmtel.store.hostside import write_lustre_stats, write_node_fs_windows
+
+    job = attempt(
+        job_id_raw=91, nodes=("gpu05",), alloc_gpus=1, start_at=T0, end_at=T0 + timedelta(seconds=4 * W)
+    )
+    with engine.begin() as conn:
+        write_attempts(conn, [job])
+        write_inventory(conn, inventory("gpu05", ["GPU-91"]), source="agent")
+        write_summaries(conn, windows("GPU-91", T0, 4, job="91", node="gpu05"), source="agent", node="gpu05")
+        write_job_host_windows(conn, [host("91", i, node="gpu05") for i in range(4)])
+    run_attribution(engine, config, now=T0 + timedelta(hours=1))
+    assert _causes_by_job(engine)[91]["idle_unexplained"] == pytest.approx(4 * W)
+    mounts = [
+        NodeFsWindow("gpu05", "/home", "nfs4", "nfs1:/export/home", T0 + timedelta(seconds=W * i), W,
+                     read_bytes=15 * 10**9, write_bytes=5 * 10**9)
+        for i in (0, 1)
+    ]  # fmt: skip
+    with engine.begin() as conn:
+        write_node_fs_windows(conn, mounts)
+    assert run_attribution(engine, config, now=T0 + timedelta(hours=2)).attempts == 1
+    causes = _causes_by_job(engine)[91]
+    assert (causes["storage_wait"], causes["idle_unexplained"]) == pytest.approx((2 * W, 2 * W))
+    # Lustre: an entry started at window 2, 40 GB written by the end of window 3 (20 GB a
+    # window, over 15 GB), read late: windows 2 and 3 become storage_wait
+    stat = LustreJobStat(
+        target="fs-OST0000", job_name="91", snapshot_at=T0 + timedelta(seconds=4 * W), job_id="91",
+        start_at=T0 + timedelta(seconds=2 * W), read_bytes=0, write_bytes=40 * 10**9, read_ops=0,
+        write_ops=40, metadata_ops=None, read_wait_seconds=None, write_wait_seconds=None,
+    )  # fmt: skip
+    with engine.begin() as conn:
+        write_lustre_stats(conn, [stat])
+        batch = conn.execute(text("SELECT node, job_id, window_min_at, window_max_at FROM host_batch")).one()
+        assert tuple(batch) == ("", "91", stat.start_at, stat.snapshot_at)
+        # the same counters again, later: they moved nothing, no batch
+        write_lustre_stats(conn, [replace(stat, snapshot_at=stat.snapshot_at + timedelta(seconds=W))])
+        assert conn.execute(text("SELECT count(*) FROM host_batch")).scalar_one() == 1
+    assert run_attribution(engine, config, now=T0 + timedelta(hours=2)).attempts == 1
+    causes = _causes_by_job(engine)[91]
+    assert (causes["storage_wait"], causes["idle_unexplained"]) == pytest.approx((4 * W, 0.0))
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM host_batch")).scalar_one() == 0

@@ -77,3 +77,41 @@ def test_host_windows_stored_once_bad_files_quarantined(
     with engine.begin() as conn:
         assert write_job_host_windows(conn, [JOB, later]) == 0
         assert write_gpu_host_windows(conn, [GPU]) == 0
+
+
+def test_host_windows_with_their_gpu_windows_record_no_host_batch(
+    ctx: RunContext,
+    served: tuple[Spool, int],  # noqa: F811
+    engine: Engine,
+    tmp_path: Path,
+) -> None:
+    """A page that brings the job's cgroup windows with its GPU windows (the normal case) adds
+    no work for the attribution run: the GPU windows' ingest batch marks the attempt already.
+    Cgroup windows of windows whose GPU windows came in an earlier pull (a replayed spool)
+    record a host batch, so the next run recomputes that job's causes."""
+    from tests.factories import windows
+
+    spool, port = served
+    token = tmp_path / "agent-token"
+    token.write_text(TOKEN)
+    config = config_from_dict(
+        {"sources": {"agent": {"targets": [f"gpu01=127.0.0.1:{port}"], "token_file": str(token)}}}
+    )
+    c = replace(ctx, config=config)
+    source = get_source("agent")
+    gpu = windows("GPU-00000000-0000-0000-0000-000000000000", T0, 2, job="4242")
+    spool.append_records([*gpu, JOB, replace(JOB, window_start_at=T0 + timedelta(seconds=30)), GPU])
+    outcome = run_recorded(c, "agent", "once", lambda: source.collect(c, default_options(source)))
+    assert outcome.status == "ok", outcome.message
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM job_host_window")).scalar_one() == 2
+        assert conn.execute(text("SELECT count(*) FROM ingest_batch")).scalar_one() == 1
+        assert conn.execute(text("SELECT count(*) FROM host_batch")).scalar_one() == 0
+    # job 4243's cgroup window of the first window, replayed late: the GPU windows of that
+    # window came in the pull before
+    spool.append_records([replace(JOB, job_id="4243")])
+    outcome = run_recorded(c, "agent", "once", lambda: source.collect(c, default_options(source)))
+    assert outcome.status == "ok", outcome.message
+    with engine.connect() as conn:
+        batch = conn.execute(text("SELECT source, node, job_id, window_min_at FROM host_batch")).one()
+    assert tuple(batch) == ("job_host", "gpu01", "4243", T0)

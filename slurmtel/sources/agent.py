@@ -30,6 +30,8 @@ from slurmtel.sources.io import http_request
 from slurmtel.sources.targets import Target, add_target_argument, add_up, targets_for
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from sqlalchemy import Connection
 
     from slurmtel.agent.protocol import SummariesPage
@@ -463,6 +465,14 @@ def _store_pages(
         conn, [(page.node, s.summaries) for (page, _, _), s in zip(pages, screened, strict=True)], source=NAME,
         partition_budget=budget,
     )  # fmt: skip
+    # the spans of the GPU windows just stored, per batch: host windows inside one record no host
+    # batch (that batch marks their attempts already); asked only when a page has host windows
+    spans: dict[int, tuple[datetime, datetime]] = {}
+    if any(page.job_host_windows or page.gpu_host_windows or page.node_fs_windows for page, _, _ in pages):
+        from slurmtel.store.telemetry import batch_spans
+
+        ids = [st.batch_id for st in all_stats if st.batch_id is not None]
+        spans = {b: (lo, hi) for b, _, lo, hi in batch_spans(conn, ids)} if ids else {}
     for (page, origin, s), stats, result in zip(pages, all_stats, results, strict=True):
         summaries, events, inventory = s.summaries, s.events, s.inventory
         rejected = [*page.rejected, *s.rejected]
@@ -470,10 +480,12 @@ def _store_pages(
         ports = write_port_counters(conn, page.port_counters)
         nvlinks = write_nvlink_counters(conn, page.nvlink_counters)
         topologies = write_topology(conn, page.topologies)
+        span = spans.get(stats.batch_id) if stats.batch_id is not None else None
+        covered = {page.node: span} if span is not None else None
         hosts = (
-            write_job_host_windows(conn, page.job_host_windows)
-            + write_gpu_host_windows(conn, page.gpu_host_windows)
-            + write_node_fs_windows(conn, page.node_fs_windows)
+            write_job_host_windows(conn, page.job_host_windows, covered=covered)
+            + write_gpu_host_windows(conn, page.gpu_host_windows, covered=covered)
+            + write_node_fs_windows(conn, page.node_fs_windows, covered=covered)
         )
         rejected += rejections(stats.refused, source=NAME, origin=origin)
         quarantine(conn, rejected)

@@ -3,7 +3,8 @@
 An attribution run recomputes the `gpu_attribution` rows of the attempts that may have
 changed ("dirty"): attempts written since the job watermark, attempts still running, attempts
 whose GPU allocations were seen since the allocation watermark, and attempts overlapping a
-telemetry batch that no run has folded in yet. Of those it recomputes the hour slices that can
+telemetry batch that no run has folded in yet, and attempts overlapping host data stored after
+its GPU windows (a host batch, slurmtel.store.hostside: the idle causes read it). Of those it recomputes the hour slices that can
 have changed and rebuilds their days' rows from the slices (recompute_dirty), so a run is
 idempotent, gives the rows a full recompute gives, and late data is absorbed by the run after
 it arrives.
@@ -17,7 +18,7 @@ as unmeasured), never guessed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -34,6 +35,8 @@ class DirtySelection:
     batch_window: tuple[datetime, datetime] | None
     max_updated_at: datetime | None
     max_allocation_seen_at: datetime | None
+    # host batches (host_batch) folded in: deleted once the run has recomputed what they overlap
+    host_batches: tuple[int, ...] = ()
 
 
 def get_watermark(conn: Connection, name: str) -> datetime | None:
@@ -85,6 +88,22 @@ def select_dirty_attempts(
         text("SELECT array_agg(id ORDER BY id), min(lo), max(hi) FROM new_batch")
     ).one()
     batches = [int(b) for b in ids or ()]
+    # host data stored after the GPU windows it describes (job_id NULL: every job on the node;
+    # node '': every node of the job)
+    conn.execute(
+        text(
+            "CREATE TEMP TABLE IF NOT EXISTS new_host_batch "
+            "(id bigint, node text, job_id text, lo timestamptz, hi timestamptz) ON COMMIT DELETE ROWS"
+        )
+    )
+    conn.execute(text("TRUNCATE new_host_batch"))
+    host_ids = conn.execute(
+        text(
+            "INSERT INTO new_host_batch SELECT id, node, job_id, window_min_at, window_max_at FROM host_batch "
+            "RETURNING id"
+        )
+    ).scalars()
+    host_batches = tuple(sorted(int(h) for h in host_ids))
     conn.execute(
         text(
             """
@@ -130,6 +149,12 @@ def select_dirty_attempts(
                       AND b.lo < coalesce(a.end_at, CAST(:now AS timestamptz)) AND b.hi > a.start_at
                 )
                 OR EXISTS (
+                    SELECT 1 FROM new_host_batch h
+                    WHERE (h.node = '' OR h.node = ANY (a.nodes))
+                      AND (h.job_id IS NULL OR h.job_id = CAST(a.job_id_raw AS text))
+                      AND h.lo < coalesce(a.end_at, CAST(:now AS timestamptz)) AND h.hi > a.start_at
+                )
+                OR EXISTS (
                     SELECT 1 FROM gpu_allocation g
                     WHERE g.cluster = a.cluster AND g.job_id_raw = a.job_id_raw AND g.submit_at = a.submit_at
                       AND (CAST(:alloc_mark AS timestamptz) IS NULL
@@ -145,7 +170,9 @@ def select_dirty_attempts(
             "SELECT (SELECT max(updated_at) FROM job_attempt), (SELECT max(last_seen_at) FROM gpu_allocation)"
         )
     ).one()
-    return DirtySelection(int(count or 0), batches, (lo, hi) if batches else None, marks[0], marks[1])
+    return DirtySelection(
+        int(count or 0), batches, (lo, hi) if batches else None, marks[0], marks[1], host_batches
+    )
 
 
 @dataclass(frozen=True)
@@ -270,7 +297,11 @@ def recompute_dirty(
                 SET from_at = least(
                     p.computed_to, d.end_eff,
                     (SELECT min(b.lo) FROM new_batch b
-                     WHERE (b.node = '' OR b.node = ANY (d.nodes)) AND b.lo < d.end_eff AND b.hi > d.start_at))
+                     WHERE (b.node = '' OR b.node = ANY (d.nodes)) AND b.lo < d.end_eff AND b.hi > d.start_at),
+                    (SELECT min(h.lo) FROM new_host_batch h
+                     WHERE (h.node = '' OR h.node = ANY (d.nodes))
+                       AND (h.job_id IS NULL OR h.job_id = CAST(d.job_id_raw AS text))
+                       AND h.lo < d.end_eff AND h.hi > d.start_at))
                 FROM attribution_progress p
                 WHERE p.cluster = d.cluster AND p.job_id_raw = d.job_id_raw AND p.submit_at = d.submit_at
                   AND p.start_at = d.start_at AND p.nodes = d.nodes AND p.alloc_gpus = d.alloc_gpus
@@ -647,6 +678,14 @@ def delete_parts_before(conn: Connection, cutoff_at: datetime) -> int:
         text("DELETE FROM gpu_attribution_part WHERE hour_at < :cutoff"), {"cutoff": cutoff_at}
     )
     return int(result.rowcount or 0)
+
+
+def forget_host_batches(conn: Connection, batch_ids: Sequence[int]) -> None:
+    """Delete the host batches a run folded in (those committed meanwhile stay for the next)."""
+    if batch_ids:
+        conn.execute(
+            text("DELETE FROM host_batch WHERE id = ANY (CAST(:ids AS bigint[]))"), {"ids": list(batch_ids)}
+        )
 
 
 def mark_batches(conn: Connection, batch_ids: list[int]) -> None:

@@ -22,8 +22,10 @@ class AgentSpool:
 def delete_batches_before(conn: Connection, cutoff_at: datetime) -> int:
     """Forget ingest batches whose windows all lie before CUTOFF_AT (their partitions are gone).
 
-    attribution_batch rows go with them (ON DELETE CASCADE); per-attempt rollups stay.
+    attribution_batch rows go with them (ON DELETE CASCADE); per-attempt rollups stay. Host
+    batches no attribution run folded in by then go too (their windows are gone as well).
     """
+    conn.execute(text("DELETE FROM host_batch WHERE window_max_at < :cutoff"), {"cutoff": cutoff_at})
     result = conn.execute(
         text("DELETE FROM ingest_batch WHERE window_max_at < :cutoff"), {"cutoff": cutoff_at}
     )

@@ -3,11 +3,18 @@ its network file system windows and of Lustre jobstats snapshots, and the reads 
 
 Every write is idempotent on its natural key (migration 0021): a window that arrives twice (a
 re-pulled page, a restarted agent) is stored once, with the values it first had.
+
+Host data that changes an attempt's idle causes after its GPU windows were attributed (an agent
+restarted, a spool replayed, a Lustre snapshot read late) records a host batch (migration
+0025): the next attribution run recomputes the attempts it overlaps from its first window on,
+as it does for late GPU windows. A write whose windows a GPU ingest batch of the same
+transaction covers (COVERED: the agent's page, host and GPU windows of the same rounds) records
+none: that batch marks the same attempts from as early already.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import groupby
@@ -77,14 +84,64 @@ def _insert(
     return int(result.rowcount or 0)
 
 
-def write_job_host_windows(conn: Connection, windows: Iterable[JobHostWindow]) -> int:
+# node -> (first, last window start) of the GPU windows stored in the caller's transaction
+Covered = Mapping[str, tuple[datetime, datetime]]
+
+
+def _record_host_batches(
+    conn: Connection,
+    source: str,
+    rows: Sequence[dict[str, Any]],
+    *,
+    by_job: bool,
+    covered: Covered | None,
+) -> int:
+    """A host batch per node (and job, BY_JOB) of ROWS' windows that COVERED does not cover."""
+    spans: dict[tuple[str, str | None], tuple[datetime, datetime]] = {}
+    for r in rows:
+        start, end = (
+            r["window_start_at"],
+            r["window_start_at"] + timedelta(seconds=float(r["window_seconds"])),
+        )
+        gpu = (covered or {}).get(r["node"])
+        if gpu is not None and gpu[0] <= start <= gpu[1]:
+            continue
+        key = (r["node"], r["job_id"] if by_job else None)
+        lo, hi = spans.get(key, (start, end))
+        spans[key] = (min(lo, start), max(hi, end))
+    return _insert_host_batches(conn, source, [(n, j, lo, hi) for (n, j), (lo, hi) in spans.items()])
+
+
+def _insert_host_batches(
+    conn: Connection, source: str, spans: Sequence[tuple[str, str | None, datetime, datetime]]
+) -> int:
+    if not spans:
+        return 0
+    conn.execute(
+        text(
+            "INSERT INTO host_batch (source, node, job_id, window_min_at, window_max_at) "
+            "VALUES (:source, :node, :job, :lo, :hi)"
+        ),
+        [{"source": source, "node": n, "job": j, "lo": lo, "hi": hi} for n, j, lo, hi in spans],
+    )
+    return len(spans)
+
+
+def write_job_host_windows(
+    conn: Connection, windows: Iterable[JobHostWindow], *, covered: Covered | None = None
+) -> int:
     rows = {(w.node, w.job_id, w.window_start_at): {c: getattr(w, c) for c in _JOB_COLUMNS} for w in windows}
-    return _insert(
+    written = _insert(
         conn, "job_host_window", _JOB_COLUMNS, "node, job_id, window_start_at", list(rows.values())
     )
+    if written:
+        _record_host_batches(conn, "job_host", list(rows.values()), by_job=True, covered=covered)
+    return written
 
 
-def write_gpu_host_windows(conn: Connection, windows: Iterable[GpuHostWindow]) -> int:
+def write_gpu_host_windows(
+    conn: Connection, windows: Iterable[GpuHostWindow], *, covered: Covered | None = None
+) -> int:
     """The windows in which the GPU was throttled (power, thermal, HW slowdown): a row per
     GPU-window would cost ~160 bytes each, four times a packed window (benchmarks/window_storage.py);
     an unthrottled window is the absence of a row, its PCIe bytes are in its job's window."""
@@ -93,7 +150,10 @@ def write_gpu_host_windows(conn: Connection, windows: Iterable[GpuHostWindow]) -
         for w in windows
         if w.throttled
     }
-    return _insert(conn, "gpu_host_window", _GPU_COLUMNS, "gpu_uuid, window_start_at", list(rows.values()))
+    written = _insert(conn, "gpu_host_window", _GPU_COLUMNS, "gpu_uuid, window_start_at", list(rows.values()))
+    if written:
+        _record_host_batches(conn, "gpu_host", list(rows.values()), by_job=False, covered=covered)
+    return written
 
 
 _FS_COLUMNS = (
@@ -112,20 +172,57 @@ _FS_COLUMNS = (
 )
 
 
-def write_node_fs_windows(conn: Connection, windows: Iterable[NodeFsWindow]) -> int:
+def write_node_fs_windows(
+    conn: Connection, windows: Iterable[NodeFsWindow], *, covered: Covered | None = None
+) -> int:
     rows = {
         (w.node, w.window_start_at, w.filesystem): {c: getattr(w, c) for c in _FS_COLUMNS} for w in windows
     }
-    return _insert(
+    written = _insert(
         conn, "node_fs_window", _FS_COLUMNS, "node, window_start_at, filesystem", list(rows.values())
     )
+    if written:
+        _record_host_batches(conn, "node_fs", list(rows.values()), by_job=False, covered=covered)
+    return written
 
 
 def write_lustre_stats(conn: Connection, stats: Iterable[LustreJobStat]) -> int:
+    """Lustre jobstats snapshots; a host batch per Slurm job whose counters moved: its traffic
+    is spread over the interval since the entry's previous snapshot (or its start_at), the
+    windows in which the attribution run finds it change."""
     rows = {(s.target, s.job_name, s.snapshot_at): {c: getattr(s, c) for c in _LUSTRE_COLUMNS} for s in stats}
-    return _insert(
+    written = _insert(
         conn, "lustre_job_stat", _LUSTRE_COLUMNS, "target, job_name, snapshot_at", list(rows.values())
     )
+    keys = [k for k, r in rows.items() if r["job_id"]]
+    if written and keys:
+        conn.execute(
+            text(
+                """
+                INSERT INTO host_batch (source, node, job_id, window_min_at, window_max_at)
+                SELECT 'lustre', '', s.job_id, min(coalesce(p.snapshot_at, s.start_at, s.snapshot_at)),
+                       max(s.snapshot_at)
+                FROM unnest(CAST(:targets AS text[]), CAST(:names AS text[]), CAST(:ats AS timestamptz[]))
+                     AS k(target, job_name, snapshot_at)
+                JOIN lustre_job_stat s USING (target, job_name, snapshot_at)
+                LEFT JOIN LATERAL (
+                    SELECT q.snapshot_at, q.start_at, q.read_bytes, q.write_bytes FROM lustre_job_stat q
+                    WHERE q.target = s.target AND q.job_name = s.job_name AND q.snapshot_at < s.snapshot_at
+                    ORDER BY q.snapshot_at DESC LIMIT 1
+                ) p ON true
+                -- an entry whose counters did not move changes no window
+                WHERE p.snapshot_at IS NULL OR s.start_at IS DISTINCT FROM p.start_at
+                   OR s.read_bytes IS DISTINCT FROM p.read_bytes OR s.write_bytes IS DISTINCT FROM p.write_bytes
+                GROUP BY s.job_id
+                """
+            ),
+            {
+                "targets": [k[0] for k in keys],
+                "names": [k[1] for k in keys],
+                "ats": [k[2] for k in keys],
+            },
+        )
+    return written
 
 
 @dataclass(frozen=True)
