@@ -13,7 +13,12 @@ the real store (write_attempts). Then, measured in one run:
   causes:      issue 26's idle causes: a job host window (cgroup IO, CPU, PSI) per job and window
                is generated for every window, and the full recompute is run again without the
                idle-cause classification ("before", idle_causes=False) and with it ("after"),
-               on the same data in the same run -> both times and their ratio.
+               on the same data in the same run -> both times and their ratio;
+  planted:     the simulator's five jobs with known idle causes (slurmtel.simulate.
+               idle_cause_scenario: data-loader-bound, storage stall, periodic checkpoints, a
+               two-node job on a busy link, no process) on nodes of their own, stored through
+               the real parser and writers among the generated cluster's rows; the next run must
+               recover each planted cause within 1 % and each checkpoint count exactly.
 
     python benchmarks/attribution.py [--gpus 1024] [--days 30] [--hours H] [--dsn URL]
 
@@ -37,11 +42,18 @@ from sqlalchemy import Engine, text
 
 from slurmtel.attribution import run_attribution
 from slurmtel.config import Config
+from slurmtel.parsers.sacct_json import parse_sacct_json
 from slurmtel.records import JobAttempt
+from slurmtel.simulate import idle_cause_scenario, render_sacct_json
+from slurmtel.store.fabric import write_port_counters
+from slurmtel.store.hostside import write_job_host_windows
 from slurmtel.store.jobs import write_attempts
-from slurmtel.store.telemetry import ensure_partitions
+from slurmtel.store.reports_idle import attempt_idle_causes
+from slurmtel.store.telemetry import ensure_partitions, write_inventory, write_summaries
 
 TARGET_SAMPLES_PER_SECOND = 500_000
+# the planted causes must come back within this share of their idle GPU-seconds
+PLANTED_TOLERANCE = 0.01
 GPUS_PER_NODE = 8
 WINDOW = 30
 START = datetime(2026, 10, 1, tzinfo=UTC)
@@ -211,7 +223,53 @@ def main() -> int:
             ).scalar_one()
         print(f"idle causes ({hosts:,} job host windows): full recompute before (idle_causes off) {before:.1f} s, "
               f"after (on, {parts:,} cause slices) {after:.1f} s, ratio {after / before:.2f}")  # fmt: skip
+        print(planted_check(engine, config, end + timedelta(hours=1), end - START))
         return 0
+
+
+def planted_check(engine: Engine, config: Config, now: datetime, period: timedelta) -> str:
+    """Store the simulator's planted-cause jobs (at most 2 hours of them, inside the period),
+    run attribution once more and say how far each recovered cause is from its planted figure."""
+    windows = min(240, int(period.total_seconds()) // WINDOW)
+    if windows < 8:
+        return f"planted causes: the period is too short for them ({windows} windows; give --hours 1 or more)"
+    scenario = idle_cause_scenario(START, windows=windows, cluster="planted")
+    attempts = [r for r in parse_sacct_json(render_sacct_json(scenario.jobs)) if isinstance(r, JobAttempt)]
+    with engine.begin() as conn:
+        write_attempts(conn, attempts)
+        write_inventory(conn, scenario.inventory, source="agent")
+        for node in sorted({s.node for s in scenario.summaries}):
+            write_summaries(
+                conn, [s for s in scenario.summaries if s.node == node], source="agent", node=node
+            )
+        write_job_host_windows(conn, scenario.job_hosts)
+        write_port_counters(conn, scenario.ports)
+    run_attribution(engine, config, now=now)
+    keys = [(a.cluster, a.job_id_raw, a.submit_at) for a in attempts]
+    with engine.connect() as conn:
+        causes = attempt_idle_causes(conn, keys)
+        episodes = dict(
+            conn.execute(
+                text(
+                    "SELECT CAST(job_id_raw AS text), episodes FROM job_checkpoint WHERE cluster = 'planted'"
+                )
+            ).all()
+        )
+    worst, wrong_episodes = 0.0, 0
+    for key in keys:
+        job = str(key[1])
+        got = {c["idle_cause"]: float(c["idle_gpu_seconds"]) for c in causes.get(key, [])}
+        planted = scenario.planted[job]
+        for cause in set(got) | set(planted):
+            want = planted.get(cause, 0.0)
+            error = abs(got.get(cause, 0.0) - want) / want if want else float(got.get(cause, 0.0) > 1e-6)
+            worst = max(worst, error)
+        wrong_episodes += episodes.get(job) != scenario.checkpoints[job]
+    met = "met" if worst <= PLANTED_TOLERANCE and not wrong_episodes else "NOT met"
+    return (
+        f"planted causes ({len(keys)} jobs, {windows} windows each): worst cause error {100 * worst:.2f} %, "
+        f"checkpoint counts wrong {wrong_episodes} (target: within {100 * PLANTED_TOLERANCE:g} % and exact: {met})"
+    )
 
 
 def generate_job_windows(engine: Engine, lo: datetime, hi: datetime, job_hours: int) -> int:

@@ -401,6 +401,7 @@ class Schedule:
         from slurmtel.store.attribution import delete_parts_before
         from slurmtel.store.daemon import delete_batches_before
         from slurmtel.store.fabric import delete_counter_windows_before
+        from slurmtel.store.hostside import delete_host_windows_before
         from slurmtel.store.samples import sample_store
 
         telemetry = self.ctx.config.telemetry
@@ -417,6 +418,8 @@ class Schedule:
             batches = delete_batches_before(conn, cutoff_at)
             # the fabric counters' windows live as long as the raw summaries
             counter_windows = delete_counter_windows_before(conn, cutoff_at)
+            # and the host signals of the idle causes (issue 26)
+            host_windows = delete_host_windows_before(conn, cutoff_at)
             # and the attribution's hour slices of those windows
             slices = delete_parts_before(conn, cutoff_at)
         self.metrics.partitions.labels(action="created").inc(len(created))
@@ -429,6 +432,7 @@ class Schedule:
             partitions_dropped=len(dropped),
             batches_deleted=batches,
             counter_windows_deleted=counter_windows,
+            host_windows_deleted=host_windows,
             attribution_slices_deleted=slices,
             retention_cutoff=cutoff.isoformat(),
         )

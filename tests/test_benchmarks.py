@@ -22,7 +22,7 @@ CASES = {
     ),
     "attribution.py": (
         ["--gpus", "16", "--hours", "3"],
-        ["samples/s", "target", "full recompute", "idle causes", "ratio"],
+        ["samples/s", "target", "full recompute", "idle causes", "ratio", "planted causes", "exact: met"],
     ),
     "window_storage.py": (
         ["--gpus", "8", "--days", "1"],

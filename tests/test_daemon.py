@@ -35,9 +35,11 @@ from slurmtel import __version__
 from slurmtel.cli import main
 from slurmtel.config import Config, config_from_dict, load_config
 from slurmtel.metrics import DaemonMetrics
+from slurmtel.records import JobHostWindow, LustreJobStat
 from slurmtel.scheduler import Schedule, backoff_seconds, enabled_sources
 from slurmtel.sources.base import RunContext
 from slurmtel.store.engine import make_engine
+from slurmtel.store.hostside import write_job_host_windows, write_lustre_stats
 from slurmtel.store.telemetry import existing_partitions, partition_name, write_summaries
 from tests.conftest import fixture_path
 from tests.factories import at, windows
@@ -639,6 +641,22 @@ def test_maintenance_creates_partitions_ahead_and_drops_expired_ones(ctx: RunCon
         recent = write_summaries(
             conn, windows("GPU-a", at("2026-11-20T10:00:00"), 4, node="n1"), source="agent", node="n1"
         )
+        write_job_host_windows(
+            conn,
+            [
+                JobHostWindow("n1", "7", at(when), 30.0, 2)
+                for when in ("2026-10-20T10:00:00", "2026-11-20T10:00:00")
+            ],
+        )
+        write_lustre_stats(
+            conn,
+            [
+                LustreJobStat("fs-OST0000", "7", "7", at(when), write_bytes=n)
+                for n, when in enumerate(
+                    ("2026-10-20T10:00:00", "2026-10-21T10:00:00", "2026-11-20T10:00:00")
+                )
+            ],
+        )
     ahead = {partition_name((now + timedelta(days=d)).date()) for d in range(3)}
     cutoff = datetime(2026, 11, 2, tzinfo=UTC).date()  # 30 days before
     with c.engine.connect() as conn:
@@ -658,6 +676,15 @@ def test_maintenance_creates_partitions_ahead_and_drops_expired_ones(ctx: RunCon
     assert rows(c.engine, "SELECT count(*) FROM gpu_summary") == [(4,)]
     assert metrics.partitions.labels(action="dropped")._value.get() == len(expired)
     assert metrics.batches_deleted._value.get() == 1
+    # the host signals of the idle causes go with the windows; of a Lustre entry's snapshots
+    # before the cutoff the newest stays (the next snapshot's increase is taken from it)
+    assert rows(c.engine, "SELECT node, job_id, window_start_at FROM job_host_window") == [
+        ("n1", "7", at("2026-11-20T10:00:00"))
+    ]
+    assert rows(c.engine, "SELECT snapshot_at FROM lustre_job_stat ORDER BY snapshot_at") == [
+        (at("2026-10-21T10:00:00"),),
+        (at("2026-11-20T10:00:00"),),
+    ]
     schedule.run_job("maintenance")  # again: nothing more to do
     assert metrics.partitions.labels(action="created")._value.get() == len(missing)
     assert metrics.partitions.labels(action="dropped")._value.get() == len(expired)

@@ -24,6 +24,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, text
 
+from slurmtel.records import IDLE_CAUSES
 from slurmtel.store.telemetry import utc_hour
 
 
@@ -701,15 +702,7 @@ def mark_batches(conn: Connection, batch_ids: list[int]) -> None:
 
 # ---------------------------------------------------------------- idle GPU-seconds by cause
 
-CAUSES = (
-    "no_process",
-    "hardware",
-    "storage_wait",
-    "network_wait",
-    "cpu_bound",
-    "idle_unexplained",
-    "unmeasured",
-)
+CAUSES = IDLE_CAUSES
 _CAUSE_COLUMNS = ", ".join(f"cause_{c}_seconds" for c in CAUSES)
 # per slice: no_process is the idle time without a process; the rest of a window's idle time
 # goes to its window's one cause (windows without idle time have none: NULL)

@@ -513,3 +513,29 @@ def refresh_checkpoints(conn: Connection, thresholds: CheckpointThresholds, now:
             write_checkpoint(conn, key, estimate, now)
             done += 1
     return done
+
+
+def delete_host_windows_before(conn: Connection, cutoff_at: datetime) -> int:
+    """Retention of the host signals (telemetry.retention_days, like gpu_summary): the jobs' cgroup
+    windows, the GPUs' throttle windows and the nodes' file system windows before CUTOFF_AT, and
+    the Lustre snapshots before it except each entry's newest (the next snapshot's increase is
+    taken from it: without it the entry would count again from its start)."""
+    deleted = 0
+    for table in ("job_host_window", "gpu_host_window", "node_fs_window"):
+        result = conn.execute(
+            text(f"DELETE FROM {table} WHERE window_start_at < :cutoff"), {"cutoff": cutoff_at}
+        )
+        deleted += int(result.rowcount or 0)
+    result = conn.execute(
+        text(
+            """
+            DELETE FROM lustre_job_stat s
+            WHERE s.snapshot_at < :cutoff
+              AND EXISTS (SELECT 1 FROM lustre_job_stat n
+                          WHERE n.target = s.target AND n.job_name = s.job_name
+                            AND n.snapshot_at > s.snapshot_at AND n.snapshot_at < :cutoff)
+            """
+        ),
+        {"cutoff": cutoff_at},
+    )
+    return deleted + int(result.rowcount or 0)

@@ -16,6 +16,7 @@ from typing import Any
 
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
+from slurmtel.records import IDLE_CAUSES
 from slurmtel.store.reports_admin import as_seconds, no_jit, params, share
 from slurmtel.store.reports_retries import job_scope_params
 from slurmtel.store.sql import Connection, text
@@ -157,15 +158,7 @@ def _mean_util(r: Any) -> float | None:
 
 # ---------------------------------------------------------------- idle GPU time by cause
 
-CAUSES = (
-    "no_process",
-    "hardware",
-    "storage_wait",
-    "network_wait",
-    "cpu_bound",
-    "idle_unexplained",
-    "unmeasured",
-)
+CAUSES = IDLE_CAUSES
 # the column each cause is reported in
 CAUSE_COLUMNS = {
     "no_process": "no_process_gpu_seconds",
