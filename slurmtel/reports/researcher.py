@@ -645,13 +645,19 @@ def _checkpoint_figures(conn: Connection, a: AttemptView, q: JobQuery) -> dict[s
     }
 
 
+def _percent_text(share: Any) -> str:
+    """A share as whole percent; a cause present but under half a percent is "<1 %", not 0."""
+    percent = 100 * float(share or 0)
+    return "<1 %" if 0 < percent < 0.5 else f"{percent:.0f} %"
+
+
 def idle_cause_lines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The job text's lines on why its GPUs idled and on checkpoints and start-up."""
     lines: list[tuple[str, str]] = []
     causes = [c for c in r.get("idle_by_cause") or [] if c["idle_gpu_seconds"]]
     if causes:
         parts = [
-            f"{c['idle_cause']} {100 * (c['idle_cause_share'] or 0):.0f} %"
+            f"{c['idle_cause']} {_percent_text(c['idle_cause_share'])}"
             for c in sorted(causes, key=lambda c: -float(c["idle_gpu_seconds"]))
         ]
         lines.append(("idle cause", ", ".join(parts) + " of idle GPU time (estimate)"))
