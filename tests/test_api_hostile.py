@@ -110,32 +110,9 @@ class Server:
             conn.close()
 
 
-@pytest.fixture
-def served(engine: Engine, login_roles: LoginRoles) -> Iterator[Server]:
-    config = config_from_dict(
-        {
-            "site": {"timezone": "UTC", "clock": NOW.isoformat()},
-            "api": {"auth_methods": ["proxy"], "trusted_proxies": ["127.0.0.1/32"]},
-        }
-    )
-    load_admin_day(engine, config)
-    reader = login_roles.reader_engine()
-    statements = scope_sessions_to_everything(create_engine(login_roles.url(login_roles.writer)))
-    settings = AuthSettings(
-        methods=("proxy",),
-        access=AccessConfig(admins=["root"], finance=[]),
-        trusted_proxies=proxy.parse_networks(["127.0.0.1/32"]),
-    )
-    app = build_app(ReadApi(config, reader, settings, lambda: NOW, statements), ListenerState(ApiLimits()))
-    with Server(app) as server:
-        yield server
-    reader.dispose()
-    statements.dispose()
-
-
-@pytest.fixture
-def served_pages(engine: Engine, login_roles: LoginRoles) -> Iterator[Server]:
-    """The pages (slurmtel.pages) beside the API, as `slurmtel serve` routes them."""
+def _serve(engine: Engine, login_roles: LoginRoles, *, pages: bool) -> Iterator[Server]:
+    """The read API on the admin day as `slurmtel serve` builds it, with the pages
+    (slurmtel.pages) beside it when PAGES."""
     from slurmtel.pages.app import Pages
 
     config = config_from_dict(
@@ -153,10 +130,22 @@ def served_pages(engine: Engine, login_roles: LoginRoles) -> Iterator[Server]:
         trusted_proxies=proxy.parse_networks(["127.0.0.1/32"]),
     )
     api = ReadApi(config, reader, settings, lambda: NOW, statements)
-    with Server(build_app(api, ListenerState(ApiLimits()), pages=Pages(api).routes())) as server:
+    routes = Pages(api).routes() if pages else ()
+    with Server(build_app(api, ListenerState(ApiLimits()), pages=routes)) as server:
         yield server
     reader.dispose()
     statements.dispose()
+
+
+@pytest.fixture
+def served(engine: Engine, login_roles: LoginRoles) -> Iterator[Server]:
+    yield from _serve(engine, login_roles, pages=False)
+
+
+@pytest.fixture
+def served_pages(engine: Engine, login_roles: LoginRoles) -> Iterator[Server]:
+    """The pages beside the API, as `slurmtel serve` routes them."""
+    yield from _serve(engine, login_roles, pages=True)
 
 
 def page_endpoints() -> list[tuple[str, str, str, dict[str, str]]]:
