@@ -740,6 +740,11 @@ def ensure_shadow_tables(conn: ReadableConnection) -> None:
             f"CREATE TEMP TABLE {PARTITIONED_TABLE} (LIKE {PARTITIONED_TABLE} INCLUDING DEFAULTS) ON COMMIT DROP"
         )
     )
+    # the real table's lookups: attribution reads each GPU's windows by uuid and time, and the new
+    # batches' windows by batch (without them every such read scans all the windows fetched:
+    # 1,000 GPUs x 1 hour from VictoriaMetrics took 34 s a run, 21 s of it PostgreSQL's)
+    conn.execute(sql_text(f"CREATE INDEX ON {PARTITIONED_TABLE} (gpu_uuid, window_start_at)"))
+    conn.execute(sql_text(f"CREATE INDEX ON {PARTITIONED_TABLE} (batch_id)"))
     # a plan prepared earlier in this session (psycopg prepares statements it runs often) has
     # the real tables resolved in it: plan again, so that it reads these
     conn.execute(sql_text("DISCARD PLANS"))
@@ -763,6 +768,8 @@ def load_shadow_windows(conn: ReadableConnection, windows: Sequence[tuple[GpuSum
         rows = [(*_SUMMARY_ROW(w), batch or 0) for w, batch in fitting]
         copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)  # type: ignore[arg-type]
     conn.execute(sql_text("RELEASE SAVEPOINT slurmtel_shadow_copy"))
+    # autovacuum never analyzes a temporary table: without statistics the planner guesses its size
+    conn.execute(sql_text(f"ANALYZE {PARTITIONED_TABLE}"))
     return len(rows)
 
 
