@@ -446,6 +446,16 @@ class Step:
         return self.sacct_seconds + self.ingest_seconds + self.attribution_seconds
 
 
+def runs_back_overlap(config: Config, step: timedelta, run_starts: list[float]) -> int:
+    """attribution.overlap_seconds for the run that started last in RUN_STARTS (time.time()):
+    the daemon re-reads the job changes of the last overlap_seconds of wall-clock time, that
+    many runs back (2 by default); a replay's runs come faster, so it re-reads the job changes
+    since the start of that many runs back (all of them until there were that many)."""
+    runs_back = math.ceil(config.attribution.overlap_seconds / step.total_seconds())
+    back = run_starts[-1 - runs_back] if len(run_starts) > runs_back else run_starts[0] - 3600
+    return math.ceil(run_starts[-1] - back) + 1
+
+
 def replay(
     engine: Engine,
     config: Config,
@@ -460,10 +470,6 @@ def replay(
     agents = FakeAgents(AgentSourceConfig.page_size)
     targets = [f"{node}={node}:{AgentSourceConfig.port}" for node in sorted({n for n, _ in windows.gpus})]
     agent_config = config_from_dict({"sources": {"agent": {"targets": targets, "token_file": token_file}}})
-    # the daemon re-reads the job changes of the last overlap_seconds of wall-clock time: that
-    # many runs back (2 by default); the replay's runs come faster, so it re-reads the job
-    # changes since the start of that many runs back (all of them until there were that many)
-    runs_back = math.ceil(config.attribution.overlap_seconds / step.total_seconds())
     run_starts: list[float] = []
     source = get_source("agent")
     options = default_options(source)
@@ -513,9 +519,8 @@ def replay(
         clock_at = step_end
         running = meter.start()
         run_starts.append(time.time())
-        back = run_starts[-1 - runs_back] if len(run_starts) > runs_back else run_starts[0] - 3600
         attribution_config = config_from_dict(
-            {"attribution": {"overlap_seconds": math.ceil(run_starts[-1] - back) + 1}}
+            {"attribution": {"overlap_seconds": runs_back_overlap(config, step, run_starts)}}
         )
         attribution = run_attribution(engine, attribution_config, now=step_end)
         attribution_usage = running.stop()
