@@ -29,10 +29,11 @@ from slurmtel.reports.catalog import REPORTS
 from slurmtel.reports.researcher import JobQuery, job_document
 from slurmtel.reports.spec import build_query, run_report
 from slurmtel.sources.base import RunContext
+from slurmtel.sources.promapi import WindowReader
 from slurmtel.store.jobs import write_attempts
 from slurmtel.store.jobview import find_attempts, util_windows
 from slurmtel.store.rls import set_transaction_scope
-from slurmtel.store.samples import PrometheusSampleStore, sample_store
+from slurmtel.store.samples import PrometheusSampleStore, _without, sample_store
 from slurmtel.store.telemetry import load_shadow_windows, write_summaries
 from tests.conftest import LoginRoles, _empty_tables
 from tests.factories import windows as factory_windows
@@ -231,6 +232,53 @@ def test_slurmtel_job_reads_the_windows_from_the_server(
         out[store] = json.loads(printed)
     assert out["prometheus"] == out["postgresql"]
     assert any(g.get("power_max_watts") for g in out["prometheus"][0]["gpu_figures"])
+
+
+def test_a_run_reads_each_window_from_the_server_once(
+    ctx: RunContext, server: PrometheusServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new batches' windows (read for their job ids) are in the transaction's table when the
+    dirty attempts' windows are read next: they are not asked for again. A running job's later
+    run reads the hour it is in, and again each window once."""
+    config = config_for(server.url, "prometheus")
+    first, _ = running_then_ended()
+    with ctx.engine.begin() as conn:
+        write_attempts(conn, first)
+    assert collect(replace(ctx, config=config), config).status == "ok"
+    reader = WindowReader(config)
+    asked: list[tuple[str, str, object]] = []
+
+    def counting(nodes: Any, lo: Any, hi: Any, *, now: Any) -> Any:
+        windows = reader(nodes, lo, hi, now=now)
+        asked.extend((w.node, w.gpu_uuid, w.window_start_at) for w in windows)
+        return windows
+
+    store = PrometheusSampleStore(counting, STEP_SECONDS)
+    monkeypatch.setattr("slurmtel.attribution.sample_store", lambda config: store)
+    result = run_attribution(ctx.engine, config, now=NOW)
+    assert result.batches == NODES and result.windows > 0
+    assert asked and len(asked) == len(set(asked)), "a window was read twice in one run"
+    # and the rows are those of a store that reads everything twice (the reads before this change)
+    monkeypatch.undo()
+    again = rows(ctx.engine, f"SELECT {ATTRIBUTION} FROM gpu_attribution ORDER BY 1, 2, 3, 4, 5, 6")
+    run_attribution(ctx.engine, config, now=NOW, full=True)
+    assert rows(ctx.engine, f"SELECT {ATTRIBUTION} FROM gpu_attribution ORDER BY 1, 2, 3, 4, 5, 6") == again
+
+
+def test_a_span_less_what_was_read_already() -> None:
+    step = timedelta(seconds=30)
+    t = [T0 + k * step for k in range(10)]
+    assert _without(t[0], t[9], [], step) == [(t[0], t[9])]
+    assert _without(t[0], t[9], [(t[5], t[9])], step) == [(t[0], t[4])]
+    assert _without(t[0], t[9], [(t[0], t[9])], step) == []
+    assert _without(t[0], t[9], [(t[3], t[4]), (t[7], t[7])], step) == [
+        (t[0], t[2]),
+        (t[5], t[6]),
+        (t[8], t[9]),
+    ]
+    # a span outside, or touching only the edge
+    assert _without(t[2], t[5], [(t[6], t[9])], step) == [(t[2], t[5])]
+    assert _without(t[2], t[5], [(t[0], t[2])], step) == [(t[3], t[5])]
 
 
 def test_the_sample_store_setting_is_checked() -> None:

@@ -200,6 +200,9 @@ class PrometheusSampleStore:
     read: ReadWindows
     step_seconds: int
     fetched: int = 0
+    # what this transaction's temporary table holds already: (its oid, per node the [first,
+    # last] window starts fetched); a later read in the same transaction leaves them out
+    _held: tuple[int, dict[str, list[tuple[datetime, datetime]]]] | None = None
 
     def write(
         self,
@@ -269,14 +272,28 @@ class PrometheusSampleStore:
         for batch_id, node, first, last in batches:
             by_span.setdefault((first, last), []).append((node, batch_id))
         fetched = 0
+        telemetry.ensure_shadow_tables(conn)
+        held = self._held_spans(conn)
         for (first, last), members in by_span.items():
             ids = dict(members)
             windows = self.read(sorted(ids), first, last, now=now)
             fetched += telemetry.load_shadow_windows(
                 conn, [(w, ids[w.node]) for w in windows if w.node in ids]
             )
+            for node in ids:
+                held.setdefault(node, []).append((first, last))
+        telemetry.analyze_shadow_tables(conn)
         self.fetched += fetched
         return fetched
+
+    def _held_spans(self, conn: ReadableConnection) -> dict[str, list[tuple[datetime, datetime]]]:
+        """The spans fetched into this transaction's temporary table (none in another's)."""
+        from slurmtel.store import telemetry
+
+        oid = telemetry.shadow_table_oid(conn)
+        if self._held is None or self._held[0] != oid:
+            self._held = (oid, {})
+        return self._held[1]
 
     def prepare_attempts(self, conn: Connection, *, now: datetime) -> int:
         from slurmtel.store.attribution import dirty_attempt_spans
@@ -309,17 +326,42 @@ class PrometheusSampleStore:
                 runs[-1][1] = max(runs[-1][1], last)
             else:
                 runs.append([first, last])
+        telemetry.ensure_shadow_tables(conn)
+        held = self._held_spans(conn)
         by_span: dict[tuple[datetime, datetime], list[str]] = {}
         for node, runs in merged.items():
             for first, last in runs:
-                by_span.setdefault((first, last), []).append(node)
+                # the windows this transaction fetched already (the new batches') are not read again
+                for piece in _without(first, last, held.get(node, ()), step):
+                    by_span.setdefault(piece, []).append(node)
         fetched = 0
-        telemetry.ensure_shadow_tables(conn)
         for (first, last), nodes in sorted(by_span.items()):
             windows = self.read(nodes, first, last, now=now)
             fetched += telemetry.load_shadow_windows(conn, [(w, None) for w in windows])
+            for node in nodes:
+                held.setdefault(node, []).append((first, last))
+        telemetry.analyze_shadow_tables(conn)
         self.fetched += fetched
         return fetched
+
+
+def _without(
+    first: datetime, last: datetime, held: Sequence[tuple[datetime, datetime]], step: timedelta
+) -> list[tuple[datetime, datetime]]:
+    """The window starts FIRST..LAST (a grid of STEP) less the spans HELD, as [first, last] pieces."""
+    pieces = [(first, last)]
+    for lo, hi in held:
+        rest = []
+        for a, b in pieces:
+            if hi < a or lo > b:
+                rest.append((a, b))
+                continue
+            if lo > a:
+                rest.append((a, _floor(lo - timedelta(microseconds=1), step)))
+            if hi < b:
+                rest.append((_floor(hi, step) + step, b))
+        pieces = [(a, b) for a, b in rest if a <= b]
+    return pieces
 
 
 def _floor(at: datetime, step: timedelta) -> datetime:

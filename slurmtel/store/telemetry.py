@@ -750,6 +750,13 @@ def ensure_shadow_tables(conn: ReadableConnection) -> None:
     conn.execute(sql_text("DISCARD PLANS"))
 
 
+def shadow_table_oid(conn: ReadableConnection) -> int:
+    """The oid of this transaction's temporary gpu_window (0: none): each transaction that
+    fetches windows creates its own, so the oid tells one transaction's from another's."""
+    oid = conn.execute(sql_text("SELECT CAST(to_regclass('pg_temp.gpu_window') AS oid)")).scalar_one()
+    return int(oid or 0)
+
+
 def load_shadow_windows(conn: ReadableConnection, windows: Sequence[tuple[GpuSummary, int | None]]) -> int:
     """Copy WINDOWS (each with its ingest batch, None: none) into the temporary gpu_window, on
     a SQLAlchemy connection or a read command's ReadConnection; returns the windows copied. A
@@ -768,9 +775,14 @@ def load_shadow_windows(conn: ReadableConnection, windows: Sequence[tuple[GpuSum
         rows = [(*_SUMMARY_ROW(w), batch or 0) for w, batch in fitting]
         copy_rows(conn, PARTITIONED_TABLE, _COPY_COLUMNS, rows)  # type: ignore[arg-type]
     conn.execute(sql_text("RELEASE SAVEPOINT slurmtel_shadow_copy"))
-    # autovacuum never analyzes a temporary table: without statistics the planner guesses its size
-    conn.execute(sql_text(f"ANALYZE {PARTITIONED_TABLE}"))
     return len(rows)
+
+
+def analyze_shadow_tables(conn: ReadableConnection) -> None:
+    """Statistics of the temporary gpu_window once a read has loaded it (autovacuum never
+    analyzes a temporary table: the planner would guess its size). Once per read, not per load:
+    a first run loads it in thousands of pieces."""
+    conn.execute(sql_text(f"ANALYZE {PARTITIONED_TABLE}"))
 
 
 # ---------------------------------------------------------------- events and inventory
