@@ -249,9 +249,9 @@ def test_a_run_reads_each_window_from_the_server_once(
     asked: list[tuple[str, str, object]] = []
 
     def counting(nodes: Any, lo: Any, hi: Any, *, now: Any) -> Any:
-        windows = reader(nodes, lo, hi, now=now)
-        asked.extend((w.node, w.gpu_uuid, w.window_start_at) for w in windows)
-        return windows
+        for windows in reader(nodes, lo, hi, now=now):
+            asked.extend((w.node, w.gpu_uuid, w.window_start_at) for w in windows)
+            yield windows
 
     store = PrometheusSampleStore(counting, STEP_SECONDS)
     monkeypatch.setattr("slurmtel.attribution.sample_store", lambda config: store)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ssl
 import urllib.error
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -179,19 +179,19 @@ class WindowReader:
 
     def __call__(
         self, nodes: Sequence[str], first: datetime, last: datetime, *, now: datetime
-    ) -> list[GpuSummary]:
-        """The windows of NODES (short node names) starting FIRST..LAST (multiples of the step)."""
+    ) -> Iterator[list[GpuSummary]]:
+        """The windows of NODES (short node names) starting FIRST..LAST (multiples of the step),
+        a query's at a time (a whole cluster's hour would not fit in memory at once)."""
         from slurmtel.sources.plausible import screen_telemetry
 
         step = timedelta(seconds=self.step)
         wanted = set(nodes)
         values = [v for v in self.api.node_values(first - step, last) if node_name(v) in wanted]
         if not values:
-            return []
+            return
         groups = [
             values[i : i + self.cfg.nodes_per_query] for i in range(0, len(values), self.cfg.nodes_per_query)
         ]
-        summaries: list[GpuSummary] = []
         for chunk_start, chunk_end in time_chunks(first, last, self.step, self.cfg.max_points_per_series):
             for group in groups:
                 origin = f"{self.api.base_url} {chunk_start.isoformat()}..{chunk_end.isoformat()}"
@@ -202,6 +202,7 @@ class WindowReader:
                 by_node: dict[str, list[DcgmScrape]] = {}
                 for scrape in scrapes:
                     by_node.setdefault(scrape.node, []).append(scrape)
+                summaries: list[GpuSummary] = []
                 for node, node_scrapes in by_node.items():
                     windows = scrape_summaries(
                         node_scrapes,
@@ -216,4 +217,4 @@ class WindowReader:
                         origin=f"{origin} {node}",
                         summaries=windows,
                     ).summaries
-        return summaries
+                yield summaries

@@ -28,7 +28,7 @@ has them all and does nothing; the Prometheus store fetches them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
@@ -181,9 +181,9 @@ class PostgresSampleStore:
 class ReadWindows(Protocol):
     def __call__(
         self, nodes: Sequence[str], first: datetime, last: datetime, *, now: datetime
-    ) -> list[GpuSummary]:
+    ) -> Iterable[list[GpuSummary]]:
         """The windows of NODES starting FIRST..LAST (multiples of the step), as the source
-        would have stored them."""
+        would have stored them, in pieces (each loaded before the next is read)."""
         ...
 
 
@@ -276,10 +276,10 @@ class PrometheusSampleStore:
         held = self._held_spans(conn)
         for (first, last), members in by_span.items():
             ids = dict(members)
-            windows = self.read(sorted(ids), first, last, now=now)
-            fetched += telemetry.load_shadow_windows(
-                conn, [(w, ids[w.node]) for w in windows if w.node in ids]
-            )
+            for windows in self.read(sorted(ids), first, last, now=now):
+                fetched += telemetry.load_shadow_windows(
+                    conn, [(w, ids[w.node]) for w in windows if w.node in ids]
+                )
             for node in ids:
                 held.setdefault(node, []).append((first, last))
         telemetry.analyze_shadow_tables(conn)
@@ -336,8 +336,8 @@ class PrometheusSampleStore:
                     by_span.setdefault(piece, []).append(node)
         fetched = 0
         for (first, last), nodes in sorted(by_span.items()):
-            windows = self.read(nodes, first, last, now=now)
-            fetched += telemetry.load_shadow_windows(conn, [(w, None) for w in windows])
+            for windows in self.read(nodes, first, last, now=now):
+                fetched += telemetry.load_shadow_windows(conn, [(w, None) for w in windows])
             for node in nodes:
                 held.setdefault(node, []).append((first, last))
         telemetry.analyze_shadow_tables(conn)
