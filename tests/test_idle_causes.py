@@ -230,6 +230,42 @@ def test_job_view_checkpoints_after_the_first_hour_match_the_attribution_run(
     ) == expected  # fmt: skip
 
 
+def test_the_job_views_attempt_read_says_which_attempts_have_cgroup_windows(
+    engine: Engine, config: Config
+) -> None:
+    """read_attempts gives with each attempt the host-side figures attempts_efficiency gives and
+    whether a cgroup window of it exists (from a minute before its start to its end, or NOW
+    while it runs): the checkpoint estimate is read only then, and is None exactly when not."""
+    from slurmtel.store.efficiency import attempts_efficiency
+    from slurmtel.store.hostside import CheckpointThresholds, checkpoint_estimate
+    from slurmtel.store.jobview import read_attempts
+
+    ended = attempt(job_id_raw=73, nodes=("gpu01",), start_at=T0, end_at=T0 + timedelta(seconds=4 * W))
+    bare = attempt(job_id_raw=74, nodes=("gpu01",), start_at=T0, end_at=T0 + timedelta(seconds=4 * W))
+    running = attempt(job_id_raw=75, nodes=("gpu02",), start_at=T0, end_at=None, state="RUNNING")
+    # job 74's only cgroup window is on a node it did not run on; job 75's from after its start
+    hosts = [host("73", i) for i in range(4)] + [host("74", 1, node="gpu02"), host("75", 30, node="gpu02")]
+    with engine.begin() as conn:
+        write_attempts(conn, [ended, bare, running])
+        write_job_host_windows(conn, hosts)
+    now = T0 + timedelta(hours=1)
+    with engine.connect() as conn:
+        for raw, measured in ((73, True), (74, False), (75, True)):
+            (read,) = read_attempts(conn, str(raw), scope=EVERYTHING, now=now)
+            a = read.attempt
+            assert read.cgroup_measured is measured, raw
+            assert read.efficiency == attempts_efficiency(conn, [a.key], now=now)[a.key]
+            assert a.start_at is not None
+            estimate = checkpoint_estimate(
+                conn, cluster=a.cluster, job_id_raw=a.job_id_raw, submit_at=a.submit_at, nodes=a.nodes,
+                start_at=a.start_at, end_at=a.end_at or now, gpus=1.0, thresholds=CheckpointThresholds(),
+            )  # fmt: skip
+            assert (estimate is not None) is measured, raw
+        # before job 75's window, it has none yet
+        (early,) = read_attempts(conn, "75", scope=EVERYTHING, now=T0 + timedelta(seconds=30 * W))
+        assert not early.cgroup_measured
+
+
 def test_startup_ignores_the_previous_jobs_windows_on_the_same_gpus() -> None:
     """The windows read from a minute before the start are the GPUs' previous job's when they
     ended by the start: busy there is not this job becoming active (the demo's planted
