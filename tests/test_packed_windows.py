@@ -225,6 +225,10 @@ def test_the_job_views_power_reads_packed_hours_as_their_windows(engine: Engine,
         with engine.connect() as conn:
             key = ("lab", 91, HOUR)
             shown = {g.gpu_uuid: g.power_max_watts for g in gpu_figures(conn, [key], now=LATER)[key]}
+            # planned for the partitions of the job's time only: the same figures
+            span = (job.start_at, job.end_at)
+            planned = gpu_figures(conn, [key], now=LATER, span=span)[key]  # type: ignore[arg-type]
+            assert {g.gpu_uuid: g.power_max_watts for g in planned} == shown
             read = {
                 uuid: conn.execute(
                     text("SELECT max(power_mean_watts) FROM slurmtel_gpu_windows(ARRAY[:u], :lo, :hi)"),

@@ -582,9 +582,12 @@ def _found(conn: Connection, q: JobQuery) -> _Found | None:
         return None
     attempts = [r.attempt for r in read]
     _prepare_windows(conn, q, attempts)
+    starts = [a.start_at for a in attempts if a.start_at is not None]
+    ends = [a.end_at or q.now for a in attempts if a.start_at is not None]
+    span = (min(starts), max(ends)) if starts else None
     return _Found(
         attempts,
-        gpu_figures(conn, [a.key for a in attempts], now=q.now),
+        gpu_figures(conn, [a.key for a in attempts], now=q.now, span=span),
         {r.attempt.key: r.efficiency for r in read},
         frozenset(r.attempt.key for r in read if r.cgroup_measured),
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from slurmtel.access import Scope
@@ -138,20 +138,32 @@ def read_attempts(
 
 
 def gpu_figures(
-    conn: Connection, keys: Sequence[AttemptKey], *, now: datetime | None = None
+    conn: Connection,
+    keys: Sequence[AttemptKey],
+    *,
+    now: datetime | None = None,
+    span: tuple[datetime, datetime] | None = None,
 ) -> dict[AttemptKey, list[GpuFigures]]:
     """Per attempt, per GPU (and the unmapped remainder per node), in the order nvidia-smi
     numbers a node's GPUs: gpu_attribution over all days, the GPU's index on its node (the job's
     gpu_allocation, else gpu_inventory), its memory and power limit (gpu_inventory) and its
-    highest window mean power during the attempt (its windows; a running attempt up to NOW)."""
+    highest window mean power during the attempt (its windows; a running attempt up to NOW).
+
+    SPAN, the earliest start and the latest end (NOW for a running one) of the started
+    attempts of KEYS, lets the power read be planned for the window partitions of that time
+    only (power_max_sql's WITHIN)."""
     if not keys:
         return {}
     from slurmtel.store.samples import power_max_sql
 
     # the GPU's highest window mean power while the attempt ran (a running one: up to NOW)
     power_max = power_max_sql(
-        "p.gpu_uuid", "a.start_at", "coalesce(a.end_at, CAST(:now AS timestamptz), now())"
+        "p.gpu_uuid",
+        "a.start_at",
+        "coalesce(a.end_at, CAST(:now AS timestamptz), now())",
+        within=None if span is None else (":within_lo", ":within_hi"),
     )
+    within = {} if span is None else {"within_lo": span[0] - timedelta(hours=2), "within_hi": span[1]}
     rows = conn.execute(
         text(
             f"""
@@ -201,6 +213,7 @@ def gpu_figures(
             "jobs": [k[1] for k in keys],
             "submits": [k[2] for k in keys],
             "now": now,
+            **within,
         },
     ).mappings()
     result: dict[AttemptKey, list[GpuFigures]] = {k: [] for k in keys}
