@@ -564,18 +564,19 @@ def job_document(conn: Connection, q: JobQuery) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class _Found:
-    """The job's attempts in the query's scope (newest first), each one's GPU figures and
-    host-side figures, and the attempts with a cgroup window (the others have no checkpoint
+    """The job's attempts in the query's scope (newest first), each one's GPU figures, idle
+    time by cause and host-side figures, and the attempts with a cgroup window (the others have no checkpoint
     estimate to read)."""
 
     attempts: list[AttemptView]
     figures: dict[Any, list[GpuFigures]]
+    idle_causes: dict[Any, list[dict[str, Any]]]
     efficiency: dict[Any, AttemptEfficiency]
     cgroup_measured: frozenset[Any]
 
 
 def _found(conn: Connection, q: JobQuery) -> _Found | None:
-    from slurmtel.store.jobview import gpu_figures, read_attempts
+    from slurmtel.store.jobview import gpu_figures_and_causes, read_attempts
 
     read = read_attempts(conn, q.jobid, scope=q.scope, clusters=q.clusters, now=q.now)
     if not read:
@@ -585,9 +586,11 @@ def _found(conn: Connection, q: JobQuery) -> _Found | None:
     starts = [a.start_at for a in attempts if a.start_at is not None]
     ends = [a.end_at or q.now for a in attempts if a.start_at is not None]
     span = (min(starts), max(ends)) if starts else None
+    figures, causes = gpu_figures_and_causes(conn, [a.key for a in attempts], now=q.now, span=span)
     return _Found(
         attempts,
-        gpu_figures(conn, [a.key for a in attempts], now=q.now, span=span),
+        figures,
+        causes,
         {r.attempt.key: r.efficiency for r in read},
         frozenset(r.attempt.key for r in read if r.cgroup_measured),
     )
@@ -605,15 +608,12 @@ def _prepare_windows(conn: Connection, q: JobQuery, attempts: Sequence[AttemptVi
 
 
 def _reports(conn: Connection, q: JobQuery, found: _Found) -> list[dict[str, Any]]:
-    from slurmtel.store.reports_idle import attempt_idle_causes
-
-    causes = attempt_idle_causes(conn, [a.key for a in found.attempts])
     reports = []
     for a in found.attempts:
         report = attempt_report(
             a, found.figures[a.key], q.now, q.zone, found.efficiency.get(a.key), q.pricing
         )
-        report["idle_by_cause"] = causes.get(a.key, [])
+        report["idle_by_cause"] = found.idle_causes.get(a.key, [])
         report.update(_checkpoint_figures(conn, a, q, measured=a.key in found.cgroup_measured))
         reports.append(report)
     return reports

@@ -144,6 +144,30 @@ def gpu_figures(
     now: datetime | None = None,
     span: tuple[datetime, datetime] | None = None,
 ) -> dict[AttemptKey, list[GpuFigures]]:
+    """Per attempt, per GPU: see gpu_figures_and_causes."""
+    return _figures(conn, keys, now=now, span=span, causes=False)[0]
+
+
+def gpu_figures_and_causes(
+    conn: Connection,
+    keys: Sequence[AttemptKey],
+    *,
+    now: datetime | None = None,
+    span: tuple[datetime, datetime] | None = None,
+) -> tuple[dict[AttemptKey, list[GpuFigures]], dict[AttemptKey, list[dict[str, Any]]]]:
+    """gpu_figures, and reports_idle.attempt_idle_causes of the same attempts, in one
+    statement (`slurmtel job`: issue 28)."""
+    return _figures(conn, keys, now=now, span=span, causes=True)
+
+
+def _figures(
+    conn: Connection,
+    keys: Sequence[AttemptKey],
+    *,
+    now: datetime | None,
+    span: tuple[datetime, datetime] | None,
+    causes: bool,
+) -> tuple[dict[AttemptKey, list[GpuFigures]], dict[AttemptKey, list[dict[str, Any]]]]:
     """Per attempt, per GPU (and the unmapped remainder per node), in the order nvidia-smi
     numbers a node's GPUs: gpu_attribution over all days, the GPU's index on its node (the job's
     gpu_allocation, else gpu_inventory), its memory and power limit (gpu_inventory) and its
@@ -151,9 +175,13 @@ def gpu_figures(
 
     SPAN, the earliest start and the latest end (NOW for a running one) of the started
     attempts of KEYS, lets the power read be planned for the window partitions of that time
-    only (power_max_sql's WITHIN)."""
+    only (power_max_sql's WITHIN).
+
+    With CAUSES, also each attempt's idle time by cause as attempt_idle_causes gives it (an
+    attempt with idle time has GPU rows: its cause columns come with them)."""
     if not keys:
-        return {}
+        return {}, {}
+    from slurmtel.store.reports_idle import CAUSES, attempt_causes_sql, causes_of_row
     from slurmtel.store.samples import power_max_sql
 
     # the GPU's highest window mean power while the attempt ran (a running one: up to NOW)
@@ -164,6 +192,13 @@ def gpu_figures(
         within=None if span is None else (":within_lo", ":within_hi"),
     )
     within = {} if span is None else {"within_lo": span[0] - timedelta(hours=2), "within_hi": span[1]}
+    causes_ctes = f"{attempt_causes_sql('wanted', 'cause_')}," if causes else ""
+    causes_columns = (
+        ", ac.cluster IS NOT NULL AS cause_found, " + ", ".join(f"ac.cause_{c}" for c in ("idle", *CAUSES))
+        if causes
+        else ""
+    )
+    causes_join = "LEFT JOIN attempt_causes ac USING (cluster, job_id_raw, submit_at)" if causes else ""
     rows = conn.execute(
         text(
             f"""
@@ -171,6 +206,7 @@ def gpu_figures(
                 SELECT * FROM unnest(CAST(:clusters AS text[]), CAST(:jobs AS bigint[]),
                                      CAST(:submits AS timestamptz[])) AS k(cluster, job_id_raw, submit_at)
             ),
+            {causes_ctes}
             per_gpu AS (
                 SELECT g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid,
                        string_agg(DISTINCT g.mapping, '+') AS mapping,
@@ -183,8 +219,9 @@ def gpu_figures(
                 GROUP BY g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid
             )
             SELECT p.*, inv.memory_total_bytes, coalesce(inv.model, '') AS model, inv.power_limit_watts,
-                   coalesce(al.gpu_index, inv.gpu_index) AS gpu_index, pw.power_max
+                   coalesce(al.gpu_index, inv.gpu_index) AS gpu_index, pw.power_max{causes_columns}
             FROM per_gpu p
+            {causes_join}
             LEFT JOIN LATERAL (
                 SELECT i.memory_total_bytes, i.model, i.gpu_index, i.power_limit_watts FROM gpu_inventory i
                 WHERE i.gpu_uuid = p.gpu_uuid AND p.gpu_uuid <> ''
@@ -217,8 +254,12 @@ def gpu_figures(
         },
     ).mappings()
     result: dict[AttemptKey, list[GpuFigures]] = {k: [] for k in keys}
+    idle_causes: dict[AttemptKey, list[dict[str, Any]]] = {}
     for r in rows:
-        result[(r["cluster"], int(r["job_id_raw"]), r["submit_at"])].append(
+        key = (r["cluster"], int(r["job_id_raw"]), r["submit_at"])
+        if causes and r["cause_found"] and key not in idle_causes:
+            idle_causes[key] = causes_of_row(r, "cause_")
+        result[key].append(
             GpuFigures(
                 gpu_uuid=r["gpu_uuid"],
                 node=r["node"],
@@ -240,7 +281,7 @@ def gpu_figures(
                 power_limit_watts=None if r["power_limit_watts"] is None else float(r["power_limit_watts"]),
             )
         )
-    return result
+    return result, idle_causes
 
 
 def util_windows(
