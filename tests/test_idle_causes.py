@@ -182,6 +182,90 @@ def test_checkpoint_episodes_and_startup_in_job_view(engine: Engine, config: Con
     assert fleet["by_partition"][0]["checkpoint_write_bytes"] == 5_000_000_000
 
 
+def test_job_view_checkpoints_after_the_first_hour_match_the_attribution_run(
+    engine: Engine, config: Config
+) -> None:
+    """A 2.5-hour job on two GPUs (its hours packed): the job view reads the GPUs' windows of
+    the start-up hour and of the write bursts only, and finds what the attribution run stored:
+    start-up after 2 windows; bursts at windows 150-151 (GPUs idle: one episode), 200 (GPUs
+    busy: none), 250 (idle: a second episode)."""
+    from zoneinfo import ZoneInfo
+
+    from slurmtel.access import Identity, Role
+    from slurmtel.reports.researcher import job_document, job_query
+
+    n = 300
+    idle = {0, 1, 150, 151, 250, 260}
+    job = attempt(
+        job_id_raw=72, nodes=("gpu01",), alloc_gpus=2, start_at=T0, end_at=T0 + timedelta(seconds=n * W)
+    )
+    gpu = windows("GPU-72a", T0, n, busy=set(range(n)) - idle, job="72") + windows(
+        "GPU-72b", T0, n, busy=set(range(n)) - idle, job="72"
+    )
+    writes = {150: 1_500_000_000, 151: 1_500_000_000, 200: 2_000_000_000, 250: 2_000_000_000}
+    hosts = [
+        host("72", i, read_bytes=2_500_000_000 if i < 2 else 0, write_bytes=writes.get(i, 0))
+        for i in range(n)
+    ]
+    with engine.begin() as conn:
+        write_attempts(conn, [job])
+        write_inventory(conn, inventory("gpu01", ["GPU-72a", "GPU-72b"]), source="agent")
+        write_summaries(conn, gpu, source="agent", node="gpu01")
+        write_job_host_windows(conn, hosts)
+    now = T0 + timedelta(hours=4)
+    run_attribution(engine, config, now=now)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM gpu_window")).scalar_one() < len(gpu)  # packed
+        stored = conn.execute(text("SELECT * FROM job_checkpoint WHERE job_id_raw = 72")).mappings().one()
+        query = job_query(Identity("root", Role.ADMIN), "72", clusters=(), now=now, zone=ZoneInfo("UTC"))
+        (report,) = job_document(conn, query)
+    expected = (2, 2 * 3 * W, 5_000_000_000, 2 * W, 5_000_000_000)
+    assert (
+        stored["episodes"], stored["checkpoint_gpu_seconds"], stored["checkpoint_write_bytes"],
+        stored["startup_seconds"], stored["startup_read_bytes"],
+    ) == expected  # fmt: skip
+    assert (
+        report["checkpoint_episodes"], report["checkpoint_gpu_seconds"], report["checkpoint_write_bytes"],
+        report["startup_seconds"], report["startup_read_bytes"],
+    ) == expected  # fmt: skip
+
+
+def test_the_job_views_attempt_read_says_which_attempts_have_cgroup_windows(
+    engine: Engine, config: Config
+) -> None:
+    """read_attempts gives with each attempt the host-side figures attempts_efficiency gives and
+    whether a cgroup window of it exists (from a minute before its start to its end, or NOW
+    while it runs): the checkpoint estimate is read only then, and is None exactly when not."""
+    from slurmtel.store.efficiency import attempts_efficiency
+    from slurmtel.store.hostside import CheckpointThresholds, checkpoint_estimate
+    from slurmtel.store.jobview import read_attempts
+
+    ended = attempt(job_id_raw=73, nodes=("gpu01",), start_at=T0, end_at=T0 + timedelta(seconds=4 * W))
+    bare = attempt(job_id_raw=74, nodes=("gpu01",), start_at=T0, end_at=T0 + timedelta(seconds=4 * W))
+    running = attempt(job_id_raw=75, nodes=("gpu02",), start_at=T0, end_at=None, state="RUNNING")
+    # job 74's only cgroup window is on a node it did not run on; job 75's from after its start
+    hosts = [host("73", i) for i in range(4)] + [host("74", 1, node="gpu02"), host("75", 30, node="gpu02")]
+    with engine.begin() as conn:
+        write_attempts(conn, [ended, bare, running])
+        write_job_host_windows(conn, hosts)
+    now = T0 + timedelta(hours=1)
+    with engine.connect() as conn:
+        for raw, measured in ((73, True), (74, False), (75, True)):
+            (read,) = read_attempts(conn, str(raw), scope=EVERYTHING, now=now)
+            a = read.attempt
+            assert read.cgroup_measured is measured, raw
+            assert read.efficiency == attempts_efficiency(conn, [a.key], now=now)[a.key]
+            assert a.start_at is not None
+            estimate = checkpoint_estimate(
+                conn, cluster=a.cluster, job_id_raw=a.job_id_raw, submit_at=a.submit_at, nodes=a.nodes,
+                start_at=a.start_at, end_at=a.end_at or now, gpus=1.0, thresholds=CheckpointThresholds(),
+            )  # fmt: skip
+            assert (estimate is not None) is measured, raw
+        # before job 75's window, it has none yet
+        (early,) = read_attempts(conn, "75", scope=EVERYTHING, now=T0 + timedelta(seconds=30 * W))
+        assert not early.cgroup_measured
+
+
 def test_startup_ignores_the_previous_jobs_windows_on_the_same_gpus() -> None:
     """The windows read from a minute before the start are the GPUs' previous job's when they
     ended by the start: busy there is not this job becoming active (the demo's planted

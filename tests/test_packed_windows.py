@@ -225,6 +225,10 @@ def test_the_job_views_power_reads_packed_hours_as_their_windows(engine: Engine,
         with engine.connect() as conn:
             key = ("lab", 91, HOUR)
             shown = {g.gpu_uuid: g.power_max_watts for g in gpu_figures(conn, [key], now=LATER)[key]}
+            # planned for the partitions of the job's time only: the same figures
+            span = (job.start_at, job.end_at)
+            planned = gpu_figures(conn, [key], now=LATER, span=span)[key]  # type: ignore[arg-type]
+            assert {g.gpu_uuid: g.power_max_watts for g in planned} == shown
             read = {
                 uuid: conn.execute(
                     text("SELECT max(power_mean_watts) FROM slurmtel_gpu_windows(ARRAY[:u], :lo, :hi)"),
@@ -268,6 +272,56 @@ def test_the_job_views_power_reads_packed_hours_as_their_windows(engine: Engine,
         )
     shown, read = figures()
     assert shown == read and shown["GPU-u0"] == 999.0
+
+
+def test_a_packed_hours_highest_power_follows_late_windows(engine: Engine, config: Config) -> None:
+    """gpu_window_hour.power_max_deciwatts (migration 0026) is the maximum of the row's power
+    array however the row is written: a late window that lands in a packed hour the job holds
+    whole is packed into it, and the job view's figure (which reads that column for such an
+    hour) is the windows' own, after the run and after a full recompute."""
+    job = attempt(
+        job_id_raw=92,
+        nodes=("gpu01",),
+        alloc_gpus=1,
+        submit_at=HOUR,
+        start_at=HOUR + timedelta(minutes=5),
+        end_at=HOUR + timedelta(hours=2, minutes=50),
+    )
+    summaries = list(sampled_windows("gpu01", "GPU-v0", HOUR, 360))
+    late = replace(summaries[155], power_mean_watts=990.0)  # 11:17:30, in the hour held whole
+    with engine.begin() as conn:
+        write_attempts(conn, [job])
+        write_inventory(conn, inventory("gpu01", ["GPU-v0"], HOUR), source="agent")
+        write_summaries(conn, summaries[:155] + summaries[156:], source="agent", node="gpu01")
+    assert fold_and_pack(engine, config) > 0
+
+    def figures() -> tuple[float | None, float | None, bool]:
+        with engine.connect() as conn:
+            key = ("lab", 92, HOUR)
+            (shown,) = gpu_figures(conn, [key], now=LATER, span=(job.start_at, job.end_at))[key]  # type: ignore[arg-type]
+            read = conn.execute(
+                text("SELECT max(power_mean_watts) FROM slurmtel_gpu_windows(ARRAY['GPU-v0'], :lo, :hi)"),
+                {"lo": job.start_at, "hi": job.end_at},
+            ).scalar_one()
+            kept = conn.execute(
+                text(
+                    "SELECT bool_and(power_max_deciwatts IS NOT DISTINCT FROM "
+                    "(SELECT max(p) FROM unnest(power_mean_deciwatts) AS p)) FROM gpu_window_hour"
+                )
+            ).scalar_one()
+        return shown.power_max_watts, read, kept
+
+    before, read_before, kept = figures()
+    assert before == read_before and kept
+    assert before is not None and before < 990.0
+    with engine.begin() as conn:
+        write_summaries(conn, [late], source="agent", node="gpu01")
+    fold_and_pack(engine, config)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM gpu_window")).scalar_one() == 0  # packed in
+    assert figures() == (990.0, 990.0, True)
+    run_attribution(engine, config, now=LATER, full=True)
+    assert figures() == (990.0, 990.0, True)
 
 
 def attribution(engine: Engine) -> dict[tuple, dict]:

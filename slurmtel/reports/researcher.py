@@ -562,18 +562,38 @@ def job_document(conn: Connection, q: JobQuery) -> list[dict[str, Any]]:
     return [] if found is None else _reports(conn, q, found)
 
 
-# the job's attempts in the query's scope (newest first) and each one's GPU figures
-_Found = tuple["list[AttemptView]", "dict[Any, list[GpuFigures]]"]
+@dataclass(frozen=True)
+class _Found:
+    """The job's attempts in the query's scope (newest first), each one's GPU figures, idle
+    time by cause and host-side figures, and the attempts with a cgroup window (the others have no checkpoint
+    estimate to read)."""
+
+    attempts: list[AttemptView]
+    figures: dict[Any, list[GpuFigures]]
+    idle_causes: dict[Any, list[dict[str, Any]]]
+    efficiency: dict[Any, AttemptEfficiency]
+    cgroup_measured: frozenset[Any]
 
 
 def _found(conn: Connection, q: JobQuery) -> _Found | None:
-    from slurmtel.store.jobview import find_attempts, gpu_figures
+    from slurmtel.store.jobview import gpu_figures_and_causes, read_attempts
 
-    attempts = find_attempts(conn, q.jobid, scope=q.scope, clusters=q.clusters)
-    if not attempts:
+    read = read_attempts(conn, q.jobid, scope=q.scope, clusters=q.clusters, now=q.now)
+    if not read:
         return None
+    attempts = [r.attempt for r in read]
     _prepare_windows(conn, q, attempts)
-    return attempts, gpu_figures(conn, [a.key for a in attempts], now=q.now)
+    starts = [a.start_at for a in attempts if a.start_at is not None]
+    ends = [a.end_at or q.now for a in attempts if a.start_at is not None]
+    span = (min(starts), max(ends)) if starts else None
+    figures, causes = gpu_figures_and_causes(conn, [a.key for a in attempts], now=q.now, span=span)
+    return _Found(
+        attempts,
+        figures,
+        causes,
+        {r.attempt.key: r.efficiency for r in read},
+        frozenset(r.attempt.key for r in read if r.cgroup_measured),
+    )
 
 
 def _prepare_windows(conn: Connection, q: JobQuery, attempts: Sequence[AttemptView]) -> None:
@@ -588,24 +608,20 @@ def _prepare_windows(conn: Connection, q: JobQuery, attempts: Sequence[AttemptVi
 
 
 def _reports(conn: Connection, q: JobQuery, found: _Found) -> list[dict[str, Any]]:
-    from slurmtel.store.efficiency import attempts_efficiency
-    from slurmtel.store.reports_idle import attempt_idle_causes
-
-    attempts, figures = found
-    keys = [a.key for a in attempts]
-    host = attempts_efficiency(conn, keys, now=q.now)
-    causes = attempt_idle_causes(conn, keys)
     reports = []
-    for a in attempts:
-        report = attempt_report(a, figures[a.key], q.now, q.zone, host.get(a.key), q.pricing)
-        report["idle_by_cause"] = causes.get(a.key, [])
-        report.update(_checkpoint_figures(conn, a, q))
+    for a in found.attempts:
+        report = attempt_report(
+            a, found.figures[a.key], q.now, q.zone, found.efficiency.get(a.key), q.pricing
+        )
+        report["idle_by_cause"] = found.idle_causes.get(a.key, [])
+        report.update(_checkpoint_figures(conn, a, q, measured=a.key in found.cgroup_measured))
         reports.append(report)
     return reports
 
 
-def _checkpoint_figures(conn: Connection, a: AttemptView, q: JobQuery) -> dict[str, Any]:
-    """The attempt's checkpoint episodes and start-up estimate (None each: not measured)."""
+def _checkpoint_figures(conn: Connection, a: AttemptView, q: JobQuery, *, measured: bool) -> dict[str, Any]:
+    """The attempt's checkpoint episodes and start-up estimate (None each: not measured, as
+    for an attempt without a cgroup window: MEASURED false, nothing to read)."""
     from slurmtel.store.hostside import CheckpointThresholds, checkpoint_estimate
 
     names = (
@@ -617,7 +633,7 @@ def _checkpoint_figures(conn: Connection, a: AttemptView, q: JobQuery) -> dict[s
         "startup_read_bytes",
     )
     estimate = None
-    if a.start_at is not None:
+    if a.start_at is not None and measured:
         c = q.causes or IdleCausesConfig()
         estimate = checkpoint_estimate(
             conn,
@@ -707,7 +723,7 @@ def _job_series(
     found = found or _found(conn, q)
     if found is None:
         return None
-    attempts, figures = found
+    attempts, figures = found.attempts, found.figures
     series: list[tuple[AttemptView, GpuFigures, GpuSeries]] = []
     for a in sorted(attempts, key=lambda a: a.submit_at):
         if a.start_at is None:

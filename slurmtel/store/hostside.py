@@ -324,7 +324,13 @@ def checkpoint_estimate(
 ) -> CheckpointEstimate | None:
     """The attempt's checkpoint episodes and start-up (docs/idle-causes.md), from its cgroup
     windows on its nodes and the windows of the GPUs attribution mapped it to; None when it
-    has no cgroup window at all (not measured)."""
+    has no cgroup window at all (not measured).
+
+    Of the GPUs' windows (overlapping [START_AT, END_AT)) only those the estimate can use are
+    read, as refresh_checkpoints reads them: none without a cgroup window; those starting in
+    the start-up hour; after it, those starting with a cgroup window that wrote
+    THRESHOLDS.write_bytes (a window elsewhere is neither start-up nor a checkpoint). Reading
+    every window of a long job was most of `slurmtel job`'s SQL (issue 28)."""
     rows = conn.execute(
         text(
             """
@@ -332,18 +338,29 @@ def checkpoint_estimate(
                 SELECT array_agg(DISTINCT gpu_uuid) AS uuids FROM gpu_attribution
                 WHERE cluster = :cluster AND job_id_raw = :raw AND submit_at = :submit AND gpu_uuid <> ''
             ),
-            host AS (
+            host AS MATERIALIZED (
                 SELECT window_start_at, sum(write_bytes) AS written, sum(read_bytes) AS read
                 FROM job_host_window
                 WHERE job_id = CAST(:raw AS text) AND node = ANY (:nodes)
                   AND window_start_at >= :lo - interval '1 minute' AND window_start_at < :hi
                 GROUP BY window_start_at
             ),
+            -- the start-up hour whole, and each later write burst's own start (no window is in both)
+            reads AS (
+                SELECT least(CAST(:hi AS timestamptz), CAST(:lo AS timestamptz) + interval '1 hour') AS hi,
+                       NULL::timestamptz AS at
+                WHERE EXISTS (SELECT 1 FROM host)
+                UNION ALL
+                SELECT h.window_start_at + interval '30 seconds', h.window_start_at FROM host h
+                WHERE h.written >= :write_bytes AND h.window_start_at >= CAST(:lo AS timestamptz) + interval '1 hour'
+            ),
             gpu AS (
                 SELECT w.window_start_at, avg(w.util_mean_percent) AS util,
                        sum(least(w.idle_seconds, w.covered_seconds)) AS idle
-                FROM uuids u CROSS JOIN LATERAL slurmtel_gpu_windows(u.uuids, :lo, :hi) w
+                FROM uuids u CROSS JOIN reads r
+                CROSS JOIN LATERAL slurmtel_gpu_windows(u.uuids, coalesce(r.at, :lo), r.hi) w
                 WHERE u.uuids IS NOT NULL AND w.window_start_at >= :lo - interval '1 minute'
+                  AND (r.at IS NULL OR w.window_start_at = r.at)
                 GROUP BY w.window_start_at
             )
             SELECT coalesce(h.window_start_at, g.window_start_at) AS at, h.written, h.read, g.util, g.idle,
@@ -359,6 +376,7 @@ def checkpoint_estimate(
             "nodes": list(nodes),
             "lo": start_at,
             "hi": end_at,
+            "write_bytes": thresholds.write_bytes,
         },
     ).all()
     return estimate_from_windows(rows, start_at, gpus, thresholds, window_seconds)

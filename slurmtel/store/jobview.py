@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from slurmtel.access import Scope
 from slurmtel.filters import JOB_ID, JobFilter
 from slurmtel.rows import GpuFigures, UtilWindow
+from slurmtel.store.efficiency import AttemptEfficiency, efficiency_from_row
 from slurmtel.store.sql import Connection, text
 
 AttemptKey = tuple[str, int, datetime]
@@ -47,6 +48,17 @@ class AttemptView:
         return (self.cluster, self.job_id_raw, self.submit_at)
 
 
+@dataclass(frozen=True)
+class AttemptRead:
+    """One attempt as `slurmtel job` reads it: the attempt, its host-side figures
+    (slurmtel.store.efficiency) and whether it has a cgroup window while it ran (its checkpoint
+    estimate is None without one: slurmtel.store.hostside.checkpoint_estimate)."""
+
+    attempt: AttemptView
+    efficiency: AttemptEfficiency
+    cgroup_measured: bool
+
+
 def find_attempts(
     conn: Connection, job_id: str, *, scope: Scope, clusters: Sequence[str] = ()
 ) -> list[AttemptView]:
@@ -54,6 +66,15 @@ def find_attempts(
 
     JOB_ID matches job_attempt.job_id ("10_4", "123+1", "123") or, when numeric, job_id_raw.
     """
+    return [r.attempt for r in read_attempts(conn, job_id, scope=scope, clusters=clusters, now=None)]
+
+
+def read_attempts(
+    conn: Connection, job_id: str, *, scope: Scope, clusters: Sequence[str] = (), now: datetime | None
+) -> list[AttemptRead]:
+    """find_attempts' attempts, each with its host-side figures (a running attempt's elapsed
+    time up to NOW) and whether it has a cgroup window in [its start - 1 minute, its end or
+    NOW): one statement for what took three (issue 28)."""
     if not JOB_ID.fullmatch(job_id):
         raise ValueError(f"'{job_id}' is not a job id (forms: 123, 10_4 for an array task, 123+1)")
     raw = int(job_id) if job_id.isdigit() else None
@@ -67,7 +88,15 @@ def find_attempts(
                   AND (cardinality(CAST(:clusters AS text[])) = 0 OR cluster = ANY(CAST(:clusters AS text[])))
                   AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
             )
-            SELECT a.*, count(*) OVER (PARTITION BY a.cluster, a.job_id_raw, m.job_submit_at) AS attempts
+            SELECT a.*, count(*) OVER (PARTITION BY a.cluster, a.job_id_raw, m.job_submit_at) AS attempts,
+                   (a.alloc_tres->>'mem')::bigint AS mem_mb,
+                   slurmtel_elapsed_seconds(a.start_at, a.end_at, CAST(:now AS timestamptz)) AS elapsed,
+                   a.start_at IS NOT NULL AND EXISTS (
+                       SELECT 1 FROM job_host_window j
+                       WHERE j.job_id = CAST(a.job_id_raw AS text) AND j.node = ANY (a.nodes)
+                         AND j.window_start_at >= a.start_at - interval '1 minute'
+                         AND j.window_start_at < coalesce(a.end_at, CAST(:now AS timestamptz))
+                   ) AS cgroup_measured
             FROM job_attempt_outcome a
             JOIN matched m ON m.cluster = a.cluster AND m.job_id_raw = a.job_id_raw
                           AND m.job_submit_at = coalesce(a.job_submit_at, a.submit_at)
@@ -75,50 +104,101 @@ def find_attempts(
             ORDER BY a.submit_at DESC, a.cluster
             """
         ),
-        {"job_id": job_id, "raw": raw, "clusters": list(clusters), **scope.sql_params()},
+        {"job_id": job_id, "raw": raw, "clusters": list(clusters), "now": now, **scope.sql_params()},
     ).mappings()
     return [
-        AttemptView(
-            cluster=r["cluster"],
-            job_id_raw=int(r["job_id_raw"]),
-            submit_at=r["submit_at"],
-            job_id=r["job_id"],
-            name=r["name"],
-            user=r["user_name"],
-            account=r["account"],
-            partition=r["partition"],
-            state=r["state"],
-            outcome=r["outcome"],
-            exit_code=r["exit_code"],
-            eligible_at=r["eligible_at"],
-            start_at=r["start_at"],
-            end_at=r["end_at"],
-            alloc_gpus=int(r["alloc_gpus"]),
-            gpu_model=r["gpu_model"],
-            nodes=tuple(r["nodes"] or ()),
-            attempt_number=int(r["attempt_number"] or 1),
-            attempts=int(r["attempts"]),
-            time_limit_seconds=r["time_limit_seconds"],
+        AttemptRead(
+            AttemptView(
+                cluster=r["cluster"],
+                job_id_raw=int(r["job_id_raw"]),
+                submit_at=r["submit_at"],
+                job_id=r["job_id"],
+                name=r["name"],
+                user=r["user_name"],
+                account=r["account"],
+                partition=r["partition"],
+                state=r["state"],
+                outcome=r["outcome"],
+                exit_code=r["exit_code"],
+                eligible_at=r["eligible_at"],
+                start_at=r["start_at"],
+                end_at=r["end_at"],
+                alloc_gpus=int(r["alloc_gpus"]),
+                gpu_model=r["gpu_model"],
+                nodes=tuple(r["nodes"] or ()),
+                attempt_number=int(r["attempt_number"] or 1),
+                attempts=int(r["attempts"]),
+                time_limit_seconds=r["time_limit_seconds"],
+            ),
+            efficiency_from_row(r),
+            bool(r["cgroup_measured"]),
         )
         for r in rows
     ]
 
 
 def gpu_figures(
-    conn: Connection, keys: Sequence[AttemptKey], *, now: datetime | None = None
+    conn: Connection,
+    keys: Sequence[AttemptKey],
+    *,
+    now: datetime | None = None,
+    span: tuple[datetime, datetime] | None = None,
 ) -> dict[AttemptKey, list[GpuFigures]]:
+    """Per attempt, per GPU: see gpu_figures_and_causes."""
+    return _figures(conn, keys, now=now, span=span, causes=False)[0]
+
+
+def gpu_figures_and_causes(
+    conn: Connection,
+    keys: Sequence[AttemptKey],
+    *,
+    now: datetime | None = None,
+    span: tuple[datetime, datetime] | None = None,
+) -> tuple[dict[AttemptKey, list[GpuFigures]], dict[AttemptKey, list[dict[str, Any]]]]:
+    """gpu_figures, and reports_idle.attempt_idle_causes of the same attempts, in one
+    statement (`slurmtel job`: issue 28)."""
+    return _figures(conn, keys, now=now, span=span, causes=True)
+
+
+def _figures(
+    conn: Connection,
+    keys: Sequence[AttemptKey],
+    *,
+    now: datetime | None,
+    span: tuple[datetime, datetime] | None,
+    causes: bool,
+) -> tuple[dict[AttemptKey, list[GpuFigures]], dict[AttemptKey, list[dict[str, Any]]]]:
     """Per attempt, per GPU (and the unmapped remainder per node), in the order nvidia-smi
     numbers a node's GPUs: gpu_attribution over all days, the GPU's index on its node (the job's
     gpu_allocation, else gpu_inventory), its memory and power limit (gpu_inventory) and its
-    highest window mean power during the attempt (its windows; a running attempt up to NOW)."""
+    highest window mean power during the attempt (its windows; a running attempt up to NOW).
+
+    SPAN, the earliest start and the latest end (NOW for a running one) of the started
+    attempts of KEYS, lets the power read be planned for the window partitions of that time
+    only (power_max_sql's WITHIN).
+
+    With CAUSES, also each attempt's idle time by cause as attempt_idle_causes gives it (an
+    attempt with idle time has GPU rows: its cause columns come with them)."""
     if not keys:
-        return {}
+        return {}, {}
+    from slurmtel.store.reports_idle import CAUSES, attempt_causes_sql, causes_of_row
     from slurmtel.store.samples import power_max_sql
 
     # the GPU's highest window mean power while the attempt ran (a running one: up to NOW)
     power_max = power_max_sql(
-        "p.gpu_uuid", "a.start_at", "coalesce(a.end_at, CAST(:now AS timestamptz), now())"
+        "p.gpu_uuid",
+        "a.start_at",
+        "coalesce(a.end_at, CAST(:now AS timestamptz), now())",
+        within=None if span is None else (":within_lo", ":within_hi"),
     )
+    within = {} if span is None else {"within_lo": span[0] - timedelta(hours=2), "within_hi": span[1]}
+    causes_ctes = f"{attempt_causes_sql('wanted', 'cause_')}," if causes else ""
+    causes_columns = (
+        ", ac.cluster IS NOT NULL AS cause_found, " + ", ".join(f"ac.cause_{c}" for c in ("idle", *CAUSES))
+        if causes
+        else ""
+    )
+    causes_join = "LEFT JOIN attempt_causes ac USING (cluster, job_id_raw, submit_at)" if causes else ""
     rows = conn.execute(
         text(
             f"""
@@ -126,6 +206,7 @@ def gpu_figures(
                 SELECT * FROM unnest(CAST(:clusters AS text[]), CAST(:jobs AS bigint[]),
                                      CAST(:submits AS timestamptz[])) AS k(cluster, job_id_raw, submit_at)
             ),
+            {causes_ctes}
             per_gpu AS (
                 SELECT g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid,
                        string_agg(DISTINCT g.mapping, '+') AS mapping,
@@ -138,8 +219,9 @@ def gpu_figures(
                 GROUP BY g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid
             )
             SELECT p.*, inv.memory_total_bytes, coalesce(inv.model, '') AS model, inv.power_limit_watts,
-                   coalesce(al.gpu_index, inv.gpu_index) AS gpu_index, pw.power_max
+                   coalesce(al.gpu_index, inv.gpu_index) AS gpu_index, pw.power_max{causes_columns}
             FROM per_gpu p
+            {causes_join}
             LEFT JOIN LATERAL (
                 SELECT i.memory_total_bytes, i.model, i.gpu_index, i.power_limit_watts FROM gpu_inventory i
                 WHERE i.gpu_uuid = p.gpu_uuid AND p.gpu_uuid <> ''
@@ -168,11 +250,16 @@ def gpu_figures(
             "jobs": [k[1] for k in keys],
             "submits": [k[2] for k in keys],
             "now": now,
+            **within,
         },
     ).mappings()
     result: dict[AttemptKey, list[GpuFigures]] = {k: [] for k in keys}
+    idle_causes: dict[AttemptKey, list[dict[str, Any]]] = {}
     for r in rows:
-        result[(r["cluster"], int(r["job_id_raw"]), r["submit_at"])].append(
+        key = (r["cluster"], int(r["job_id_raw"]), r["submit_at"])
+        if causes and r["cause_found"] and key not in idle_causes:
+            idle_causes[key] = causes_of_row(r, "cause_")
+        result[key].append(
             GpuFigures(
                 gpu_uuid=r["gpu_uuid"],
                 node=r["node"],
@@ -194,7 +281,7 @@ def gpu_figures(
                 power_limit_watts=None if r["power_limit_watts"] is None else float(r["power_limit_watts"]),
             )
         )
-    return result
+    return result, idle_causes
 
 
 def util_windows(

@@ -10,7 +10,7 @@ busy. idle_share = idle / covered, covered_share = covered / allocated, mean_uti
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from typing import Any
 
@@ -172,21 +172,27 @@ CAUSE_COLUMNS = {
 _RAW = ", ".join(f"sum(cause_{c}_seconds) AS raw_{c}" for c in CAUSES)
 _RAW_COLUMNS = ", ".join(f"p.raw_{c}" for c in CAUSES)
 _RAW_TOTAL = " + ".join(f"coalesce(raw_{c}, 0)" for c in CAUSES)
+
+
 # each GPU-day's idle time (as report idle counts it) split in the proportions of its causes;
 # a GPU-day without cause rows (windows from before issue 26, DCGM's) splits into its
 # no-process time and unmeasured
-_SCALED = ",\n".join(
-    f"sum(CASE WHEN raw_total > 0 THEN idle * coalesce(raw_{c}, 0) / raw_total "
-    + (
-        "ELSE least(no_process, idle) END)"
-        if c == "no_process"
-        else "ELSE greatest(0, idle - least(no_process, idle)) END)"
-        if c == "unmeasured"
-        else "ELSE 0 END)"
+def _scaled(prefix: str = "") -> str:
+    return ",\n".join(
+        f"sum(CASE WHEN raw_total > 0 THEN idle * coalesce(raw_{c}, 0) / raw_total "
+        + (
+            "ELSE least(no_process, idle) END)"
+            if c == "no_process"
+            else "ELSE greatest(0, idle - least(no_process, idle)) END)"
+            if c == "unmeasured"
+            else "ELSE 0 END)"
+        )
+        + f" AS {prefix}{c}"
+        for c in CAUSES
     )
-    + f" AS {c}"
-    for c in CAUSES
-)
+
+
+_SCALED = _scaled()
 
 
 def idle_cause_rows(
@@ -290,36 +296,54 @@ def attempt_idle_causes(
             SELECT * FROM unnest(CAST(:clusters AS text[]), CAST(:raws AS bigint[]),
                                  CAST(:submits AS timestamptz[])) AS k(cluster, job_id_raw, submit_at)
         ),
-        parts AS (
-            SELECT p.cluster, p.job_id_raw, p.submit_at, p.node, p.gpu_uuid, p.day, {_RAW}
-            FROM gpu_attribution_part p JOIN wanted USING (cluster, job_id_raw, submit_at)
-            GROUP BY p.cluster, p.job_id_raw, p.submit_at, p.node, p.gpu_uuid, p.day
-        ),
-        gpu_days AS (
-            SELECT g.cluster, g.job_id_raw, g.submit_at, g.idle_seconds * g.gpu_fraction AS idle,
-                   g.no_process_seconds * g.gpu_fraction AS no_process,
-                   {_RAW_COLUMNS}, {_RAW_TOTAL} AS raw_total
-            FROM gpu_attribution g JOIN wanted USING (cluster, job_id_raw, submit_at)
-            LEFT JOIN parts p USING (cluster, job_id_raw, submit_at, node, gpu_uuid, day)
-            WHERE g.idle_seconds > 0
-        )
-        SELECT cluster, job_id_raw, submit_at, sum(idle) AS idle, {_SCALED}
-        FROM gpu_days GROUP BY cluster, job_id_raw, submit_at
+        {attempt_causes_sql("wanted")}
+        SELECT * FROM attempt_causes
     """
     bind = {
         "clusters": [k[0] for k in keys],
         "raws": [k[1] for k in keys],
         "submits": [k[2] for k in keys],
     }
-    result: dict[tuple[str, int, datetime], list[dict[str, Any]]] = {}
-    for r in conn.execute(text(sql), bind).mappings():
-        idle = as_seconds(r["idle"])
-        parts = _exact_parts(idle, {c: float(r[c] or 0) for c in CAUSES})
-        result[(r["cluster"], r["job_id_raw"], r["submit_at"])] = [
-            {"idle_cause": c, "idle_gpu_seconds": parts[c], "idle_cause_share": share(parts[c], idle)}
-            for c in CAUSES
-        ]
-    return result
+    return {
+        (r["cluster"], r["job_id_raw"], r["submit_at"]): causes_of_row(r)
+        for r in conn.execute(text(sql), bind).mappings()
+    }
+
+
+def attempt_causes_sql(wanted: str, prefix: str = "") -> str:
+    """CTEs ending in attempt_causes: per attempt of the CTE WANTED (cluster, job_id_raw,
+    submit_at) with idle GPU time, PREFIX + "idle" and PREFIX + each cause of CAUSES, the
+    seconds causes_of_row reads (an attempt without idle time has no row)."""
+    return f"""
+        cause_parts AS (
+            SELECT p.cluster, p.job_id_raw, p.submit_at, p.node, p.gpu_uuid, p.day, {_RAW}
+            FROM gpu_attribution_part p JOIN {wanted} USING (cluster, job_id_raw, submit_at)
+            GROUP BY p.cluster, p.job_id_raw, p.submit_at, p.node, p.gpu_uuid, p.day
+        ),
+        cause_gpu_days AS (
+            SELECT g.cluster, g.job_id_raw, g.submit_at, g.idle_seconds * g.gpu_fraction AS idle,
+                   g.no_process_seconds * g.gpu_fraction AS no_process,
+                   {_RAW_COLUMNS}, {_RAW_TOTAL} AS raw_total
+            FROM gpu_attribution g JOIN {wanted} USING (cluster, job_id_raw, submit_at)
+            LEFT JOIN cause_parts p USING (cluster, job_id_raw, submit_at, node, gpu_uuid, day)
+            WHERE g.idle_seconds > 0
+        ),
+        attempt_causes AS (
+            SELECT cluster, job_id_raw, submit_at, sum(idle) AS {prefix}idle,
+                   {_scaled(prefix)}
+            FROM cause_gpu_days GROUP BY cluster, job_id_raw, submit_at
+        )
+    """
+
+
+def causes_of_row(r: Mapping[str, Any], prefix: str = "") -> list[dict[str, Any]]:
+    """The attempt's idle_by_cause rows from a row of attempt_causes_sql's attempt_causes."""
+    idle = as_seconds(r[f"{prefix}idle"])
+    parts = _exact_parts(idle, {c: float(r[f"{prefix}{c}"] or 0) for c in CAUSES})
+    return [
+        {"idle_cause": c, "idle_gpu_seconds": parts[c], "idle_cause_share": share(parts[c], idle)}
+        for c in CAUSES
+    ]
 
 
 # ---------------------------------------------------------------- checkpoints and start-up, fleet-wide
