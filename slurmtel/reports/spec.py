@@ -15,13 +15,12 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from slurmtel.access import Action, Identity, Scope, allowed
 from slurmtel.bounds import MAX_COUNT, check_count, check_name, check_number, parse_count, shown
-from slurmtel.columns import COLUMNS, Kind, json_schema, python_type
+from slurmtel.columns import json_schema, python_type
 from slurmtel.errors import AccessDenied, ConfigError
 from slurmtel.filters import JobFilter
 
@@ -315,21 +314,3 @@ def report_document(result: ReportResult) -> dict[str, Any]:
             for name, rows in result.sections
         ],
     }
-
-
-def decode_value(column: str, value: Any) -> Any:
-    """A value as JSON carried it (exact decimals and instants as text) back as the type its
-    registered column holds: what the API sent prints exactly as the store's own value."""
-    if not isinstance(value, str):
-        return value
-    col = COLUMNS.get(column)
-    if col is None or col.kind in (Kind.TEXT, Kind.TEXTS):
-        return value
-    if col.kind is Kind.INSTANT:
-        return datetime.fromisoformat(value)
-    if col.kind is Kind.DAY:
-        return date.fromisoformat(value)
-    try:
-        return Decimal(value)
-    except ArithmeticError:
-        return value
