@@ -23,8 +23,9 @@ for `report usage` if given). With --dsn URL the benchmark loads --jobs syntheti
 (the real sacct parser and writer, as benchmarks/reports.py) into a scratch database on that
 server, dropped afterwards. With neither it makes its own small one with `slurmtel demo` (an
 embedded PostgreSQL under a temporary state directory: about a minute; the embedded server is
-started and stopped by every command, which the figures include). Every command is run as `python -m slurmtel` with this checkout first on
-PYTHONPATH, so the tree measured is this one.
+started and stopped by every command, which the figures include). Every command is run as `python -m slurmtel` in this checkout, with it first on
+PYTHONPATH, so the tree measured is this one whatever the directory the benchmark is started from
+(`-m` puts the working directory before PYTHONPATH).
 
     python benchmarks/cli_start.py [--repeat 5] [--config FILE --job JOBID [--user U] [--month YYYY-MM]]
     python benchmarks/cli_start.py [--repeat 5] --dsn URL [--jobs 2000]
@@ -91,10 +92,10 @@ def best_of(argv: list[str], repeat: int, meter: Any) -> Any:
     from cputime import Usage
 
     best = Usage(float("inf"), 0.0)
-    subprocess.run(argv, env=_env(), capture_output=True, timeout=300, check=False)
+    subprocess.run(argv, env=_env(), cwd=ROOT, capture_output=True, timeout=300, check=False)
     for _ in range(repeat):
         with meter.measure() as section:
-            done = subprocess.run(argv, env=_env(), capture_output=True, timeout=300, check=False)
+            done = subprocess.run(argv, env=_env(), cwd=ROOT, capture_output=True, timeout=300, check=False)
         if done.returncode != 0:
             raise SystemExit(
                 f"{' '.join(argv)} exited {done.returncode}: {done.stderr.decode(errors='replace').strip()}"
@@ -112,6 +113,7 @@ def make_demo(state: Path) -> tuple[Path, str, str, str]:
     done = subprocess.run(
         [sys.executable, "-m", "slurmtel", "--config", str(base), "demo"],
         env=_env(),
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=900,
@@ -186,6 +188,7 @@ def serving(config: Path, sock: str, folder: Path) -> Iterator[tuple[str, int]]:
     server = subprocess.Popen(
         [sys.executable, "-m", "slurmtel", "--config", str(head), "serve"],
         env=_env(),
+        cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
