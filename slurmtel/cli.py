@@ -8,23 +8,29 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import slurmtel.config
 from slurmtel import __version__
-from slurmtel.commands import command_modules
-from slurmtel.commands.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE
-from slurmtel.config import implicit_demo_config, load_config
+from slurmtel.commands import EXIT_ERROR, EXIT_OK, EXIT_USAGE, command_modules
 from slurmtel.errors import ConfigError, SlurmtelError, Terminated, described
-from slurmtel.logs import configure_logging, redact
-from slurmtel.reports.render import WIDE, ZONE
 
-log = logging.getLogger("slurmtel.cli")
+if TYPE_CHECKING:
+    from slurmtel.config import Config
+
+# the config, the logging setup and the renderer are imported once the command line is parsed:
+# `slurmtel --version` answers without them (issue 28)
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """slurmtel.config.load_config, imported when a command runs (tests replace this name)."""
+    from slurmtel.config import load_config as load
+
+    return load(path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,13 +45,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `slurmtel --version` answers before any command is looked at
         parser = _global_parser()
     else:
-        parser = build_parser(command)
+        parser = build_parser(command, report_in(words))
     args = parser.parse_args(words)
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
+    import logging
+
+    import slurmtel.config
+    from slurmtel.logs import configure_logging
+    from slurmtel.reports.render import WIDE, ZONE
+
     # after `slurmtel demo`, its config when no other is given (never for the demo itself)
-    demo_config = None if args.config or not args.finds_demo_config else implicit_demo_config()
+    demo_config = (
+        None if args.config or not args.finds_demo_config else slurmtel.config.implicit_demo_config()
+    )
     try:
         config = load_config(args.config or demo_config)
         if not getattr(args, "through_api", False) and config.api_client_only():
@@ -104,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # needs: slurmtel.head says which, and how to install the head's packages
             raise
         # a bug: one line for the user, the traceback with --log-level DEBUG
-        log.debug("unexpected error", exc_info=True)
+        logging.getLogger("slurmtel.cli").debug("unexpected error", exc_info=True)
         _error(f"internal error: {described(exc)} (run with --log-level DEBUG for the traceback)")
         return EXIT_ERROR
     finally:
@@ -144,6 +158,8 @@ def _is_database_error(exc: BaseException) -> bool:
 def _error(message: object) -> None:
     """One line on stderr, secrets masked (a URL's password may be part of an error); a
     message of several lines (libpq's "Is the server running...?") is joined into one."""
+    from slurmtel.logs import redact
+
     text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
     print(f"slurmtel: {redact(text)}", file=sys.stderr)
 
@@ -152,6 +168,21 @@ def command_in(words: Sequence[str]) -> str | None:
     """The command WORDS name: the first word that is neither an option nor the value of one
     of the options before the command (--config FILE, --log-level LEVEL); None when there is
     none, or when help is asked for before it."""
+    at = _command_at(words)
+    return None if at is None else words[at]
+
+
+def report_in(words: Sequence[str]) -> str | None:
+    """The report `slurmtel report NAME ...` names: the word after the command `report` when
+    it is not an option (`report` itself takes none but --help); None otherwise."""
+    at = _command_at(words)
+    if at is None or words[at] != "report" or at + 1 >= len(words) or words[at + 1].startswith("-"):
+        return None
+    return words[at + 1]
+
+
+def _command_at(words: Sequence[str]) -> int | None:
+    """Where in WORDS the command is (command_in)."""
     global_parser = _global_parser()
     takes_value = [
         option
@@ -164,7 +195,7 @@ def command_in(words: Sequence[str]) -> str | None:
         if skip:
             skip = False
         elif word == "--":
-            return words[i + 1] if i + 1 < len(words) else None
+            return i + 1 if i + 1 < len(words) else None
         elif word == "-h" or (len(word) > 2 and "--help".startswith(word)):
             # help before the command is the help of them all
             return None
@@ -174,19 +205,26 @@ def command_in(words: Sequence[str]) -> str | None:
                 word.startswith("--") and "=" not in word and any(o.startswith(word) for o in takes_value)
             )
         else:
-            return word
+            return i
     return None
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, report: str | None = None) -> argparse.ArgumentParser:
     """The CLI's parser: with COMMAND, only the modules that register it are imported and
-    registered (a command answers without loading every other one); else all of them."""
+    registered (a command answers without loading every other one); else all of them. With
+    REPORT (`report NAME`), only the module that registers that report, unless it does not:
+    then every one, so that the refusal lists them all."""
     parser = _global_parser()
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
-    report = commands.add_parser("report", help="admin reports")
-    reports = report.add_subparsers(title="reports", metavar="REPORT", required=True)
-    for module in command_modules(command):
+    report_parser = commands.add_parser("report", help="admin reports")
+    reports = report_parser.add_subparsers(title="reports", metavar="REPORT", required=True)
+    chosen = command_modules(command, report)
+    for module in chosen:
         module.register(commands, reports)
+    if report is not None and report not in reports.choices:
+        for module in command_modules(command):
+            if module not in chosen:
+                module.register(commands, reports)
     _name_commands(parser)
     return parser
 

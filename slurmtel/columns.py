@@ -1085,6 +1085,24 @@ def unit_text(col: Column) -> str:
 # --- tables -------------------------------------------------------------------------------
 
 
+def decode_value(column: str, value: Any) -> Any:
+    """A value as JSON carried it (exact decimals and instants as text) back as the type its
+    registered column holds (COLUMNS): what the API sent prints exactly as the store's own value."""
+    if not isinstance(value, str):
+        return value
+    col = COLUMNS.get(column)
+    if col is None or col.kind in (Kind.TEXT, Kind.TEXTS):
+        return value
+    if col.kind is Kind.INSTANT:
+        return datetime.fromisoformat(value)
+    if col.kind is Kind.DAY:
+        return date.fromisoformat(value)
+    try:
+        return Decimal(value)
+    except ArithmeticError:
+        return value
+
+
 def table_name(name: str) -> str:
     """NAME as a terminal table shows it: seconds as hours, bytes as GiB, joules as kWh,
     shares and ratios as percent (`idle_gpu_seconds` -> `idle_gpu_hours`); other names as

@@ -15,22 +15,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-# States an attempt ends in when Slurm runs the same job again (sacct -D shows each attempt).
-REQUEUE_STATES = ("REQUEUED", "NODE_FAIL", "PREEMPTED", "REQUEUE_FED", "REQUEUE_HOLD")
-
-# The causes an idle GPU-second is put in (docs/idle-causes.md), each in
-# gpu_attribution_part.cause_<name>_seconds. The attribution decides no_process first and the
-# rest by its precedence; reports list them in this order.
-IDLE_CAUSES = (
-    "no_process",
-    "hardware",
-    "storage_wait",
-    "network_wait",
-    "cpu_bound",
-    "idle_unexplained",
-    "unmeasured",
-)
-
 
 @dataclass(frozen=True, slots=True)
 class JobAttempt:

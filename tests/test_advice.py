@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from slurmtel.reports.advice import GpuFigures, JobFacts, advise
+from slurmtel.reports.advice import JobFacts, advise
+from slurmtel.rows import GpuFigures
 
 HOUR = 3600.0
 GIB = 2**30

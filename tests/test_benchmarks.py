@@ -74,7 +74,16 @@ CASES = {
     ),
     "cli_start.py": (
         ["--jobs", "300", "--repeat", "1"],
-        ["bare interpreter", "slurmtel --version", "floor", "slurmtel job", "report usage", "target"],
+        [
+            "bare interpreter",
+            "slurmtel --version",
+            "floor",
+            "slurmtel job",
+            "report usage",
+            "report idle",
+            "the API path",
+            "target",
+        ],
     ),
 }
 

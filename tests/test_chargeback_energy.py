@@ -15,8 +15,8 @@ from sqlalchemy import Engine
 from slurmtel.chargeback import build_statement, close_month, render_csv
 from slurmtel.chargeback.focus import focus_records
 from slurmtel.config import Config, config_from_dict
-from slurmtel.reports.advice import GpuFigures
 from slurmtel.reports.researcher import energy_lines, gpu_energy_figures
+from slurmtel.rows import GpuFigures
 from tests.factories import at
 from tests.test_chargeback import job, load
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from slurmtel.cli import _global_parser, _is_database_error, build_parser, command_in, main
-from slurmtel.commands import COMMAND_MODULES, command_modules
+from slurmtel.cli import _global_parser, _is_database_error, build_parser, command_in, main, report_in
+from slurmtel.commands import COMMAND_MODULES, REPORT_MODULES, command_modules
 from slurmtel.config import Config
 from slurmtel.store.migrate import head_revision
 from tests.factories import load_admin_day
@@ -175,11 +175,69 @@ def test_the_command_is_found_before_parsing(words: list[str], command: str | No
     assert command_in(words) == command
 
 
-def test_a_command_parses_as_with_every_command_registered() -> None:
-    words = ["--config", "x.toml", "job", "10_4", "--format", "json"]
-    alone = build_parser(command_in(words)).parse_args(words)
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--config", "x.toml", "job", "10_4", "--format", "json"],
+        ["report", "idle", "-S", "2026-11-01", "--by", "cause"],
+        ["--config", "x.toml", "report", "budget", "-A", "physics"],
+        ["report", "idle-now", "--format", "json"],
+        ["report", "nodes", "--drift"],
+    ],
+    ids=lambda words: " ".join(words),
+)
+def test_a_command_parses_as_with_every_command_registered(words: list[str]) -> None:
+    alone = build_parser(command_in(words), report_in(words)).parse_args(words)
     full = build_parser().parse_args(words)
-    assert vars(alone) == vars(full)
+    assert {k: v for k, v in vars(alone).items() if k != "handler"} == {
+        k: v for k, v in vars(full).items() if k != "handler"
+    }
+    assert repr(alone.handler) == repr(full.handler)
+
+
+def test_a_report_registers_one_module_and_each_is_listed_with_its_reports() -> None:
+    """REPORT_MODULES names what each module adds under `slurmtel report`; every other report
+    is the catalog's module's ("reports"), so `report NAME` imports the one that registers it."""
+    catalog: set[str] = set()
+    for name in COMMAND_MODULES:
+        if "report" not in COMMAND_MODULES[name]:
+            continue
+        parser = _global_parser()
+        top = parser.add_subparsers()
+        reports = top.add_parser("report").add_subparsers()
+        (module,) = [m for m in command_modules() if m.__name__.endswith(f".{name}")]
+        module.register(top, reports)
+        if name == "reports":
+            catalog = set(reports.choices)
+        else:
+            assert set(reports.choices) == set(REPORT_MODULES[name]), name
+    assert catalog and not catalog & {r for names in REPORT_MODULES.values() for r in names}
+    for report in ("idle", "usage", *catalog):
+        assert [m.__name__ for m in command_modules("report", report)] == ["slurmtel.commands.reports"]
+    assert [m.__name__ for m in command_modules("report", "budget")] == ["slurmtel.commands.budget"]
+
+
+def test_an_unknown_report_is_refused_naming_them_all(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "bogus"])
+    assert exc.value.code == 2
+    refusal = capsys.readouterr().err
+    assert "'idle'" in refusal and "'budget'" in refusal and "'idle-now'" in refusal
+
+
+@pytest.mark.parametrize(
+    ("words", "report"),
+    [
+        (["report", "idle", "-S", "x"], "idle"),
+        (["--config", "report", "report", "usage"], "usage"),
+        (["report", "--help"], None),
+        (["report"], None),
+        (["job", "idle"], None),
+        (["--", "report", "cost"], "cost"),
+    ],
+)
+def test_the_report_is_found_before_parsing(words: list[str], report: str | None) -> None:
+    assert report_in(words) == report
 
 
 def test_an_unknown_command_is_refused_naming_them_all(capsys: pytest.CaptureFixture[str]) -> None:

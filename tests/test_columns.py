@@ -96,6 +96,23 @@ def test_every_report_spec_column_is_registered() -> None:
                     column(name)
 
 
+def test_a_row_shape_refuses_a_name_at_once_and_builds_its_type_once() -> None:
+    """The catalog's row types are built when a report of them first runs (the CLI's start,
+    issue 28), but a column that is not registered is still refused where it is declared."""
+    from slurmtel.reports.spec import RowShape
+
+    with pytest.raises(ValueError):
+        RowShape("BadRow", ("cluster", "not_a_registered_column"))
+    with pytest.raises(ValueError, match="named twice"):
+        RowShape("TwiceRow", ("cluster", "cluster"))
+    shape = RowShape("IdleRowProbe", ("cluster", "idle_gpu_seconds"))
+    assert shape._type is None
+    built = shape.type
+    assert shape.type is built
+    assert [f for f in built.__dataclass_fields__] == ["cluster", "idle_gpu_seconds"]
+    assert built(cluster="a", idle_gpu_seconds=1.0).idle_gpu_seconds == 1.0
+
+
 def test_the_openapi_schema_takes_each_column_from_the_registry() -> None:
     document = openapi_document()
     seen = 0

@@ -364,8 +364,8 @@ def table_cells(chrome: Any, table_id: str) -> tuple[list[str], list[list[str]]]
 
 def shown(column: str, value: Any) -> str:
     """A value as a page shows it (slurmtel.pages.app.Table, the table units of slurmtel.columns)."""
+    from slurmtel.columns import decode_value
     from slurmtel.pages.app import Table
-    from slurmtel.reports.spec import decode_value
 
     return Table([{column: decode_value(column, value)}], [column], ZoneInfo("UTC")).rows[0][0]
 

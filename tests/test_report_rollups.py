@@ -134,7 +134,7 @@ def test_the_rollups_follow_attribution_and_the_attempts(engine: Engine, config:
 def test_the_requeue_index_lists_the_requeue_states(engine: Engine) -> None:
     """`report retries` finds the attempts of multi-attempt jobs through a partial index whose
     predicate must be the one the report spells (slurmtel.store.jobs.REQUEUE_STATES)."""
-    from slurmtel.records import REQUEUE_STATES
+    from slurmtel.vocabulary import REQUEUE_STATES
 
     with engine.connect() as conn:
         definition = conn.execute(

@@ -25,8 +25,9 @@ from slurmtel.attribution import run_attribution
 from slurmtel.cli import main
 from slurmtel.config import Config
 from slurmtel.records import GpuSummary, JobAttempt
-from slurmtel.reports.advice import GpuFigures, JobFacts, advise, host_advice
+from slurmtel.reports.advice import JobFacts, advise, host_advice
 from slurmtel.reports.plot import GpuSeries, SeriesPoint, plot_job
+from slurmtel.rows import GpuFigures
 from slurmtel.store.jobs import sync_outcome_classes, write_attempts
 from slurmtel.store.telemetry import write_inventory, write_summaries
 from tests.factories import T0, attempt, inventory, windows

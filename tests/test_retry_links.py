@@ -19,13 +19,14 @@ from sqlalchemy import Engine, text
 from slurmtel.access import EVERYTHING, Scope
 from slurmtel.attribution import run_attribution
 from slurmtel.config import Config
-from slurmtel.records import REQUEUE_STATES, JobAttempt
+from slurmtel.records import JobAttempt
 from slurmtel.store.jobs import sync_outcome_classes, write_attempts
 from slurmtel.store.reports_failures import failures_report
 from slurmtel.store.reports_retries import retries_report
 from slurmtel.store.reports_taxonomy import capacity_report
 from slurmtel.store.retry_links import FULL_LINKS_MIN_REGIONS, refresh_retry_links, retry_links_current
 from slurmtel.store.usage import JobFilter
+from slurmtel.vocabulary import REQUEUE_STATES
 from tests.factories import at, attempt
 
 NOW = at("2026-12-02T14:00:00")

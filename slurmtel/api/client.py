@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmtel.auth.munge import encode_credential, new_nonce, request_payload
+from slurmtel.columns import decode_value
 from slurmtel.config import Config
 from slurmtel.errors import AccessDenied, ConfigError, SlurmtelError, SourceUnavailable
 from slurmtel.filters import JobFilter
-from slurmtel.reports.spec import decode_value
 
 TIMEOUT_SECONDS = 120.0
 

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 # MAX_COUNT: the bound of a count a command hands to SQL, the API's too
 from slurmtel.bounds import MAX_COUNT
-from slurmtel.commands.common import EXIT_ERROR, EXIT_USAGE
+from slurmtel.commands import EXIT_ERROR, EXIT_USAGE
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
 from slurmtel.timeparse import parse_slurm_time

@@ -13,6 +13,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from slurmtel.access import Action, Identity, Role, Scope, allowed
+
+# the exit codes, re-exported: every command module takes them from here
+from slurmtel.commands import EXIT_ERROR as EXIT_ERROR
+from slurmtel.commands import EXIT_OK as EXIT_OK
+from slurmtel.commands import EXIT_PARTIAL as EXIT_PARTIAL
+from slurmtel.commands import EXIT_USAGE as EXIT_USAGE
 from slurmtel.config import Config
 from slurmtel.errors import AccessDenied, ConfigError, ParseError, SourceUnavailable
 from slurmtel.filters import JobFilter
@@ -24,7 +30,6 @@ from slurmtel.timeparse import report_window
 if TYPE_CHECKING:
     from slurmtel.store.sql import Connection
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PARTIAL = 0, 1, 2, 3
 
 log = logging.getLogger(__name__)
 

@@ -131,7 +131,7 @@ class Table:
 
 
 def _decoded(column: str, value: Any) -> Any:
-    from slurmtel.reports.spec import decode_value
+    from slurmtel.columns import decode_value
 
     if isinstance(value, date | datetime | Decimal) or value is None:
         return value

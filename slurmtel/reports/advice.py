@@ -10,8 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from slurmtel.rows import GpuFigures
+if TYPE_CHECKING:
+    # figures read from the store (slurmtel.rows): only annotated here, so that printing a job
+    # the API sent does not build the store's row types
+    from slurmtel.rows import GpuFigures
 
 # a GPU idle at least this share of its measured time counts as unused
 IDLE_GPU_SHARE = 0.90

@@ -26,9 +26,9 @@ from slurmtel.reports.spec import (
     ReportQuery,
     ReportSpec,
     RowsBy,
+    RowShape,
     Section,
     StoreSections,
-    row_type,
 )
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def by_group(
     return tuple(
         Section(
             f"by_{group}",
-            row_type(f"{report}By{group.title()}Row", ("cluster", group, *figures)),
+            RowShape(f"{report}By{group.title()}Row", ("cluster", group, *figures)),
             first_title if i == 0 else _fixed(f"{what} by {group}"),
             key_columns=(group, *key_figures),
         )
@@ -115,7 +115,7 @@ USAGE_KEY_FIGURES = (
     "queue_wait_p50_seconds",
     "queue_wait_p95_seconds",
 )
-USAGE_ROWS = {g: row_type(f"UsageBy{g.title()}Row", _usage_columns(g)) for g in USAGE_GROUPS}
+USAGE_ROWS = {g: RowShape(f"UsageBy{g.title()}Row", _usage_columns(g)) for g in USAGE_GROUPS}
 # the table leaves out the zero-heavy per-class columns that CSV and JSON keep
 USAGE_TABLE_COLUMNS = (
     "jobs",
@@ -136,7 +136,7 @@ USAGE_TABLE_COLUMNS = (
 # (DESIGN §4 TRES usage; equal to sreport -T ALL -t seconds per account and user)
 TRES_SUFFIX = "+tres"
 TRES_ROWS = {
-    g + TRES_SUFFIX: row_type(
+    g + TRES_SUFFIX: RowShape(
         f"TresUsageBy{g.title()}Row", ("cluster", "month", g, "tres", "allocated_tres_seconds")
     )
     for g in USAGE_GROUPS
@@ -300,13 +300,13 @@ FAILURES = ReportSpec(
         ),
         Section(
             "by_node",
-            row_type("FailuresByNodeRow", ("cluster", "node", *FAILURE_GROUP)),
+            RowShape("FailuresByNodeRow", ("cluster", "node", *FAILURE_GROUP)),
             _fixed("Failed GPU-hours by node (multi-node attempts split evenly)"),
             key_columns=("node", *FAILURE_KEY_FIGURES),
         ),
         Section(
             "top_attempts",
-            row_type("FailedAttemptRow", FAILED_ATTEMPT_COLUMNS),
+            RowShape("FailedAttemptRow", FAILED_ATTEMPT_COLUMNS),
             _top("attempts", "failed GPU-hours"),
             key_columns=("job_id", "failed_gpu_seconds", "state", "gpus"),
         ),
@@ -390,8 +390,8 @@ def _idle_groups() -> tuple[Section, ...]:
     sections = []
     for i, group in enumerate(("account", "user", "partition")):
         types = {
-            "group": row_type(f"IdleBy{group.title()}Row", ("cluster", group, *IDLE_GROUP)),
-            "cause": row_type(f"IdleCauseBy{group.title()}Row", ("cluster", group, *IDLE_CAUSE_GROUP)),
+            "group": RowShape(f"IdleBy{group.title()}Row", ("cluster", group, *IDLE_GROUP)),
+            "cause": RowShape(f"IdleCauseBy{group.title()}Row", ("cluster", group, *IDLE_CAUSE_GROUP)),
         }
         keys = {"group": (group, *IDLE_KEY_FIGURES), "cause": (group, *IDLE_CAUSE_GROUP)}
         sections.append(
@@ -426,7 +426,7 @@ IDLE = ReportSpec(
         *_idle_groups(),
         Section(
             "by_cause",
-            row_type("IdleCauseRow", ("cluster", "idle_cause", "idle_gpu_seconds", "idle_cause_share")),
+            RowShape("IdleCauseRow", ("cluster", "idle_cause", "idle_gpu_seconds", "idle_cause_share")),
             _fixed(
                 "Idle GPU-hours by cause (docs/idle-causes.md: an estimate from host signals; a node's NFS "
                 "and GPFS traffic counts only for a job alone on the node)"
@@ -435,13 +435,13 @@ IDLE = ReportSpec(
         ),
         Section(
             "top_jobs",
-            row_type("IdleJobRow", IDLE_JOB_COLUMNS),
+            RowShape("IdleJobRow", IDLE_JOB_COLUMNS),
             _top("jobs", "idle GPU-hours"),
             key_columns=("job_id", *IDLE_KEY_FIGURES),
         ),
         Section(
             "unmapped",
-            row_type(
+            RowShape(
                 "UnmappedRow",
                 ("cluster", "account", "unmapped_gpu_seconds", "allocated_gpu_seconds", "unmapped_share"),
             ),
@@ -487,25 +487,25 @@ QUEUE = ReportSpec(
     sections=(
         Section(
             "wait_by_partition",
-            row_type("WaitByPartitionRow", ("cluster", "partition", *WAIT)),
+            RowShape("WaitByPartitionRow", ("cluster", "partition", *WAIT)),
             lambda q, rows: f"Queue wait (start - eligible) by partition{whose(q)}, {q.window_text()}",
             key_columns=("partition", *WAIT_KEY_FIGURES),
         ),
         Section(
             "wait_by_account",
-            row_type("WaitByAccountRow", ("cluster", "account", *WAIT)),
+            RowShape("WaitByAccountRow", ("cluster", "account", *WAIT)),
             _fixed("Queue wait by account"),
             key_columns=("account", *WAIT_KEY_FIGURES),
         ),
         Section(
             "pending",
-            row_type("PendingRow", ("cluster", "partition", *PENDING)),
+            RowShape("PendingRow", ("cluster", "partition", *PENDING)),
             _fixed("Pending now, by partition and reason"),
             key_columns=("partition", "reason", *PENDING_KEY_FIGURES),
         ),
         Section(
             "quota",
-            row_type("QuotaPendingRow", ("cluster", "account", "partition", *PENDING)),
+            RowShape("QuotaPendingRow", ("cluster", "account", "partition", *PENDING)),
             _fixed("Pending now, refused by quota (AssocGrp*/AssocMax*/QOSGrp*/QOSMax*)"),
             key_columns=("account", "reason", *PENDING_KEY_FIGURES),
         ),
@@ -576,7 +576,7 @@ TAXONOMY = ReportSpec(
     sections=(
         Section(
             "taxonomy",
-            row_type("TaxonomyRow", TAXONOMY_COLUMNS),
+            RowShape("TaxonomyRow", TAXONOMY_COLUMNS),
             lambda q, rows: f"GPU-hour taxonomy, {q.days_text()}",
             TAXONOMY_TABLE_COLUMNS,
             key_columns=("day", "partition", *TAXONOMY_KEY_SHARES),
@@ -643,7 +643,7 @@ CAPACITY = ReportSpec(
     sections=(
         Section(
             "summary",
-            row_type("CapacitySummaryRow", CAPACITY_SUMMARY_COLUMNS),
+            RowShape("CapacitySummaryRow", CAPACITY_SUMMARY_COLUMNS),
             lambda q, rows: f"Capacity, {q.days_text()}",
             key_columns=(
                 "cluster",
@@ -655,7 +655,7 @@ CAPACITY = ReportSpec(
         ),
         Section(
             "breakdown",
-            row_type(
+            RowShape(
                 "CapacityBreakdownRow", ("cluster", "category", "category_gpu_seconds", "category_share")
             ),
             _fixed(
@@ -712,7 +712,7 @@ NODES = ReportSpec(
     sections=(
         Section(
             "nodes",
-            row_type("NodeRow", NODES_COLUMNS),
+            RowShape("NodeRow", NODES_COLUMNS),
             lambda q, rows: f"Nodes, {q.window_text()}",
             key_columns=("node", "failed_attempts", "node_fail_attempts", "failed_gpu_seconds", "xid_events"),
         ),
@@ -766,7 +766,7 @@ RETRIES = ReportSpec(
     sections=(
         Section(
             "chains",
-            row_type("RetryChainRow", CHAIN_COLUMNS),
+            RowShape("RetryChainRow", CHAIN_COLUMNS),
             lambda q, rows: f"Resubmission chains{whose(q)}, {q.window_text()}",
             key_columns=("user", "job_ids", "retry_gpu_seconds", "failed_jobs"),
         ),

@@ -24,12 +24,13 @@ from slurmtel.access import Action, Identity, Scope, allowed
 from slurmtel.bounds import check_count, check_name
 from slurmtel.config import ChargebackConfig, IdleCausesConfig
 from slurmtel.errors import AccessDenied, ConfigError
-from slurmtel.reports.advice import IDLE_GPU_SHARE, GpuFigures, JobFacts, advise, duration_text
+from slurmtel.reports.advice import IDLE_GPU_SHARE, JobFacts, advise, duration_text
 from slurmtel.reports.render import escape_controls, render
 from slurmtel.timeparse import month_bounds
 
 if TYPE_CHECKING:
     from slurmtel.reports.plot import GpuSeries, SeriesPoint
+    from slurmtel.rows import GpuFigures
     from slurmtel.store.efficiency import AttemptEfficiency
     from slurmtel.store.jobview import AttemptView
     from slurmtel.store.samples import SampleStore
@@ -309,18 +310,24 @@ class GpuEnergy:
     energy_joules: float | None
 
 
+def _prices_energy(pricing: ChargebackConfig) -> bool:
+    """Whether the config prices energy or counts its CO2e (else no figure needs pricing)."""
+    return bool(pricing.price_per_kwh.strip() or pricing.carbon_grams_per_kwh.strip())
+
+
 def gpu_energy_figures(
     gpus: Sequence[GpuFigures | GpuEnergy], pricing: ChargebackConfig | None
 ) -> dict[str, Any]:
     """The GPUs' measured energy (NVML/DCGM), and with chargeback.price_per_kwh and
     chargeback.carbon_grams_per_kwh its price and kg CO2e (each rounded once)."""
-    from slurmtel.chargeback import co2e_of, quantity
-    from slurmtel.chargeback.pricing import amount_of
-
     measured = [g.energy_joules for g in gpus if g.energy_joules is not None]
     joules = Decimal(str(round(sum(measured), 1))) if measured else None
     amount = co2e = None
-    if joules is not None and pricing is not None:
+    if joules is not None and pricing is not None and _prices_energy(pricing):
+        # the chargeback package only where there is something to price (issue 28: a job's
+        # start does not load it)
+        from slurmtel.chargeback.pricing import amount_of, co2e_of, quantity
+
         kwh = quantity("energy", joules)
         if pricing.price_per_kwh.strip():
             amount = amount_of(Decimal(pricing.price_per_kwh), kwh, pricing.currency)
@@ -411,10 +418,17 @@ def gpu_cost(
     """What the attempt's allocated GPU-hours cost (so far, while it runs) at the
     [[chargeback.rates]] GPU rate matching its partition and GPU model on the day it started,
     rounded once as a statement rounds; None without a matching rate."""
+    if (
+        pricing is None
+        or not pricing.rates
+        or not attempt.alloc_gpus
+        or not elapsed_seconds
+        or attempt.start_at is None
+    ):
+        return None
+    # the chargeback package only with rates to match (a job's start does not load it)
     from slurmtel.chargeback.pricing import charge, match_rate
 
-    if pricing is None or not attempt.alloc_gpus or not elapsed_seconds or attempt.start_at is None:
-        return None
     rate = match_rate(pricing.rates, attempt.partition, attempt.gpu_model or "", attempt.start_at.date())
     if rate is None:
         return None

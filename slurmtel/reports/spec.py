@@ -12,16 +12,16 @@ name defined once, with its kind and unit); `row_type` refuses a name that is no
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from slurmtel.access import Action, Identity, Scope, allowed
 from slurmtel.bounds import MAX_COUNT, check_count, check_name, check_number, parse_count, shown
-from slurmtel.columns import COLUMNS, Kind, json_schema, python_type
+from slurmtel.columns import json_schema, python_type
 from slurmtel.errors import AccessDenied, ConfigError
 from slurmtel.filters import JobFilter
 
@@ -44,6 +44,38 @@ def row_type(name: str, columns: Sequence[str]) -> type:
     cls = dataclasses.make_dataclass(name, [(c, field_type(c)) for c in columns], frozen=True, slots=True)
     cls.__module__ = __name__
     return cls
+
+
+class RowShape:
+    """A section's row type by name and columns, the columns checked when it is declared (a name
+    not registered is refused at once), the type (row_type) built the first time a report of it
+    runs: the CLI registers every report's options without building the catalog's row types,
+    some 30 frozen dataclasses (issue 28)."""
+
+    __slots__ = ("_type", "columns", "name")
+
+    def __init__(self, name: str, columns: Sequence[str]) -> None:
+        if len(set(columns)) != len(columns):
+            raise ValueError(f"{name}: a column is named twice")
+        for column in columns:
+            field_type(column)
+        self.name = name
+        self.columns = tuple(columns)
+        self._type: type | None = None
+
+    @property
+    def type(self) -> type:
+        with _BUILDING:
+            if self._type is None:
+                self._type = row_type(self.name, self.columns)
+            return self._type
+
+    def __repr__(self) -> str:
+        return f"RowShape({self.name!r}, {self.columns!r})"
+
+
+# one row type per shape, however many threads of `slurmtel serve` run its first report at once
+_BUILDING = threading.Lock()
 
 
 def as_mapping(row: Any) -> dict[str, Any]:
@@ -157,7 +189,7 @@ class RowsBy:
     for each of the option's values."""
 
     option: str
-    types: Mapping[str, type]
+    types: Mapping[str, RowShape]
     # the key into TYPES when it is not the option's value alone (usage: --by and --tres)
     key: Callable[[ReportQuery], str] | None = None
 
@@ -168,7 +200,7 @@ class Section:
     TABLE_COLUMNS, when given, are the columns a terminal table shows (CSV and JSON show all)."""
 
     name: str
-    row: type | RowsBy
+    row: RowShape | RowsBy
     title: Callable[[ReportQuery, Sequence[Any]], str]
     table_columns: tuple[str, ...] | Callable[[ReportQuery], tuple[str, ...]] | None = None
     # what a table too narrow for every column keeps first: the row's key and the figures that
@@ -176,14 +208,15 @@ class Section:
     key_columns: tuple[str, ...] | Callable[[ReportQuery], tuple[str, ...]] = ()
 
     def row_type(self, query: ReportQuery) -> type:
-        if isinstance(self.row, type):
-            return self.row
+        if isinstance(self.row, RowShape):
+            return self.row.type
         key = self.row.key(query) if self.row.key is not None else query.option(self.row.option)
-        return self.row.types[key]
+        return self.row.types[key].type
 
     def row_types(self) -> tuple[type, ...]:
         """Every row type the section can have (the API's schema, the docs test)."""
-        return (self.row,) if isinstance(self.row, type) else tuple(self.row.types.values())
+        shapes = (self.row,) if isinstance(self.row, RowShape) else tuple(self.row.types.values())
+        return tuple(shape.type for shape in shapes)
 
     def columns(self, query: ReportQuery) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(self.row_type(query)))
@@ -315,21 +348,3 @@ def report_document(result: ReportResult) -> dict[str, Any]:
             for name, rows in result.sections
         ],
     }
-
-
-def decode_value(column: str, value: Any) -> Any:
-    """A value as JSON carried it (exact decimals and instants as text) back as the type its
-    registered column holds: what the API sent prints exactly as the store's own value."""
-    if not isinstance(value, str):
-        return value
-    col = COLUMNS.get(column)
-    if col is None or col.kind in (Kind.TEXT, Kind.TEXTS):
-        return value
-    if col.kind is Kind.INSTANT:
-        return datetime.fromisoformat(value)
-    if col.kind is Kind.DAY:
-        return date.fromisoformat(value)
-    try:
-        return Decimal(value)
-    except ArithmeticError:
-        return value

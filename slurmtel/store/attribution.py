@@ -24,8 +24,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection, text
 
-from slurmtel.records import IDLE_CAUSES
 from slurmtel.store.telemetry import utc_hour
+from slurmtel.vocabulary import IDLE_CAUSES
 
 
 @dataclass(frozen=True)

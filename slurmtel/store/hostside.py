@@ -18,10 +18,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slurmtel.records import GpuHostWindow, JobHostWindow, LustreJobStat, NodeFsWindow
 from slurmtel.store.sql import Connection, text
+
+if TYPE_CHECKING:
+    # the windows written are only annotated here: `slurmtel job` reads checkpoint estimates
+    # from this module without building the typed records
+    from slurmtel.records import GpuHostWindow, JobHostWindow, LustreJobStat, NodeFsWindow
 
 _JOB_COLUMNS = (
     "node",

@@ -11,10 +11,11 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from slurmtel.gcpause import gc_paused
-from slurmtel.records import REQUEUE_STATES, JobAttempt
+from slurmtel.records import JobAttempt
 from slurmtel.store.checks import sort_out
 from slurmtel.store.copy import ROW_ERRORS, copy_rows, copy_rows_isolating
 from slurmtel.store.locks import WRITE_LOCK_KEY, advisory_xact_lock
+from slurmtel.vocabulary import REQUEUE_STATES
 
 # (column, PostgreSQL type for binary COPY, JobAttempt attribute) - the one column list that
 # the staging table, the COPY and the upsert share. tres maps go in as dicts (jsonb), node

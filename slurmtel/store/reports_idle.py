@@ -16,10 +16,10 @@ from typing import Any
 
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
-from slurmtel.records import IDLE_CAUSES
 from slurmtel.store.reports_admin import as_seconds, no_jit, params, share
 from slurmtel.store.reports_retries import job_scope_params
 from slurmtel.store.sql import Connection, text
+from slurmtel.vocabulary import IDLE_CAUSES
 
 SECTIONS = ("by_account", "by_user", "by_partition", "top_jobs", "unmapped")
 

@@ -30,7 +30,6 @@ from typing import Any
 
 from slurmtel.access import Scope
 from slurmtel.filters import JobFilter
-from slurmtel.records import REQUEUE_STATES
 from slurmtel.store.reports_admin import as_seconds, no_jit, params
 from slurmtel.store.retry_links import (
     RESUBMISSION_WINDOW,
@@ -40,6 +39,7 @@ from slurmtel.store.retry_links import (
     retry_links_current,
 )
 from slurmtel.store.sql import Connection, text
+from slurmtel.vocabulary import REQUEUE_STATES
 
 DEFAULT_RESUBMISSION_WINDOW_SECONDS = 21600
 

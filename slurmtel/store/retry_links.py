@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from slurmtel.records import REQUEUE_STATES
 from slurmtel.store.sql import Connection, text
+from slurmtel.vocabulary import REQUEUE_STATES
 
 # A resubmission is a job that follows a failed job (its last attempt user_failure or
 # system_failure, and not requeued) of the same cluster, user, account, partition and job
