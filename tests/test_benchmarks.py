@@ -72,6 +72,14 @@ CASES = {
             "target",
         ],
     ),
+    "job_sql.py": (
+        ["--nodes", "1", "--hours", "2", "--repeat", "1", "--rounds", "1", "--partitions", "3"],
+        ["job_document", "statements", "planning", "execution"],
+    ),
+    "tsdb_replay.py": (
+        ["--gpus", "64", "--hours", "0.25"],
+        ["attribution per step", "target", "B per sample", "PostgreSQL: grew", "reports over"],
+    ),
     "cli_start.py": (
         ["--jobs", "300", "--repeat", "1"],
         [
