@@ -238,8 +238,8 @@ def test_a_run_reads_each_window_from_the_server_once(
     ctx: RunContext, server: PrometheusServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The new batches' windows (read for their job ids) are in the transaction's table when the
-    dirty attempts' windows are read next: they are not asked for again. A running job's later
-    run reads the hour it is in, and again each window once."""
+    dirty attempts' windows are read next: they are not asked for again; and the node label's
+    values are listed once for all the run's reads."""
     config = config_for(server.url, "prometheus")
     first, _ = running_then_ended()
     with ctx.engine.begin() as conn:
@@ -247,6 +247,14 @@ def test_a_run_reads_each_window_from_the_server_once(
     assert collect(replace(ctx, config=config), config).status == "ok"
     reader = WindowReader(config)
     asked: list[tuple[str, str, object]] = []
+    listed = []
+    list_nodes = reader.api.node_values
+
+    def listing(lo: Any, hi: Any) -> list[str]:
+        listed.append((lo, hi))
+        return list_nodes(lo, hi)
+
+    monkeypatch.setattr(reader.api, "node_values", listing)
 
     def counting(nodes: Any, lo: Any, hi: Any, *, now: Any) -> Any:
         for windows in reader(nodes, lo, hi, now=now):
@@ -258,6 +266,8 @@ def test_a_run_reads_each_window_from_the_server_once(
     result = run_attribution(ctx.engine, config, now=NOW)
     assert result.batches == NODES and result.windows > 0
     assert asked and len(asked) == len(set(asked)), "a window was read twice in one run"
+    # the nodes' label values listed once for the run's reads (each call lists every node)
+    assert len(listed) == 1, listed
     # and the rows are those of a store that reads everything twice (the reads before this change)
     monkeypatch.undo()
     again = rows(ctx.engine, f"SELECT {ATTRIBUTION} FROM gpu_attribution ORDER BY 1, 2, 3, 4, 5, 6")

@@ -168,14 +168,27 @@ class WindowReader:
     [sources.prometheus] as the prometheus source stores them: the same query (each window's
     latest readings, and the window before the first for the energy counter), the same
     summaries, the same screening (a window outside the plausible range is left out, as the
-    source quarantines it). One label-values call per read, to find the node label's values of
-    the nodes asked for."""
+    source quarantines it). The node label's values of the nodes asked for come from a
+    label-values call, kept for the reader's later reads inside the time it covered (it asks
+    up to `now` at once): a run reads thousands of spans, and each call lists every node."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
         self.cfg = config.sources.prometheus
         self.api = PrometheusApi(self.cfg)
         self.step = self.cfg.step_seconds
+        # (from, to, node name -> its node label values) of the last label-values call
+        self._values: tuple[datetime, datetime, dict[str, list[str]]] | None = None
+
+    def _node_values(self, lo: datetime, hi: datetime, now: datetime) -> dict[str, list[str]]:
+        held = self._values
+        if held is None or lo < held[0] or hi > held[1]:
+            lo, hi = (lo, max(hi, now)) if held is None else (min(lo, held[0]), max(hi, held[1], now))
+            by_node: dict[str, list[str]] = {}
+            for value in self.api.node_values(lo, hi):
+                by_node.setdefault(node_name(value), []).append(value)
+            self._values = held = (lo, hi, by_node)
+        return held[2]
 
     def __call__(
         self, nodes: Sequence[str], first: datetime, last: datetime, *, now: datetime
@@ -185,8 +198,8 @@ class WindowReader:
         from slurmtel.sources.plausible import screen_telemetry
 
         step = timedelta(seconds=self.step)
-        wanted = set(nodes)
-        values = [v for v in self.api.node_values(first - step, last) if node_name(v) in wanted]
+        known = self._node_values(first - step, last, now)
+        values = sorted(v for node in set(nodes) for v in known.get(node, ()))
         if not values:
             return
         groups = [
