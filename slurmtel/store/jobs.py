@@ -68,8 +68,9 @@ KEY = ("cluster", "job_id_raw", "submit_at")
 KEEP_WHEN_NULL = ("cpu_time_seconds", "mem_peak_task_bytes", "mem_peak_step_bytes", "usage_steps")
 
 
-# (column, PostgreSQL type) of the COPY: COLUMNS, then when the view was captured
-_COPY_COLUMNS = [*((c, t) for c, t, _ in COLUMNS), ("captured_at", "timestamptz")]
+# (column, PostgreSQL type) of the staging COPY: COLUMNS (when the view was captured is one
+# value for the whole write: a parameter of the upsert, not a column of every row)
+_COPY_COLUMNS = [(c, t) for c, t, _ in COLUMNS]
 # (JobAttempt attribute, PostgreSQL type): what checks.record_problem checks an attempt against
 ATTEMPT_FIELDS = tuple((attribute, pgtype) for _, pgtype, attribute in COLUMNS)
 
@@ -216,15 +217,14 @@ def _write_attempts(
     conn.execute(
         text(
             f"CREATE TEMP TABLE IF NOT EXISTS attempt_stage ON COMMIT DELETE ROWS "
-            f"AS SELECT {cols}, captured_at FROM job_attempt WITH NO DATA"
+            f"AS SELECT {cols} FROM job_attempt WITH NO DATA"
         )
     )
     conn.execute(text("TRUNCATE attempt_stage"))
-    rows = [(*_ROW(a), captured_at) for a in records]
     refused: list[tuple[JobAttempt, str]] = []
     savepoint = conn.begin_nested()
     try:
-        copy_rows(conn, "attempt_stage", _COPY_COLUMNS, rows)
+        copy_rows(conn, "attempt_stage", _COPY_COLUMNS, map(_ROW, records))
         savepoint.commit()
     except ROW_ERRORS:
         # one attempt spoils the COPY of all: keep the others. A NUL (a job name from a careless
@@ -233,7 +233,7 @@ def _write_attempts(
         savepoint.rollback()
         conn.execute(text("TRUNCATE attempt_stage"))
         kept_records, refused = sort_out(records, ATTEMPT_FIELDS)
-        rows = [_without_nul((*_ROW(a), captured_at)) for a in kept_records]
+        rows = [_without_nul(_ROW(a)) for a in kept_records]
         failed = copy_rows_isolating(conn, "attempt_stage", _COPY_COLUMNS, rows)
         refused += [(kept_records[i], f"the database refused it: {error}") for i, error in failed]
     non_key = [c for c in COLUMN_NAMES if c not in KEY]
@@ -249,7 +249,7 @@ def _write_attempts(
             f"""
             WITH written AS (
                 INSERT INTO job_attempt ({cols}, captured_at, job_submit_at, attempt_number)
-                SELECT {cols}, captured_at, submit_at, 1 FROM attempt_stage
+                SELECT {cols}, CAST(:captured_at AS timestamptz), submit_at, 1 FROM attempt_stage
                 ON CONFLICT (cluster, job_id_raw, submit_at) DO UPDATE
                 SET {assignments}, captured_at = EXCLUDED.captured_at, updated_at = now()
                 WHERE ({current}) IS DISTINCT FROM ({incoming})
@@ -258,7 +258,8 @@ def _write_attempts(
             )
             SELECT cluster, job_id_raw, submit_at, inserted FROM written
             """
-        )
+        ),
+        {"captured_at": captured_at},
     ).all()
     inserted_keys = frozenset((r[0], int(r[1]), r[2]) for r in result if r[3])
     updated_keys = frozenset((r[0], int(r[1]), r[2]) for r in result if not r[3])
