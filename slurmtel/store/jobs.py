@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import attrgetter
 from typing import Any
@@ -149,17 +149,22 @@ class WriteStats:
     # attempts that cannot be stored (a value beyond its column, text that is not text), with
     # the reason naming the field: the caller quarantines them (checks.rejection)
     refused: tuple[tuple[JobAttempt, str], ...] = ()
-    # the natural keys (cluster, job_id_raw, submit_at) of the inserted and updated attempts:
-    # a run of several sacct calls counts distinct attempts with them
-    inserted_keys: frozenset[tuple[str, int, datetime]] = frozenset()
-    updated_keys: frozenset[tuple[str, int, datetime]] = frozenset()
+    # the natural keys (cluster, job_id_raw, submit_at) of the attempts received, less the
+    # refused ones: a run of several sacct calls counts distinct attempts with them
+    keys: Collection[tuple[str, int, datetime]] = ()
+    # the updated attempts: natural key -> when the attempt was first stored (first_seen_at).
+    # With written_at, a run tells an update of an attempt it inserted itself (in an earlier
+    # sacct call: first_seen_at is that call's written_at) from a change to one stored before
+    updated_keys: Mapping[tuple[str, int, datetime], datetime] = field(default_factory=dict)
+    # when the write's transaction began: the first_seen_at of the attempts it inserted
+    written_at: datetime | None = None
 
     @property
     def unchanged(self) -> int:
         return self.received - self.inserted - self.updated - len(self.refused)
 
 
-def _one_per_key(attempts: Iterable[JobAttempt]) -> list[JobAttempt]:
+def _one_per_key(attempts: Iterable[JobAttempt]) -> dict[tuple[str, int, datetime], JobAttempt]:
     """One attempt per natural key: of several views of one attempt in a batch (one capture),
     the one that has come furthest (progress), the later one of equal progress."""
     by_key: dict[tuple[str, int, datetime], JobAttempt] = {}
@@ -168,12 +173,12 @@ def _one_per_key(attempts: Iterable[JobAttempt]) -> list[JobAttempt]:
         known = by_key.get(key)
         if known is None or progress(a) >= progress(known):
             by_key[key] = a
-    return list(by_key.values())
+    return by_key
 
 
 def attempt_rows(attempts: Iterable[JobAttempt]) -> list[tuple[Any, ...]]:
     """Rows in COLUMNS order, one per natural key (of several views, the newest state)."""
-    return list(map(_ROW, _one_per_key(attempts)))
+    return list(map(_ROW, _one_per_key(attempts).values()))
 
 
 def copy_attempt_rows(conn: Connection, table: str, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -206,7 +211,8 @@ def write_attempts(
 def _write_attempts(
     conn: Connection, attempts: Iterable[JobAttempt], captured_at: datetime | None, unknown_capture: bool
 ) -> WriteStats:
-    records = _one_per_key(attempts)
+    by_key = _one_per_key(attempts)
+    records = list(by_key.values())
     if not records:
         return WriteStats(0, 0, 0)
     # one writer of attempts at a time (the daemon and a backfill from the CLI): job linking
@@ -254,19 +260,33 @@ def _write_attempts(
                 SET {assignments}, captured_at = EXCLUDED.captured_at, updated_at = now()
                 WHERE ({current}) IS DISTINCT FROM ({incoming})
                   AND {_newer_sql(captured_at, unknown_capture)}
-                RETURNING cluster, job_id_raw, submit_at, (xmax = 0) AS inserted
+                RETURNING cluster, job_id_raw, submit_at, first_seen_at, (xmax = 0) AS inserted
             )
-            SELECT cluster, job_id_raw, submit_at, inserted FROM written
+            -- the number inserted (and when: this transaction's start, their first_seen_at),
+            -- then the keys of the updated ones alone: a first ingest returns one row
+            SELECT NULL, NULL, NULL, now(), count(*) FROM written WHERE inserted
+            UNION ALL
+            SELECT cluster, job_id_raw, submit_at, first_seen_at, NULL FROM written WHERE NOT inserted
             """
         ),
         {"captured_at": captured_at},
     ).all()
-    inserted_keys = frozenset((r[0], int(r[1]), r[2]) for r in result if r[3])
-    updated_keys = frozenset((r[0], int(r[1]), r[2]) for r in result if not r[3])
-    if inserted_keys or updated_keys:
+    inserted = 0
+    written_at: datetime | None = None
+    updated_keys: dict[tuple[str, int, datetime], datetime] = {}
+    for cluster, job_id_raw, submit_at, first_seen_at, count in result:
+        if count is None:
+            updated_keys[cluster, int(job_id_raw), submit_at] = first_seen_at
+        else:
+            inserted, written_at = count, first_seen_at
+    if inserted or updated_keys:
         link_jobs(conn)
+    keys: Collection[tuple[str, int, datetime]] = by_key.keys()
+    if refused:
+        left_out = {id(a) for a, _ in refused}
+        keys = [key for key, a in by_key.items() if id(a) not in left_out]
     return WriteStats(
-        len(records), len(inserted_keys), len(updated_keys), tuple(refused), inserted_keys, updated_keys
+        len(records), inserted, len(updated_keys), tuple(refused), keys, updated_keys, written_at
     )
 
 
