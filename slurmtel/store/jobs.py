@@ -298,15 +298,32 @@ def link_jobs(conn: Connection) -> None:
     starts a new job. Sets job_submit_at (the first attempt's submit time) and attempt_number.
     A new attempt starts as its own job (attempt 1); only ids with several attempts are relinked.
     """
+    # the staged ids with another attempt: one index probe each (LIMIT 1 keeps the subquery a
+    # parameterized scan: a join the planner may turn into a hash join over the whole table,
+    # which grows with a site's history, while the staging table has no statistics). Few ids
+    # have several attempts: the relinking reads only theirs, by the ids as parameters
+    ids = conn.execute(
+        text(
+            """
+            SELECT DISTINCT s.cluster, s.job_id_raw
+            FROM attempt_stage s
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM job_attempt other
+                WHERE other.cluster = s.cluster AND other.job_id_raw = s.job_id_raw
+                  AND other.submit_at <> s.submit_at
+                LIMIT 1
+            ) sibling
+            """
+        )
+    ).all()
+    if not ids:
+        return
     requeue = ", ".join(f"'{s}'" for s in REQUEUE_STATES)
     conn.execute(
         text(
             f"""
             WITH touched AS (
-                SELECT a.cluster, a.job_id_raw
-                FROM job_attempt a JOIN (SELECT DISTINCT cluster, job_id_raw FROM attempt_stage) s
-                     USING (cluster, job_id_raw)
-                GROUP BY a.cluster, a.job_id_raw HAVING count(*) > 1
+                SELECT * FROM unnest(CAST(:clusters AS text[]), CAST(:job_ids AS int8[])) AS t(cluster, job_id_raw)
             ),
             ordered AS (
                 SELECT a.cluster, a.job_id_raw, a.submit_at,
@@ -333,7 +350,8 @@ def link_jobs(conn: Connection) -> None:
             WHERE a.cluster = k.cluster AND a.job_id_raw = k.job_id_raw AND a.submit_at = k.submit_at
               AND (a.job_submit_at, a.attempt_number) IS DISTINCT FROM (k.job_submit_at, k.attempt_number)
             """
-        )
+        ),
+        {"clusters": [cluster for cluster, _ in ids], "job_ids": [job_id_raw for _, job_id_raw in ids]},
     )
 
 
