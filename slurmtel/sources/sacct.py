@@ -444,8 +444,12 @@ def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: 
 
     records = parsed.records
     attempts = [r for r in records if isinstance(r, JobAttempt)]
-    rejected = [r for r in records if isinstance(r, Rejected)]
-    notices = [r for r in records if isinstance(r, SchemaNotice)]
+    # a current sacct's output is attempts alone: no second and third pass over them
+    rejected: list[Rejected] = []
+    notices: list[SchemaNotice] = []
+    if len(attempts) < len(records):
+        rejected = [r for r in records if isinstance(r, Rejected)]
+        notices = [r for r in records if isinstance(r, SchemaNotice)]
     for notice in notices:
         log.warning(
             "%s: sacct JSON schema '%s' is not one this slurmtel knows; read as %s",
