@@ -330,14 +330,49 @@ def test_the_summary_counts_records_and_distinct_attempts_apart() -> None:
     a = ("c", 1, at("2026-12-02T10:00:00"))
     b = ("c", 2, at("2026-12-02T10:00:00"))
     c = ("c", 3, at("2026-12-02T10:00:00"))
+    # the first write began at t1 (A's first_seen_at), the second at t2; B was stored before, at t0
+    t0, t1, t2 = at("2026-12-01T00:00:00"), at("2026-12-02T11:00:00"), at("2026-12-02T11:00:01")
     totals = _Totals()
-    totals.add(3, 3, WriteStats(3, 1, 0, inserted_keys=frozenset({a})), [], [], [a, b, c])
-    totals.add(2, 2, WriteStats(2, 0, 2, updated_keys=frozenset({a, b})), [], [], [a, b])
+    totals.add(3, 3, WriteStats(3, 1, 0, written_at=t1), [], [], [a, b, c])
+    totals.add(2, 2, WriteStats(2, 0, 2, updated_keys={a: t1, b: t0}, written_at=t2), [], [], [a, b])
     # 5 records, 3 attempts: A new (changed again later: still new), B changed, C unchanged
     assert totals.summary() == (
         "5 attempt records read in 2 sacct calls (3 distinct attempts: 1 new, 1 changed, 1 unchanged); "
         "0 quarantined"
     )
     once = _Totals()
-    once.add(2, 2, WriteStats(2, 2, 0, inserted_keys=frozenset({a, b})), [], [], [a, b])
+    once.add(2, 2, WriteStats(2, 2, 0, written_at=t1), [], [], [a, b])
     assert once.summary() == "2 attempts read: 2 new, 0 changed, 0 unchanged; 0 quarantined"
+
+
+def test_an_attempt_the_run_inserted_then_updated_is_new_and_one_stored_before_is_changed(
+    ctx: RunContext,
+) -> None:
+    # the database's side of the summary: an update tells whose insert it follows by the
+    # attempt's first_seen_at (the writes return only the keys they updated, not the inserted)
+    from slurmtel.simulate import render_sacct_json, synthetic_jobs
+
+    before, a, b = (
+        replace(j, state="RUNNING", end_at=None)
+        for j in synthetic_jobs(3, start=datetime(2026, 12, 1, tzinfo=UTC))
+    )
+    ended = [replace(j, state="COMPLETED", end_at=j.start_at + timedelta(hours=1)) for j in (before, a, b)]
+    captured = at("2026-12-02T10:00:00")
+    store_documents(ctx, [SacctDocument("earlier", render_sacct_json([before]), captured)], RunResult())
+    result = RunResult()
+    later = captured + timedelta(minutes=1)
+    store_documents(
+        ctx,
+        [
+            # A and B new; then A ended (an update of what this run inserted), B unchanged,
+            # and the attempt stored before the run ended (a change)
+            SacctDocument("one", render_sacct_json([a, b]), later),
+            SacctDocument("two", render_sacct_json([ended[1], b, ended[0]]), later + timedelta(minutes=1)),
+        ],
+        result,
+    )
+    assert result.notes[0] == (
+        "5 attempt records read in 2 sacct calls (3 distinct attempts: 2 new, 1 changed, 0 unchanged); "
+        "0 quarantined"
+    )
+    assert result.rows_written == 4

@@ -320,8 +320,11 @@ class _Totals:
     quarantined: int = 0
     # natural keys: overlapping windows (cursor and trailing rescan) read one attempt twice
     keys: set[tuple[str, int, datetime]] = field(default_factory=set)
-    new_keys: set[tuple[str, int, datetime]] = field(default_factory=set)
-    changed_keys: set[tuple[str, int, datetime]] = field(default_factory=set)
+    # the updated attempts (natural key -> first_seen_at), and when each of the run's writes
+    # began (the first_seen_at of what it inserted): an attempt the run inserted, then
+    # updated in a later sacct call, is new, not changed
+    changed_keys: dict[tuple[str, int, datetime], datetime] = field(default_factory=dict)
+    written_at: set[datetime] = field(default_factory=set)
     # the first few, for the run's notes
     rejected: list[Rejected] = field(default_factory=list)
     notices: list[SchemaNotice] = field(default_factory=list)
@@ -337,8 +340,9 @@ class _Totals:
     ) -> None:
         self.documents += 1
         self.keys.update(keys)
-        self.new_keys |= stats.inserted_keys
-        self.changed_keys |= stats.updated_keys
+        self.changed_keys.update(stats.updated_keys)
+        if stats.written_at is not None:
+            self.written_at.add(stats.written_at)
         self.notices.extend(notices)
         self.read += read
         self.attempts += attempts
@@ -360,8 +364,9 @@ class _Totals:
         windows repeat some), and the distinct attempts (natural keys) new, changed or not."""
         calls = f" in {self.documents} sacct calls" if self.documents > 1 else ""
         distinct = len(self.keys)
-        new = len(self.new_keys)
-        changed = len(self.changed_keys - self.new_keys)
+        # an attempt is inserted once (the natural key is unique), so the writes' counts add up
+        new = self.inserted
+        changed = sum(1 for first_seen in self.changed_keys.values() if first_seen not in self.written_at)
         figures = f"{new} new, {changed} changed, {distinct - new - changed} unchanged"
         if self.attempts == distinct:
             counted = f"{distinct} attempts read{calls}: {figures}"
@@ -439,8 +444,12 @@ def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: 
 
     records = parsed.records
     attempts = [r for r in records if isinstance(r, JobAttempt)]
-    rejected = [r for r in records if isinstance(r, Rejected)]
-    notices = [r for r in records if isinstance(r, SchemaNotice)]
+    # a current sacct's output is attempts alone: no second and third pass over them
+    rejected: list[Rejected] = []
+    notices: list[SchemaNotice] = []
+    if len(attempts) < len(records):
+        rejected = [r for r in records if isinstance(r, Rejected)]
+        notices = [r for r in records if isinstance(r, SchemaNotice)]
     for notice in notices:
         log.warning(
             "%s: sacct JSON schema '%s' is not one this slurmtel knows; read as %s",
@@ -459,10 +468,8 @@ def _store(ctx: RunContext, parsed: _Parsed, totals: _Totals, *, sync_outcomes: 
         quarantine(conn, rejected)
         if parsed.cursor_scope is not None and parsed.cursor_at is not None:
             set_cursor(conn, NAME, parsed.cursor_scope, parsed.cursor_at)
-    refused = {id(a) for a, _ in stats.refused}
-    keys = [(a.cluster, a.job_id_raw, a.submit_at) for a in attempts if id(a) not in refused]
     totals.add(
-        len(records) - len(notices), len(attempts) - len(stats.refused), stats, rejected, notices, keys
+        len(records) - len(notices), len(attempts) - len(stats.refused), stats, rejected, notices, stats.keys
     )
 
 
