@@ -112,7 +112,8 @@ def main() -> int:
                     backend += _backend(pid) - b0
             n = args.jobs
             print(
-                f"{round_name}: write_attempts {wall:.2f} s wall, client {client / n * 1e6:.1f} us/job, "
+                f"{round_name}: write_attempts {wall:.2f} s wall, {client + backend:.2f} s CPU (client "
+                f"{client:.2f} + backend {backend:.2f}); client {client / n * 1e6:.1f} us/job, "
                 f"backend {backend / n * 1e6:.1f} us/job"
             )
             for label, (count, s_wall, s_client, s_backend) in sorted(

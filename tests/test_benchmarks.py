@@ -76,6 +76,10 @@ CASES = {
         ["--nodes", "1", "--hours", "2", "--repeat", "1", "--rounds", "1", "--partitions", "3"],
         ["job_document", "statements", "planning", "execution"],
     ),
+    "sacct_store_statements.py": (
+        ["--jobs", "2000", "--batch", "1000"],
+        ["write_attempts", "client", "backend"],
+    ),
     "tsdb_replay.py": (
         ["--gpus", "64", "--hours", "0.25"],
         ["attribution per step", "target", "B per sample", "PostgreSQL: grew", "reports over"],
