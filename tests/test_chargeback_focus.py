@@ -62,7 +62,10 @@ def cli(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.M
     )
     config_file = tmp_path / "slurmtel.toml"
     config_file.write_text(
-        '[site]\ntimezone = "Europe/Berlin"\n[chargeback]\nprovider_name = "Example HPC Centre"\n'
+        # no sacctmgr: the accounts' codes are the file's alone (the ledger's own tests read
+        # sacctmgr's account tree); the host's sacctmgr, if any, is not asked
+        '[site]\ntimezone = "Europe/Berlin"\n[access]\nsacctmgr_command = ""\n'
+        '[chargeback]\nprovider_name = "Example HPC Centre"\n'
         '[[chargeback.accounts]]\naccount = "physics"\npi = "dr-phys"\ncost_centre = "CC-1042"\n' + rates
     )
     monkeypatch.setenv("SLURMTEL_DATABASE_URL", database_url)
