@@ -6,8 +6,9 @@ per 10,000 GPUs, half the GPUs held by multi-day jobs at the start). Simulated t
 steps of the attribution interval (5 minutes). In each step:
 
   nodes:  every GPU's 30 s windows of the step as dcgm-exporter's readings (utilisation,
-          memory used, power; the job on the GPU in `hpc_job`, dcgm-exporter's labels), one
-          sample per window, written into VictoriaMetrics (Debian's victoria-metrics) through
+          memory used, power; with --all-fields the eleven fields the prometheus source reads
+          by default, an energy counter among them; the job on the GPU in `hpc_job`,
+          dcgm-exporter's labels), one sample per window, written into VictoriaMetrics (Debian's victoria-metrics) through
           /api/v1/import, as the site's scrapers would have; then flushed;
   sacct:  the attempts submitted, started or ended in the step, rendered as `sacct --json` and
           stored by the sacct source's own path;
@@ -23,7 +24,7 @@ target (< 60 s), PostgreSQL's growth per simulated hour and extrapolated per mon
 VictoriaMetrics' bytes per sample (its own /metrics), `slurmtel job`'s SQL and reads for the
 longest job that ended, and every admin report over the month.
 
-    python benchmarks/tsdb_replay.py [--gpus 100000] [--hours 2] [--max-minutes 60] [--dsn URL]
+    python benchmarks/tsdb_replay.py [--gpus 100000] [--hours 2] [--max-minutes 60] [--all-fields] [--dsn URL]
 
 --max-minutes bounds the run's wall time: the replay stops after the step that passes it and
 says how many steps it did (the figures are of those steps only).
@@ -131,27 +132,66 @@ def start_victoria(binary: str, workdir: Path) -> Victoria:
     raise SystemExit("victoria-metrics did not answer")
 
 
-def import_lines(by_node: dict[str, list[GpuSummary]], indices: dict[str, int]) -> tuple[list[bytes], int]:
+MEMORY_TOTAL_MIB = 81559
+
+
+def _readings(all_fields: bool) -> tuple[tuple[str, Any], ...]:
+    """(metric, reading of a window) of the series written: three (utilisation, memory used,
+    power), or dcgm-exporter's eleven of DEFAULT_PROMETHEUS_METRICS (the energy counter given
+    apart: it carries over from window to window)."""
+    three = (
+        ("DCGM_FI_DEV_GPU_UTIL", lambda w: w.util_mean_percent),
+        ("DCGM_FI_DEV_FB_USED", lambda w: (w.memory_used_max_bytes or 0) // 2**20),
+        ("DCGM_FI_DEV_POWER_USAGE", lambda w: w.power_mean_watts),
+    )
+    if not all_fields:
+        return three
+    return (
+        *three,
+        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", lambda w: round(w.util_mean_percent / 100, 4)),
+        ("DCGM_FI_PROF_SM_ACTIVE", lambda w: round(w.util_mean_percent * 0.9 / 100, 4)),
+        ("DCGM_FI_DEV_FB_FREE", lambda w: MEMORY_TOTAL_MIB - (w.memory_used_max_bytes or 0) // 2**20),
+        ("DCGM_FI_DEV_FB_TOTAL", lambda w: MEMORY_TOTAL_MIB),
+        ("DCGM_FI_DEV_GPU_TEMP", lambda w: round(30 + w.util_mean_percent * 0.4)),
+        ("DCGM_FI_DEV_SM_CLOCK", lambda w: 1980 if w.util_mean_percent > 0 else 345),
+        ("DCGM_FI_DEV_XID_ERRORS", lambda w: 0),
+    )
+
+
+def import_lines(
+    by_node: dict[str, list[GpuSummary]],
+    indices: dict[str, int],
+    *,
+    all_fields: bool,
+    energy_mj: dict[str, float],
+) -> tuple[list[bytes], int]:
     """The windows as /api/v1/import lines: per GPU, metric and job on the GPU, one series with
     a sample at each window's start (the reading the prometheus source gives that window); and
-    how many samples."""
+    how many samples. With ALL_FIELDS, dcgm-exporter's eleven default fields, the energy
+    counter (mJ) carried on in ENERGY_MJ per GPU."""
+    readings = _readings(all_fields)
     lines = []
     samples = 0
     for node, windows in by_node.items():
         series: dict[tuple[str, str], list[GpuSummary]] = {}
-        for w in windows:
+        counters: dict[int, float] = {}
+        for w in windows:  # each GPU's in time order
             series.setdefault((w.gpu_uuid, w.job_ids[0] if w.job_ids else ""), []).append(w)
+            if all_fields:
+                counters[id(w)] = energy_mj.get(w.gpu_uuid, 0.0)
+                energy_mj[w.gpu_uuid] = (
+                    counters[id(w)] + (w.power_mean_watts or 0.0) * w.window_seconds * 1000
+                )
         for (uuid, job), ws in series.items():
             index = str(indices[uuid])
             labels = {"gpu": index, "UUID": uuid, "device": f"nvidia{index}", "modelName": MODEL,
                       "Hostname": node, "hpc_job": job, "instance": f"{node}:9400", "job": "dcgm"}  # fmt: skip
             stamps = [int(w.window_start_at.timestamp() * 1000) for w in ws]
-            samples += 3 * len(ws)
-            for name, values in (
-                ("DCGM_FI_DEV_GPU_UTIL", [w.util_mean_percent for w in ws]),
-                ("DCGM_FI_DEV_FB_USED", [(w.memory_used_max_bytes or 0) // 2**20 for w in ws]),
-                ("DCGM_FI_DEV_POWER_USAGE", [w.power_mean_watts for w in ws]),
-            ):
+            columns = [(name, [reading(w) for w in ws]) for name, reading in readings]
+            if all_fields:
+                columns.append(("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", [counters[id(w)] for w in ws]))
+            samples += len(columns) * len(ws)
+            for name, values in columns:
                 lines.append(
                     orjson.dumps(
                         {"metric": {"__name__": name, **labels}, "values": values, "timestamps": stamps}
@@ -189,6 +229,9 @@ def main() -> int:
     parser.add_argument("--hours", type=float, default=2)
     parser.add_argument("--step-minutes", type=float, default=Config().attribution.interval_seconds / 60)
     parser.add_argument("--max-minutes", type=float, default=60, help="stop after the step that passes this")
+    parser.add_argument(
+        "--all-fields", action="store_true", help="write dcgm-exporter's eleven default fields, not three"
+    )
     parser.add_argument("--dsn", default=None)
     args = parser.parse_args()
     dsn = configured_server(args.dsn)
@@ -211,7 +254,7 @@ def main() -> int:
     indices = {uuid: index for (_, index), uuid in windows.uuids.items()}
     started = sum(1 for a in attempts if a.job.start_at is not None)
     print(f"{gpus:,} GPUs in {gpus // GPUS_PER_NODE:,} nodes, {steps} steps of {step.total_seconds() / 60:g} min "
-          f"({steps * step.total_seconds() / 3600:g} h), 30 s windows, 3 readings a window; {len(attempts):,} "
+          f"({steps * step.total_seconds() / 3600:g} h), 30 s windows, {11 if args.all_fields else 3} readings a window; {len(attempts):,} "
           f"attempts ({started:,} started; generated in {time.perf_counter() - t0:.1f} s); "
           f"CPUs: {os.cpu_count()}", flush=True)  # fmt: skip
 
@@ -265,12 +308,15 @@ def replay(
           f"{'attr s':>7} {'attr CPU':>8} {'read':>9} {'attempts':>8} {'keeps up':>8}", flush=True)  # fmt: skip
     done: list[Step] = []
     run_starts: list[float] = []
+    energy_mj: dict[str, float] = {}
     lo = None
     for k in range(steps):
         step_start = START + k * step
         step_end = step_start + step
         # the nodes' scrapes of the step, in the TSDB
-        lines, samples = import_lines(windows.between(step_start, step_end), indices)
+        lines, samples = import_lines(
+            windows.between(step_start, step_end), indices, all_fields=args.all_fields, energy_mj=energy_mj
+        )
         with meter.measure() as write:
             body: list[bytes] = []
             size = 0
