@@ -51,8 +51,14 @@ EXTRA = [
 
 
 def configured(**chargeback: Any) -> Config:
+    # no sacctmgr command: the host's sacctmgr (if any) is never asked; the tests that read the
+    # account tree give it themselves (TREE, or a fake sacctmgr printing it)
     return config_from_dict(
-        {"site": {"timezone": "Europe/Berlin"}, "chargeback": {"rates": RATES, **chargeback}}
+        {
+            "site": {"timezone": "Europe/Berlin"},
+            "access": {"sacctmgr_command": ""},
+            "chargeback": {"rates": RATES, **chargeback},
+        }
     )
 
 
