@@ -34,7 +34,7 @@ from slurmtel.store.jobs import write_attempts
 from slurmtel.store.jobview import find_attempts, util_windows
 from slurmtel.store.rls import set_transaction_scope
 from slurmtel.store.samples import PrometheusSampleStore, _without, sample_store
-from slurmtel.store.telemetry import load_shadow_windows, write_summaries
+from slurmtel.store.telemetry import ensure_shadow_tables, load_shadow_windows, write_summaries
 from tests.conftest import LoginRoles, _empty_tables
 from tests.factories import windows as factory_windows
 from tests.prometheus_server import (
@@ -318,6 +318,7 @@ def test_a_window_the_postgresql_store_refuses_is_left_out_of_a_read_too(engine:
         conn.rollback()
     assert stats.inserted == 2 and [r for r, _ in stats.refused] == [bad]
     with engine.begin() as conn:
+        ensure_shadow_tables(conn)
         copied = load_shadow_windows(conn, [(good[0], None), (bad, None), (good[2], 7)])
         held = conn.execute(text("SELECT window_start_at, batch_id FROM gpu_window ORDER BY 1")).all()
     assert copied == 2

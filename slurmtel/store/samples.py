@@ -272,8 +272,7 @@ class PrometheusSampleStore:
         for batch_id, node, first, last in batches:
             by_span.setdefault((first, last), []).append((node, batch_id))
         fetched = 0
-        telemetry.ensure_shadow_tables(conn)
-        held = self._held_spans(conn)
+        held = self._held_spans(telemetry.ensure_shadow_tables(conn))
         for (first, last), members in by_span.items():
             ids = dict(members)
             for windows in self.read(sorted(ids), first, last, now=now):
@@ -286,11 +285,8 @@ class PrometheusSampleStore:
         self.fetched += fetched
         return fetched
 
-    def _held_spans(self, conn: ReadableConnection) -> dict[str, list[tuple[datetime, datetime]]]:
-        """The spans fetched into this transaction's temporary table (none in another's)."""
-        from slurmtel.store import telemetry
-
-        oid = telemetry.shadow_table_oid(conn)
+    def _held_spans(self, oid: int) -> dict[str, list[tuple[datetime, datetime]]]:
+        """The spans fetched into the temporary table OID (this transaction's: none in another's)."""
         if self._held is None or self._held[0] != oid:
             self._held = (oid, {})
         return self._held[1]
@@ -326,8 +322,7 @@ class PrometheusSampleStore:
                 runs[-1][1] = max(runs[-1][1], last)
             else:
                 runs.append([first, last])
-        telemetry.ensure_shadow_tables(conn)
-        held = self._held_spans(conn)
+        held = self._held_spans(telemetry.ensure_shadow_tables(conn))
         by_span: dict[tuple[datetime, datetime], list[str]] = {}
         for node, runs in merged.items():
             for first, last in runs:

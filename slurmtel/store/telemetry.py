@@ -726,15 +726,18 @@ def batch_spans(conn: Connection, batch_ids: Sequence[int]) -> list[tuple[int, s
     ]
 
 
-def ensure_shadow_tables(conn: ReadableConnection) -> None:
+def ensure_shadow_tables(conn: ReadableConnection) -> int:
     """A temporary table gpu_window, shaped as the real one and dropped when the transaction
-    ends. A session's temporary tables come first in its search path, so until then every
-    statement that names gpu_window, slurmtel_gpu_windows and slurmtel_batch_windows among
-    them, reads this one: the windows a remote store fetched. (Their other half, the packed
-    hours of gpu_window_hour, is empty with such a store: it packs nothing.)"""
-    exists = conn.execute(sql_text("SELECT to_regclass('pg_temp.gpu_window') IS NOT NULL")).scalar_one()
-    if exists:
-        return
+    ends; returns its oid (each transaction that fetches windows creates its own, so the oid
+    tells one transaction's table from another's). A session's temporary tables come first in
+    its search path, so until then every statement that names gpu_window,
+    slurmtel_gpu_windows and slurmtel_batch_windows among them, reads this one: the windows a
+    remote store fetched. (Their other half, the packed hours of gpu_window_hour, is empty with
+    such a store: it packs nothing.)"""
+    lookup = sql_text("SELECT CAST(to_regclass('pg_temp.gpu_window') AS oid)")
+    oid = conn.execute(lookup).scalar_one()
+    if oid:
+        return int(oid)
     conn.execute(
         sql_text(
             f"CREATE TEMP TABLE {PARTITIONED_TABLE} (LIKE {PARTITIONED_TABLE} INCLUDING DEFAULTS) ON COMMIT DROP"
@@ -748,21 +751,15 @@ def ensure_shadow_tables(conn: ReadableConnection) -> None:
     # a plan prepared earlier in this session (psycopg prepares statements it runs often) has
     # the real tables resolved in it: plan again, so that it reads these
     conn.execute(sql_text("DISCARD PLANS"))
-
-
-def shadow_table_oid(conn: ReadableConnection) -> int:
-    """The oid of this transaction's temporary gpu_window (0: none): each transaction that
-    fetches windows creates its own, so the oid tells one transaction's from another's."""
-    oid = conn.execute(sql_text("SELECT CAST(to_regclass('pg_temp.gpu_window') AS oid)")).scalar_one()
-    return int(oid or 0)
+    return int(conn.execute(lookup).scalar_one())
 
 
 def load_shadow_windows(conn: ReadableConnection, windows: Sequence[tuple[GpuSummary, int | None]]) -> int:
     """Copy WINDOWS (each with its ingest batch, None: none) into the temporary gpu_window, on
     a SQLAlchemy connection or a read command's ReadConnection; returns the windows copied. A
     window that the PostgreSQL store would refuse (a value beyond its column) is left out, as
-    that store leaves it out: one COPY when all fit, else the fitting ones only."""
-    ensure_shadow_tables(conn)
+    that store leaves it out: one COPY when all fit, else the fitting ones only. The caller
+    has made the table (ensure_shadow_tables, once per read: a read loads it query by query)."""
     if not windows:
         return 0
     conn.execute(sql_text("SAVEPOINT slurmtel_shadow_copy"))
