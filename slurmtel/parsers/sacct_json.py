@@ -43,7 +43,7 @@ from slurmtel.parsers.slurm_common import (
     NO_VAL16,
     NO_VAL32,
     SENTINELS,
-    expand_nodelist,
+    attempt_nodes,
     minutes_to_seconds,
     normalize_state,
     only_informational,
@@ -335,14 +335,7 @@ def _fast_attempt(job: _Job, default_cluster: str) -> JobAttempt:
     wckey = job.wckey
     if isinstance(wckey, _Wckey):
         wckey = wckey.wckey
-    nodelist = job.nodes or ""
-    try:
-        nodes = expand_nodelist(nodelist)
-    except ValueError:
-        nodes = ()
-    else:
-        if not nodes:
-            nodelist = ""
+    nodelist, nodes = attempt_nodes(job.nodes or "")
     steps = job.steps
     cpu_time, mem_task, mem_step, steps_read = _step_usage(steps) if steps else (None, None, None, None)
     limit = _number(time.limit)
@@ -657,15 +650,7 @@ def _attempt(job: dict[str, Any], default_cluster: str) -> JobAttempt:
     wckey = get("wckey")
     if type(wckey) is dict:
         wckey = wckey.get("wckey")
-    nodelist = get("nodes") or ""
-    try:
-        nodes = expand_nodelist(nodelist)
-    except ValueError:
-        # the allocation still counts; only the per-node view is lost (nodelist keeps the text)
-        nodes = ()
-    else:
-        if not nodes:
-            nodelist = ""
+    nodelist, nodes = attempt_nodes(get("nodes") or "")
     uid = get("uid")
     steps = get("steps")
     cpu_time, mem_task, mem_step, steps_read = _step_usage(steps) if steps else (None, None, None, None)

@@ -30,7 +30,7 @@ from slurmtel.parsers.slurm_common import (
     INFINITE64,
     NO_TIME_WORDS,
     NO_VAL64,
-    expand_nodelist,
+    attempt_nodes,
     gpu_count,
     gpu_model,
     minutes_to_seconds,
@@ -304,15 +304,7 @@ class _RowReader:
         alloc_cpus = alloc_tres.get("cpu")
         if alloc_cpus is None:
             alloc_cpus = _int(get("alloccpus")) or _int(get("ncpus")) or 0
-        nodelist = get("nodelist").strip()
-        try:
-            nodes = expand_nodelist(nodelist)
-        except ValueError:
-            # the allocation still counts; only the per-node view is lost (nodelist keeps the text)
-            nodes = ()
-        else:
-            if not nodes:
-                nodelist = ""
+        nodelist, nodes = attempt_nodes(get("nodelist").strip())
         if "timelimitraw" in self.column:
             time_limit = minutes_to_seconds(text_number(get("timelimitraw")))
         else:

@@ -401,3 +401,14 @@ def output_option(submit_line: str) -> str:
         elif word.startswith("-o") and not word.startswith("--") and len(word) > 2:
             found = word[2:]
     return found
+
+
+def attempt_nodes(nodelist: str) -> tuple[str, tuple[str, ...]]:
+    """(nodelist, nodes) of a job's allocation as an attempt keeps them: the nodes expanded; a
+    list that cannot be expanded keeps its text with no nodes (the allocation still counts,
+    only the per-node view is lost); one that names no node ("None assigned") is ""."""
+    try:
+        nodes = expand_nodelist(nodelist)
+    except ValueError:
+        return nodelist, ()
+    return (nodelist if nodes else ""), nodes
