@@ -345,8 +345,9 @@ def test_runs_through_a_day_read_only_the_new_hours_and_equal_a_full_recompute(
     """A run every 20 minutes for 32 hours, with windows arriving late (one chunk across the
     site's midnight, which in Kolkata (+05:30) cuts a UTC hour in two) and an attempt whose
     record changes (it ended before the last run's `now`). Each run without late data reads only
-    the windows of the hour slices from the previous run's `now` on, however long the attempts
-    have run; the rows and the slices equal those of a full recompute."""
+    the windows that are new since the previous run's `now`, however long the attempts have run
+    (the slice holding that `now` is added to); the rows and the slices equal those of a full
+    recompute."""
     config = config_from_dict({"attribution": {"overlap_seconds": 0}, "site": {"timezone": zone}})
     start = T0 - timedelta(days=1, hours=2)  # 08:00 UTC on Oct 31st
     job = attempt(
@@ -384,10 +385,11 @@ def test_runs_through_a_day_read_only_the_new_hours_and_equal_a_full_recompute(
         store(engine, summaries=new)
         result = run_attribution(engine, config, now=now)
         if not arriving and now > start + step:
-            # from the start of the hour of the previous run's `now` (an hour at most, one
-            # more slice where a site midnight cuts it) plus the new 20 minutes, per GPU
+            # the slices from the previous run's `now` on (one more where a site midnight cuts
+            # an hour), per GPU; only the new windows are read, added to the slice the previous
+            # run left, but where job 32's record changed: its last hour is read again
             assert result.slices <= 3 * 3, now
-            assert result.windows <= 3 * (120 + 40 + 3), now
+            assert result.windows <= len(new) + (120 if now == start + timedelta(hours=30) else 0), now
             reads.append(result.windows)
         now += step
     # late in the replay a run reads no more than early in it
@@ -399,6 +401,51 @@ def test_runs_through_a_day_read_only_the_new_hours_and_equal_a_full_recompute(
     run_attribution(engine, config, now=now - step, full=True)
     assert strip(rows(engine)) == incremental
     assert parts(engine) == incremental_parts
+
+
+def test_runs_at_any_moment_add_only_new_windows_and_equal_a_full_recompute(engine: Engine) -> None:
+    """Runs at moments that are not window boundaries, some with a window that ends after the
+    run's `now` already stored (counted in part), and a late window from a second source for a
+    moment already counted. A run adds the new windows to the slice the previous run left only
+    when that slice holds no window ending after the previous `now`; otherwise it reads the slice
+    again. Either way the rows and slices equal a full recompute's after every run."""
+    config = config_from_dict({"attribution": {"overlap_seconds": 0}})
+    start = T0 - timedelta(hours=5, minutes=3)
+    job = attempt(
+        job_id_raw=51, nodes=("gpu01",), alloc_gpus=1, start_at=start, end_at=None, state="RUNNING",
+        submit_at=start,
+    )  # fmt: skip
+    feed_all = _packable(windows("GPU-0", start, 120 * 5, busy=set(range(0, 600, 3)), job="51"))
+    store(engine, attempts=[job], inv=inventory("gpu01", ["GPU-0"]))
+    stored_to = start  # windows starting before it are stored
+    cut_before = False  # the previous run counted a window that ends after its `now`
+    added = 0  # runs that added the new windows to the slice left
+    # (minutes after the start of the run, whether the window running at `now` is stored too)
+    runs = [(7.2, False), (19.9, True), (33.0, False), (41.5, False), (58.25, True), (66.0, False),
+            (71.0, False), (95.5, False), (130.0, False), (151.1, True), (177.0, False), (240.0, False)]  # fmt: skip
+    for minutes, with_running in runs:
+        now = start + timedelta(minutes=minutes)
+        upto = now + timedelta(seconds=30) if with_running else now
+        new = [s for s in feed_all if stored_to <= s.window_start_at < upto - timedelta(seconds=29.999)]
+        if minutes == 130.0:
+            # dcgm-exporter's reading of a window the previous run counted (the agent's is kept)
+            with engine.begin() as conn:
+                late = replace(feed_all[150], source="dcgm", util_mean_percent=1.0)
+                write_summaries(conn, [late], source="dcgm", node="gpu01")
+        store(engine, summaries=new)
+        if new:
+            stored_to = new[-1].window_start_at + timedelta(seconds=30)
+        result = run_attribution(engine, config, now=now)
+        if minutes != 130.0 and not cut_before:
+            # no window ended after the previous `now`: only the new windows are read
+            assert result.windows == len(new), minutes
+            added += 1
+        incremental, incremental_parts = strip(rows(engine)), parts(engine)
+        run_attribution(engine, config, now=now, full=True)
+        assert strip(rows(engine)) == incremental, minutes
+        assert parts(engine) == incremental_parts, minutes
+        cut_before = with_running
+    assert added == 8
 
 
 def test_record_changes_requeues_and_retention_keep_runs_equal_to_a_full_recompute(engine: Engine) -> None:

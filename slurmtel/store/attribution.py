@@ -114,6 +114,9 @@ def select_dirty_attempts(
                 -- recompute_dirty recomputes its slices from from_at on and its day rows from
                 -- from_day (from_at's site day) on; all of them when NULL
                 from_at timestamptz, from_day date,
+                -- set when the slices holding from_at end their windows by from_at: they are
+                -- kept and only the windows from append_from (= from_at) on are added to them
+                append_from timestamptz,
                 PRIMARY KEY (cluster, job_id_raw, submit_at)
             ) ON COMMIT DELETE ROWS
             """
@@ -133,7 +136,7 @@ def select_dirty_attempts(
             INSERT INTO dirty_attempt
             SELECT a.cluster, a.job_id_raw, a.submit_at, a.start_at,
                    least(coalesce(a.end_at, CAST(:now AS timestamptz)), CAST(:now AS timestamptz)),
-                   a.nodes, a.alloc_gpus, NULL, NULL
+                   a.nodes, a.alloc_gpus, NULL, NULL, NULL
             FROM job_attempt a
             WHERE a.start_at IS NOT NULL AND a.alloc_gpus > 0
               AND a.start_at < CAST(:now AS timestamptz)
@@ -214,9 +217,12 @@ def recompute_dirty(
     batch on its nodes. Those slices' windows and bounds are what they were, so a run reads
     only the windows from the slice holding from_at on (a running attempt: the current hour),
     however long the attempt has run, and gives the rows a full recompute gives: that goes
-    through the same slices, and the day sums add the slices in hour order. Any other attempt
-    (and every attempt with FULL) is recomputed whole. Day rows from from_at's day on are
-    rebuilt; a row is rewritten only if its values changed."""
+    through the same slices, and the day sums add the slices in hour order. When the slices
+    holding from_at end their windows by from_at (windows_end_at: a running attempt whose new
+    windows start where the last run stopped), they are kept too and only the windows from
+    from_at on are read and added to their sums, in start order (append_from). Any other
+    attempt (and every attempt with FULL) is recomputed whole. Day rows from from_at's day on
+    are rebuilt; a row is rewritten only if its values changed."""
     # JIT would compile these queries for a second or more on every run (whatever the engine says)
     conn.execute(text("SET LOCAL jit = off"))
     # the GPUs each dirty attempt is mapped to, as of this run
@@ -342,6 +348,40 @@ def recompute_dirty(
             ),
             {"tz": timezone},
         )
+        # the slice holding from_at (its site day, its UTC hour) is added to, not read again,
+        # when every GPU's slice there ends its windows by from_at: then no window it holds is
+        # cut by from_at or later, and every window not in it starts at from_at or later
+        # (from_at is at most the first window of any new batch on the attempt's nodes), so
+        # adding those in start order to its sums gives the floats a full recompute gives
+        conn.execute(
+            text(
+                f"""
+                UPDATE dirty_attempt d SET append_from = d.from_at
+                WHERE d.from_at IS NOT NULL AND NOT EXISTS (
+                    SELECT 1 FROM gpu_attribution_part p
+                    WHERE p.cluster = d.cluster AND p.job_id_raw = d.job_id_raw AND p.submit_at = d.submit_at
+                      AND p.day = d.from_day AND p.hour_at = {utc_hour("d.from_at")}
+                      AND (p.windows_end_at IS NULL OR p.windows_end_at > d.from_at))
+                """
+            )
+        )
+    conn.execute(
+        text("CREATE TEMP TABLE IF NOT EXISTS kept_part (LIKE gpu_attribution_part) ON COMMIT DELETE ROWS")
+    )
+    conn.execute(text("TRUNCATE kept_part"))
+    if not full:
+        conn.execute(
+            text(
+                f"""
+                INSERT INTO kept_part
+                SELECT p.* FROM dirty_attempt d
+                JOIN gpu_attribution_part p
+                  ON p.cluster = d.cluster AND p.job_id_raw = d.job_id_raw AND p.submit_at = d.submit_at
+                 AND p.day = d.from_day AND p.hour_at = {utc_hour("d.from_at")}
+                WHERE d.append_from IS NOT NULL
+                """
+            )
+        )
     if before_read is not None:
         # the sample store fetches the windows about to be read (samples.py)
         before_read(conn)
@@ -380,18 +420,23 @@ def recompute_dirty(
     thresholds = causes or CauseThresholds()
     # idle causes in the same pass as the slices' other sums (causes None: not computed, NULL)
     cause_of = _CAUSE_OF if causes is not None else "NULL::text AS cause"
+    cause_parts = (
+        _CAUSE_PARTS if causes is not None else ", ".join(f"NULL::float8 AS {c}" for c in _CAUSE_NAMES)
+    )
     cause_sums = _CAUSE_SUMS if causes is not None else ", ".join(["NULL::float8"] * len(CAUSES))
     slices, windows = conn.execute(
         text(
             f"""
             WITH {_SEGMENTS},
-            -- per GPU and day segment, one read: from the start of the slice holding from_at
-            -- (a subquery kept apart by OFFSET 0: its bounds are computed once per segment, not
-            -- again for every window read; ordered, so that the sort below is one per segment)
+            -- per GPU and day segment, one read: from append_from when the slice holding
+            -- from_at is added to, else from the start of that slice (a subquery kept apart by
+            -- OFFSET 0: its bounds are computed once per segment, not again for every window
+            -- read; ordered, so that the sort below is one per segment)
             gpu_segments AS (
                 SELECT s.cluster, s.job_id_raw, s.submit_at, s.node, s.day, s.day_hi, s.from_at,
-                       s.seg_start, s.seg_end, m.gpu_uuid, s.node_count,
+                       s.seg_start, s.seg_end, m.gpu_uuid, s.node_count, s.append_from,
                        CASE WHEN s.from_at IS NULL THEN s.seg_start
+                            WHEN s.append_from IS NOT NULL THEN greatest(s.seg_start, s.append_from)
                             ELSE greatest(s.seg_start,
                                           date_trunc('hour', s.from_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')
                        END AS read_start
@@ -409,6 +454,8 @@ def recompute_dirty(
                            s.covered_seconds, s.idle_seconds, s.no_process_seconds, s.util_mean_percent,
                            s.util_max_percent, s.memory_used_max_bytes, s.energy_joules
                     FROM slurmtel_gpu_windows(ARRAY[gs.gpu_uuid], gs.read_start, gs.seg_end) s
+                    -- added to a kept slice: only the windows it does not hold
+                    WHERE gs.append_from IS NULL OR s.window_start_at >= gs.append_from
                     ORDER BY s.window_start_at, (s.source = 'agent') DESC
                 ) w ON gs.read_start < gs.seg_end{cause_lookups}
             ),
@@ -432,33 +479,58 @@ def recompute_dirty(
                 ) AS h(hour_at)
                 WHERE c.from_at IS NULL OR least(h.hour_at + interval '1 hour', c.day_hi) > c.from_at
             ),
+            -- what each window adds to its slice's sums; a kept slice (kept_part) adds its
+            -- sums first, as one row
+            parts AS (
+                SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at,
+                       window_start_at AS sort_at, 1 AS windows, util_metric,
+                       f * covered_seconds AS covered_seconds,
+                       f * least(idle_seconds, covered_seconds) AS idle_seconds,
+                       f * least(coalesce(no_process_seconds, 0), covered_seconds) AS no_process_seconds,
+                       f * covered_seconds * coalesce(util_mean_percent, 0) AS util_weighted_sum,
+                       util_max_percent, memory_used_max_bytes,
+                       f * energy_joules AS energy_joules,
+                       window_start_at + make_interval(secs => window_seconds) AS windows_end_at,
+                       {cause_parts}
+                FROM windows WHERE f > 0
+                UNION ALL
+                SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at,
+                       '-infinity', windows, util_metric, covered_seconds, idle_seconds, no_process_seconds,
+                       util_weighted_sum, util_max_percent, memory_used_max_bytes, energy_joules,
+                       windows_end_at, {_CAUSE_COLUMNS}
+                FROM kept_part
+            ),
             -- a slice's sums add its windows in start order, so that a run and a full recompute
-            -- give the same floats: the aggregate reads the rows in this order (sorting once,
-            -- where sum(... ORDER BY) sorted once per aggregate and slice), and a statement
-            -- that writes in a WITH never runs in parallel
+            -- give the same floats (a kept slice's sums are those of its windows in that order,
+            -- all of which start before the ones added): the aggregate reads the rows in this
+            -- order (sorting once, where sum(... ORDER BY) sorted once per aggregate and slice),
+            -- and a statement that writes in a WITH never runs in parallel
             ordered AS (
-                SELECT * FROM windows WHERE f > 0
-                ORDER BY cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at, window_start_at
+                SELECT * FROM parts
+                ORDER BY cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at, sort_at
             ),
             written AS (
                 INSERT INTO gpu_attribution_part (cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at,
                     windows, util_metric, covered_seconds, idle_seconds, no_process_seconds, util_weighted_sum,
-                    util_max_percent, memory_used_max_bytes, energy_joules, {_CAUSE_COLUMNS})
-                SELECT cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at, count(*),
-                       min(util_metric),
-                       sum(f * covered_seconds),
-                       sum(f * least(idle_seconds, covered_seconds)),
-                       sum(f * least(coalesce(no_process_seconds, 0), covered_seconds)),
-                       sum(f * covered_seconds * coalesce(util_mean_percent, 0)),
-                       max(util_max_percent),
-                       max(memory_used_max_bytes),
-                       sum(f * energy_joules),
+                    util_max_percent, memory_used_max_bytes, energy_joules, windows_end_at, {_CAUSE_COLUMNS})
+                SELECT o.cluster, o.job_id_raw, o.submit_at, o.node, o.gpu_uuid, o.day, o.hour_at,
+                       sum(o.windows),
+                       min(o.util_metric),
+                       sum(o.covered_seconds),
+                       sum(o.idle_seconds),
+                       sum(o.no_process_seconds),
+                       sum(o.util_weighted_sum),
+                       max(o.util_max_percent),
+                       max(o.memory_used_max_bytes),
+                       sum(o.energy_joules),
+                       max(o.windows_end_at),
                        {cause_sums}
-                FROM ordered
-                GROUP BY cluster, job_id_raw, submit_at, node, gpu_uuid, day, hour_at
+                FROM ordered o
+                GROUP BY o.cluster, o.job_id_raw, o.submit_at, o.node, o.gpu_uuid, o.day, o.hour_at
                 RETURNING windows
             )
-            SELECT count(*), coalesce(sum(windows), 0) FROM written
+            SELECT count(*), coalesce(sum(windows), 0) - (SELECT coalesce(sum(windows), 0) FROM kept_part)
+            FROM written
             """
         ),
         {"tz": timezone, **(thresholds.params() if causes is not None else {})},
@@ -591,13 +663,13 @@ def recompute_dirty(
 _SEGMENTS = """
             node_share AS (
                 SELECT d.cluster, d.job_id_raw, d.submit_at, n.node, d.start_at, d.end_eff, d.from_at,
-                       d.from_day, CAST(d.alloc_gpus AS float8) / cardinality(d.nodes) AS gpus_on_node,
+                       d.from_day, d.append_from, CAST(d.alloc_gpus AS float8) / cardinality(d.nodes) AS gpus_on_node,
                        cardinality(d.nodes) AS node_count
                 FROM dirty_attempt d CROSS JOIN LATERAL unnest(d.nodes) AS n(node)
             ),
             segments AS (
                 SELECT ns.cluster, ns.job_id_raw, ns.submit_at, ns.node, ns.gpus_on_node, ns.node_count,
-                       ns.from_at, dd.day,
+                       ns.from_at, ns.append_from, dd.day,
                        dd.hi AS day_hi,
                        greatest(ns.start_at, dd.lo) AS seg_start, least(ns.end_eff, dd.hi) AS seg_end
                 FROM node_share ns
@@ -616,7 +688,8 @@ _SEGMENTS = """
 
 def dirty_attempt_spans(conn: Connection) -> list[tuple[str, datetime, datetime]]:
     """(node, lo, hi) per attempt in dirty_attempt and node it has a mapped GPU on: the time
-    recompute_dirty reads windows of, from the hour of from_at (or the start) to its end."""
+    recompute_dirty reads windows of, from append_from, else the hour of from_at (or the start),
+    to its end."""
     return [
         (r.node, r.lo, r.hi)
         for r in conn.execute(
@@ -624,6 +697,7 @@ def dirty_attempt_spans(conn: Connection) -> list[tuple[str, datetime, datetime]
                 """
                 SELECT DISTINCT m.node,
                        CASE WHEN d.from_at IS NULL THEN d.start_at
+                            WHEN d.append_from IS NOT NULL THEN greatest(d.start_at, d.append_from)
                             ELSE greatest(d.start_at,
                                           date_trunc('hour', d.from_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')
                        END AS lo,
@@ -703,15 +777,20 @@ def mark_batches(conn: Connection, batch_ids: list[int]) -> None:
 # ---------------------------------------------------------------- idle GPU-seconds by cause
 
 CAUSES = IDLE_CAUSES
-_CAUSE_COLUMNS = ", ".join(f"cause_{c}_seconds" for c in CAUSES)
+_CAUSE_NAMES = tuple(f"cause_{c}_seconds" for c in CAUSES)
+_CAUSE_COLUMNS = ", ".join(_CAUSE_NAMES)
 # per slice: no_process is the idle time without a process; the rest of a window's idle time
-# goes to its window's one cause (windows without idle time have none: NULL)
+# goes to its window's one cause (windows without idle time have none: NULL, which sum skips)
 _IDLE_W = "least(idle_seconds, covered_seconds)"
 _NP_W = "least(coalesce(no_process_seconds, 0), idle_seconds, covered_seconds)"
-_CAUSE_SUMS = ",\n".join(
-    [f"coalesce(sum(f * {_NP_W}) FILTER (WHERE cause IS NOT NULL), 0)"]
-    + [f"coalesce(sum(f * ({_IDLE_W} - {_NP_W})) FILTER (WHERE cause = '{c}'), 0)" for c in CAUSES[1:]]
+_CAUSE_PARTS = ",\n".join(
+    [f"CASE WHEN cause IS NOT NULL THEN f * {_NP_W} END AS {_CAUSE_NAMES[0]}"]
+    + [
+        f"CASE WHEN cause = '{c}' THEN f * ({_IDLE_W} - {_NP_W}) END AS {name}"
+        for c, name in zip(CAUSES[1:], _CAUSE_NAMES[1:], strict=True)
+    ]
 )
+_CAUSE_SUMS = ",\n".join(f"coalesce(sum(o.{name}), 0)" for name in _CAUSE_NAMES)
 
 
 @dataclass(frozen=True)
