@@ -408,7 +408,8 @@ def test_runs_at_any_moment_add_only_new_windows_and_equal_a_full_recompute(engi
     run's `now` already stored (counted in part), and a late window from a second source for a
     moment already counted. A run adds the new windows to the slice the previous run left only
     when that slice holds no window ending after the previous `now`; otherwise it reads the slice
-    again. Either way the rows and slices equal a full recompute's after every run."""
+    again. An ended attempt computed to its end is not read again. Either way the rows and
+    slices equal a full recompute's after every run."""
     config = config_from_dict({"attribution": {"overlap_seconds": 0}})
     start = T0 - timedelta(hours=5, minutes=3)
     job = attempt(
@@ -446,6 +447,18 @@ def test_runs_at_any_moment_add_only_new_windows_and_equal_a_full_recompute(engi
         assert parts(engine) == incremental_parts, minutes
         cut_before = with_running
     assert added == 8
+    # the job ends inside a window; a run that selects it again (the overlap) reads nothing
+    end = now + timedelta(minutes=2, seconds=10)
+    last = [s for s in feed_all if stored_to <= s.window_start_at < end]
+    store(engine, attempts=[replace(job, end_at=end, state="COMPLETED")], summaries=last)
+    overlapping = config_from_dict({"attribution": {"overlap_seconds": 3600}})
+    assert run_attribution(engine, overlapping, now=end + timedelta(minutes=5)).windows == len(last)
+    again = run_attribution(engine, overlapping, now=end + timedelta(minutes=10))
+    assert (again.attempts, again.windows) == (1, 0)
+    incremental, incremental_parts = strip(rows(engine)), parts(engine)
+    run_attribution(engine, config, now=end + timedelta(minutes=10), full=True)
+    assert strip(rows(engine)) == incremental
+    assert parts(engine) == incremental_parts
 
 
 def test_record_changes_requeues_and_retention_keep_runs_equal_to_a_full_recompute(engine: Engine) -> None:

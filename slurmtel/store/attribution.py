@@ -352,16 +352,24 @@ def recompute_dirty(
         # when every GPU's slice there ends its windows by from_at: then no window it holds is
         # cut by from_at or later, and every window not in it starts at from_at or later
         # (from_at is at most the first window of any new batch on the attempt's nodes), so
-        # adding those in start order to its sums gives the floats a full recompute gives
+        # adding those in start order to its sums gives the floats a full recompute gives.
+        # So is an attempt computed to its end with nothing new in it (an ended attempt the
+        # overlap selects again): its slices are what a recompute gives, its last window cut
+        # by the same end
         conn.execute(
             text(
                 f"""
                 UPDATE dirty_attempt d SET append_from = d.from_at
-                WHERE d.from_at IS NOT NULL AND NOT EXISTS (
-                    SELECT 1 FROM gpu_attribution_part p
-                    WHERE p.cluster = d.cluster AND p.job_id_raw = d.job_id_raw AND p.submit_at = d.submit_at
-                      AND p.day = d.from_day AND p.hour_at = {utc_hour("d.from_at")}
-                      AND (p.windows_end_at IS NULL OR p.windows_end_at > d.from_at))
+                WHERE d.from_at IS NOT NULL AND (
+                    NOT EXISTS (
+                        SELECT 1 FROM gpu_attribution_part p
+                        WHERE p.cluster = d.cluster AND p.job_id_raw = d.job_id_raw AND p.submit_at = d.submit_at
+                          AND p.day = d.from_day AND p.hour_at = {utc_hour("d.from_at")}
+                          AND (p.windows_end_at IS NULL OR p.windows_end_at > d.from_at))
+                    OR (d.from_at = d.end_eff AND EXISTS (
+                        SELECT 1 FROM attribution_progress p
+                        WHERE p.cluster = d.cluster AND p.job_id_raw = d.job_id_raw AND p.submit_at = d.submit_at
+                          AND p.computed_to = d.end_eff)))
                 """
             )
         )
