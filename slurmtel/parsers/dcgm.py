@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -252,6 +252,57 @@ class _Identity:
     key: tuple[str, str] | None
     labels: dict[str, str]
     job_id: str
+    # the sample fields the labels give (_labelled), read once per identity: a Prometheus
+    # answer repeats a series' labels at every instant
+    fields: _Labelled | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Labelled:
+    gpu_uuid: str
+    is_mig: bool
+    parent_gpu_uuid: str
+    gpu_instance_id: int | None
+    mig_profile: str
+    gpu_index: int | None
+    model: str
+    hostname: str
+    device: str
+    pci_bus_id: str
+    driver_version: str
+    cuda_version: str
+    vbios_version: str
+    minor_number: int | None
+
+
+def _labelled(key: tuple[str, str], labels: dict[str, str]) -> _Labelled:
+    uuid, gi = key
+    mig_profile = _label(labels, "gpu_i_profile")
+    is_mig = bool(gi) or uuid.startswith("MIG-") or bool(mig_profile)
+    gpu_uuid = f"{uuid}/gi{gi}" if gi and not uuid.startswith("MIG-") else uuid
+    parent = _label(labels, "uuid") if is_mig else ""
+    if parent == gpu_uuid:
+        parent = ""
+    device = _label(labels, "device")
+    minor = _int_or_none(_label(labels, "dcgm_fi_dev_minor_number"))
+    if minor is None and device.startswith("nvidia"):
+        minor = _int_or_none(device[len("nvidia") :])
+    return _Labelled(
+        gpu_uuid=gpu_uuid,
+        is_mig=is_mig,
+        parent_gpu_uuid=parent,
+        gpu_instance_id=_int_or_none(gi),
+        mig_profile=mig_profile,
+        gpu_index=_int_or_none(_label(labels, "gpu")),
+        model=_label(labels, "modelname", "dcgm_fi_dev_name"),
+        hostname=_label(labels, "hostname"),
+        device=device,
+        pci_bus_id=_label(labels, "pci_bus_id", "dcgm_fi_dev_pci_busid"),
+        driver_version=_label(labels, "dcgm_fi_driver_version", "dcgm_fi_system_driver_version"),
+        cuda_version=_cuda_version(_label(labels, "dcgm_fi_cuda_driver_version")),
+        vbios_version=_label(labels, "dcgm_fi_dev_vbios_version"),
+        minor_number=minor,
+    )
 
 
 def _label(labels: dict[str, str], *names: str) -> str:
@@ -284,7 +335,7 @@ def _identity_from_labels(raw: Mapping[str, str]) -> _Identity:
 
 @dataclass(slots=True)
 class _Gpu:
-    labels: dict[str, str]
+    identity: _Identity
     values: dict[str, float] = field(default_factory=dict)
     job_ids: list[str] = field(default_factory=list)
 
@@ -388,34 +439,38 @@ def parse_dcgm_metrics(raw: str, *, node: str, at: datetime) -> DcgmScrape:
     return _scrape(gpus, node, at, rejected, sample_lines, unattributed)
 
 
-def dcgm_scrape_from_samples(
-    samples: Iterable[tuple[str, Mapping[str, str], float]],
-    *,
-    node: str,
-    at: datetime,
-    rejected: Sequence[Rejected] = (),
-) -> DcgmScrape:
-    """The scrape of NODE at AT made of SAMPLES already split into (metric name, labels, value),
-    as a Prometheus server answers a query: the GPUs, values, units, MIG instances, job ids and
-    dropped impossible values are exactly what parse_dcgm_metrics gives for the same samples
-    written as exposition text. Samples of metrics that are not DCGM's are counted and ignored.
-    """
-    gpus: dict[tuple[str, str], _Gpu] = {}
+def dcgm_scrapes_from_series(
+    series: Iterable[tuple[str, str, Mapping[str, str], Iterable[tuple[datetime, float]]]],
+) -> list[DcgmScrape]:
+    """Series as a Prometheus server answers a query, each (metric name, node, labels, points),
+    as one DcgmScrape per node and instant, in (node, time) order: the GPUs, values, units, MIG
+    instances, job ids and dropped impossible values of each are exactly what parse_dcgm_metrics
+    gives for that instant's samples written as exposition text in series order. Samples of
+    metrics that are not DCGM's are counted and ignored. Each distinct label set is read once,
+    not once per instant."""
     identities: dict[tuple[tuple[str, str], ...], _Identity] = {}
-    sample_lines = 0
-    unattributed = 0
-    for name, labels, value in samples:
-        sample_lines += 1
+    grouped: dict[
+        tuple[str, datetime], list[tuple[tuple[str, Converter] | None, _Identity | None, float]]
+    ] = {}
+    for name, node, labels, points in series:
         spec = _METRICS.get(name)
-        if spec is None and name[:5] not in ("DCGM_", "dcgm_"):
-            continue
-        block = tuple(sorted(labels.items()))
-        identity = identities.get(block)
-        if identity is None:
-            identity = identities[block] = _identity_from_labels(labels)
-        if not _add(gpus, identity, spec, value):
-            unattributed += 1
-    return _scrape(gpus, node, at, list(rejected), sample_lines, unattributed)
+        identity = None
+        if spec is not None or name[:5] in ("DCGM_", "dcgm_"):
+            block = tuple(sorted(labels.items()))
+            identity = identities.get(block)
+            if identity is None:
+                identity = identities[block] = _identity_from_labels(labels)
+        for at, value in points:
+            grouped.setdefault((node, at), []).append((spec, identity, value))
+    scrapes = []
+    for (node, at), samples in sorted(grouped.items()):
+        gpus: dict[tuple[str, str], _Gpu] = {}
+        unattributed = 0
+        for spec, known, value in samples:
+            if known is not None and not _add(gpus, known, spec, value):
+                unattributed += 1
+        scrapes.append(_scrape(gpus, node, at, [], len(samples), unattributed))
+    return scrapes
 
 
 def dcgm_field_names() -> frozenset[str]:
@@ -433,7 +488,7 @@ def _add(
     gpu = gpus.get(key)
     if gpu is None:
         # any DCGM series names its GPU, even one this parser does not read
-        gpu = gpus[key] = _Gpu(labels=identity.labels)
+        gpu = gpus[key] = _Gpu(identity=identity)
     if identity.job_id and identity.job_id not in gpu.job_ids:
         gpu.job_ids.append(identity.job_id)
     if spec is None:
@@ -473,78 +528,84 @@ def _scrape(
     )
 
 
-def _checked(values: dict[str, float], slot: str, field_name: str, dropped: dict[str, int]) -> float | None:
-    value = values.get(slot)
-    if value is None:
-        return None
-    low, high = _BOUNDS[field_name]
-    if math.isnan(value) or not low <= value <= high:
-        dropped[field_name] = dropped.get(field_name, 0) + 1
-        return None
-    return value
+# the slots a sample reads -> the field whose bounds check them
+_FLOAT_FIELDS = (
+    "power_watts",
+    "power_limit_watts",
+    "energy_joules_total",
+    "temperature_celsius",
+    "sm_clock_mhz",
+)
+_SLOT_FIELDS: dict[str, str] = {
+    **{f"util:{metric}": "util_percent" for metric in _UTIL_ORDER},
+    **{name: name for name in _INT_FIELDS},
+    **{name: name for name in _FLOAT_FIELDS},
+}
 
 
 def _sample(
     key: tuple[str, str], gpu: _Gpu, node: str, at: datetime, dropped: dict[str, int]
 ) -> DcgmGpuSample:
-    labels = gpu.labels
-    values = gpu.values
-    uuid, gi = key
-    mig_profile = _label(labels, "gpu_i_profile")
-    is_mig = bool(gi) or uuid.startswith("MIG-") or bool(mig_profile)
-    gpu_uuid = f"{uuid}/gi{gi}" if gi and not uuid.startswith("MIG-") else uuid
-    parent = _label(labels, "uuid") if is_mig else ""
-    if parent == gpu_uuid:
-        parent = ""
+    labelled = gpu.identity.fields
+    if labelled is None:  # (the GPU's key is its identity's)
+        labelled = gpu.identity.fields = _labelled(key, gpu.identity.labels)
+    is_mig = labelled.is_mig
+
+    # the readings within their field's bounds; one beyond them is dropped and counted
+    values: dict[str, float] = {}
+    for slot, value in gpu.values.items():
+        field_name = _SLOT_FIELDS.get(slot)
+        # DCGM_FI_DEV_GPU_UTIL means nothing on a MIG instance
+        if field_name is None or (is_mig and slot == "util:gpu_util"):
+            continue
+        low, high = _BOUNDS[field_name]
+        if math.isnan(value) or not low <= value <= high:
+            dropped[field_name] = dropped.get(field_name, 0) + 1
+        else:
+            values[slot] = value
 
     util_metric = ""
     util: float | None = None
     for metric in _UTIL_ORDER:
-        # DCGM_FI_DEV_GPU_UTIL means nothing on a MIG instance
-        if metric == "gpu_util" and is_mig:
-            continue
-        value = _checked(values, f"util:{metric}", "util_percent", dropped)
-        if value is not None and util is None:
-            util, util_metric = value, metric
+        util = values.get(f"util:{metric}")
+        if util is not None:
+            util_metric = metric
+            break
 
     ints: dict[str, int | None] = {}
     for name in _INT_FIELDS:
-        value = _checked(values, name, name, dropped)
-        ints[name] = None if value is None else round(value)
+        reading = values.get(name)
+        ints[name] = None if reading is None else round(reading)
     used, free, total = ints["memory_used_bytes"], ints["memory_free_bytes"], ints["memory_total_bytes"]
     if total is None and used is not None and free is not None:
         total = used + free + (ints["memory_reserved_bytes"] or 0)
 
-    device = _label(labels, "device")
-    minor = _int_or_none(_label(labels, "dcgm_fi_dev_minor_number"))
-    if minor is None and device.startswith("nvidia"):
-        minor = _int_or_none(device[len("nvidia") :])
     return DcgmGpuSample(
         node=node,
-        gpu_uuid=gpu_uuid,
+        gpu_uuid=labelled.gpu_uuid,
         observed_at=at,
-        gpu_index=_int_or_none(_label(labels, "gpu")),
-        model=_label(labels, "modelname", "dcgm_fi_dev_name"),
-        hostname=_label(labels, "hostname"),
-        device=device,
-        pci_bus_id=_label(labels, "pci_bus_id", "dcgm_fi_dev_pci_busid"),
-        driver_version=_label(labels, "dcgm_fi_driver_version", "dcgm_fi_system_driver_version"),
-        cuda_version=_cuda_version(_label(labels, "dcgm_fi_cuda_driver_version")),
-        vbios_version=_label(labels, "dcgm_fi_dev_vbios_version"),
-        minor_number=minor,
-        parent_gpu_uuid=parent,
-        gpu_instance_id=_int_or_none(gi),
-        mig_profile=mig_profile,
+        gpu_index=labelled.gpu_index,
+        model=labelled.model,
+        hostname=labelled.hostname,
+        device=labelled.device,
+        pci_bus_id=labelled.pci_bus_id,
+        driver_version=labelled.driver_version,
+        cuda_version=labelled.cuda_version,
+        vbios_version=labelled.vbios_version,
+        minor_number=labelled.minor_number,
+        parent_gpu_uuid=labelled.parent_gpu_uuid,
+        gpu_instance_id=labelled.gpu_instance_id,
+        mig_profile=labelled.mig_profile,
         util_metric=util_metric,
         util_percent=util,
         memory_used_bytes=used,
         memory_free_bytes=free,
         memory_total_bytes=total,
-        power_watts=_checked(values, "power_watts", "power_watts", dropped),
-        power_limit_watts=_checked(values, "power_limit_watts", "power_limit_watts", dropped),
-        energy_joules_total=_checked(values, "energy_joules_total", "energy_joules_total", dropped),
-        temperature_celsius=_checked(values, "temperature_celsius", "temperature_celsius", dropped),
-        sm_clock_mhz=_checked(values, "sm_clock_mhz", "sm_clock_mhz", dropped),
+        power_watts=values.get("power_watts"),
+        power_limit_watts=values.get("power_limit_watts"),
+        energy_joules_total=values.get("energy_joules_total"),
+        temperature_celsius=values.get("temperature_celsius"),
+        sm_clock_mhz=values.get("sm_clock_mhz"),
         xid_last=ints["xid_last"],
         ecc_sbe_volatile_total=ints["ecc_sbe_volatile_total"],
         ecc_dbe_volatile_total=ints["ecc_dbe_volatile_total"],
@@ -555,17 +616,24 @@ def _sample(
 
 
 def dcgm_summaries(
-    scrape: DcgmScrape, *, window_seconds: float, idle_threshold_percent: float
+    scrape: DcgmScrape,
+    *,
+    window_seconds: float,
+    idle_threshold_percent: float,
+    source: str = SOURCE,
+    previous: Mapping[str, tuple[datetime, float]] | None = None,
 ) -> list[GpuSummary]:
     """One GpuSummary per GPU of SCRAPE: a scrape is one sample standing for one window.
 
     A GPU without a utilisation reading covers nothing (sample_count 0, covered 0 s): its seconds
     stay unmeasured rather than idle or busy. DCGM cannot tell whether a process is on the GPU,
     so no_process_seconds is None. energy_joules is None: the head computes it as the delta of
-    energy_joules_total between consecutive scrapes of the same GPU (energy_method "counter").
-    A MIG instance carries no power: the exporter repeats the parent GPU's power on every
-    instance, and summing those would count it several times. A GPU in MIG mode gives no
-    summary of its own: its time is that of its instances (counted once, as their shares).
+    energy_joules_total between consecutive scrapes of the same GPU (energy_method "counter"),
+    unless PREVIOUS is given (per GPU, its counter's reading before this window, where there is
+    one): then each window has the energy window_energy gives. A MIG instance carries no power:
+    the exporter repeats the parent GPU's power on every instance, and summing those would count
+    it several times. A GPU in MIG mode gives no summary of its own: its time is that of its
+    instances (counted once, as their shares).
     """
     summaries: list[GpuSummary] = []
     for gpu in scrape.gpus:
@@ -574,9 +642,19 @@ def dcgm_summaries(
         util = gpu.util_percent
         measured = util is not None
         is_mig = bool(gpu.parent_gpu_uuid or gpu.mig_profile)
+        power = None if is_mig else gpu.power_watts
+        energy: tuple[float | None, str] = (None, "")
+        if previous is not None:
+            energy = window_energy(
+                scrape.at,
+                window_seconds,
+                power_mean_watts=power,
+                total_joules=gpu.energy_joules_total,
+                previous=previous.get(gpu.gpu_uuid),
+            )
         summaries.append(
             GpuSummary(
-                source=SOURCE,
+                source=source,
                 node=scrape.node,
                 gpu_uuid=gpu.gpu_uuid,
                 window_start_at=scrape.at,
@@ -591,9 +669,9 @@ def dcgm_summaries(
                 memory_used_mean_bytes=gpu.memory_used_bytes,
                 memory_used_max_bytes=gpu.memory_used_bytes,
                 memory_total_bytes=gpu.memory_total_bytes,
-                power_mean_watts=None if is_mig else gpu.power_watts,
-                energy_joules=None,
-                energy_method="",
+                power_mean_watts=power,
+                energy_joules=energy[0],
+                energy_method=energy[1],
                 temperature_max_celsius=gpu.temperature_celsius,
                 sm_clock_max_mhz=gpu.sm_clock_mhz,
                 job_ids=gpu.job_ids,
@@ -602,27 +680,44 @@ def dcgm_summaries(
     return summaries
 
 
-def with_window_energy(
-    summary: GpuSummary, *, total_joules: float | None, previous: tuple[datetime, float] | None
-) -> GpuSummary:
-    """SUMMARY with the energy of its window: the increase of the GPU's energy counter (reading
-    TOTAL_JOULES at the window's start) since PREVIOUS (an earlier reading: its time and joules)
-    when there is one and the counter has not gone back (energy_method "counter"); else power x
+def window_energy(
+    window_start_at: datetime,
+    window_seconds: float,
+    *,
+    power_mean_watts: float | None,
+    total_joules: float | None,
+    previous: tuple[datetime, float] | None,
+) -> tuple[float | None, str]:
+    """The energy of a window and how it was had: the increase of the GPU's energy counter
+    (reading TOTAL_JOULES at the window's start) since PREVIOUS (an earlier reading: its time
+    and joules) when there is one and the counter has not gone back ("counter"); else power x
     window ("power_integral"); else none."""
     if (
         total_joules is not None
         and previous is not None
         and total_joules >= previous[1]
-        and summary.window_start_at > previous[0]
+        and window_start_at > previous[0]
     ):
-        return dataclasses.replace(summary, energy_joules=total_joules - previous[1], energy_method="counter")
-    if summary.power_mean_watts is not None:
-        return dataclasses.replace(
-            summary,
-            energy_joules=summary.power_mean_watts * summary.window_seconds,
-            energy_method="power_integral",
-        )
-    return summary
+        return total_joules - previous[1], "counter"
+    if power_mean_watts is not None:
+        return power_mean_watts * window_seconds, "power_integral"
+    return None, ""
+
+
+def with_window_energy(
+    summary: GpuSummary, *, total_joules: float | None, previous: tuple[datetime, float] | None
+) -> GpuSummary:
+    """SUMMARY with the energy of its window (window_energy) where it has one."""
+    joules, method = window_energy(
+        summary.window_start_at,
+        summary.window_seconds,
+        power_mean_watts=summary.power_mean_watts,
+        total_joules=total_joules,
+        previous=previous,
+    )
+    if not method:
+        return summary
+    return dataclasses.replace(summary, energy_joules=joules, energy_method=method)
 
 
 def dcgm_inventory(scrape: DcgmScrape) -> list[GpuInventory]:

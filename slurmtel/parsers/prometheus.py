@@ -4,7 +4,7 @@ Pure: text in, records out; no I/O, no clock. The prometheus source asks the ser
 dcgm-exporter's series (`/api/v1/query_range`, a "matrix": per series its labels and its
 points `[unix seconds, "value"]`) and this module turns each node's samples at one instant
 into the same DcgmScrape the dcgm source gets from one `/metrics` scrape
-(parsers.dcgm.dcgm_scrape_from_samples), and those into the same window summaries and
+(parsers.dcgm.dcgm_scrapes_from_series), and those into the same window summaries and
 inventory (parsers.dcgm.dcgm_summaries, dcgm_inventory): one summariser for both paths.
 
 An answer that is no API answer at all (not JSON, no `data.result`, not a matrix) is a
@@ -29,9 +29,8 @@ from slurmtel.errors import ParseError, SourceUnavailable
 from slurmtel.parsers.dcgm import (
     DcgmScrape,
     dcgm_inventory,
-    dcgm_scrape_from_samples,
+    dcgm_scrapes_from_series,
     dcgm_summaries,
-    with_window_energy,
 )
 from slurmtel.records import GpuInventory, GpuSummary, Rejected
 
@@ -40,6 +39,7 @@ SOURCE = "prometheus"
 # (a function may drop a series' metric name, and `or` matches series without their names)
 FIELD_LABEL = "slurmtel_dcgm_field"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_UNSEEN = datetime.min  # (not a time any answer holds: _instant gives aware times)
 # a raw record in the quarantine is cut to this many characters
 _RAW_CHARS = 2000
 
@@ -127,6 +127,8 @@ def parse_prometheus_matrix(raw: str | bytes, *, origin: str) -> PromMatrix:
     series: list[PromSeries] = []
     rejected: list[Rejected] = []
     points = 0
+    # every series of an answer has the same instants: each is converted once
+    instants: dict[int | float | str, datetime | None] = {}
     for number, item in enumerate(data["result"], start=1):
         labels = item.get("metric") if isinstance(item, dict) else None
         values = item.get("values") if isinstance(item, dict) else None
@@ -144,7 +146,14 @@ def parse_prometheus_matrix(raw: str | bytes, *, origin: str) -> PromMatrix:
             points += 1
             at = value = None
             if isinstance(point, list) and len(point) == 2:
-                at = _instant(point[0])
+                raw_at = point[0]
+                # (True == 1 as a key: a bool is no time, and is never looked up)
+                if type(raw_at) in (int, float, str):
+                    at = instants.get(raw_at, _UNSEEN)
+                    if at is _UNSEEN:
+                        at = instants[raw_at] = _instant(raw_at)
+                else:
+                    at = _instant(raw_at)
                 if isinstance(point[1], str):
                     try:
                         value = float(point[1])
@@ -199,7 +208,7 @@ def matrix_scrapes(
     series that are not DCGM's are read and ignored, as in a scrape.
     """
     rejected: list[Rejected] = []
-    grouped: dict[tuple[str, datetime], list[tuple[str, Mapping[str, str], float]]] = {}
+    named: list[tuple[str, str, Mapping[str, str], Sequence[tuple[datetime, float]]]] = []
     for series in matrix.series:
         name = series.labels.get(FIELD_LABEL) or series.labels.get("__name__", "")
         node_value = series.labels.get(node_label, "")
@@ -209,14 +218,9 @@ def matrix_scrapes(
                 Rejected(SOURCE, origin, _series_key(series.labels), missing, _raw(series.labels))
             )
             continue
-        node = node_name(node_value)
         labels = {k: v for k, v in series.labels.items() if k not in ("__name__", FIELD_LABEL)}
-        for at, value in series.points:
-            grouped.setdefault((node, at), []).append((name, labels, value))
-    scrapes = [
-        dcgm_scrape_from_samples(samples, node=node, at=at) for (node, at), samples in sorted(grouped.items())
-    ]
-    return scrapes, rejected
+        named.append((name, node_name(node_value), labels, series.points))
+    return dcgm_scrapes_from_series(named), rejected
 
 
 def scrape_summaries(
@@ -236,21 +240,27 @@ def scrape_summaries(
     previous: dict[tuple[str, str], tuple[datetime, float]] = {}
     summaries: list[GpuSummary] = []
     for scrape in sorted(scrapes, key=lambda s: (s.at, s.node)):
-        totals = {g.gpu_uuid: g.energy_joules_total for g in scrape.gpus}
-        for summary in dcgm_summaries(
-            scrape, window_seconds=window_seconds, idle_threshold_percent=idle_threshold_percent
-        ):
-            key = (scrape.node, summary.gpu_uuid)
-            total = totals.get(summary.gpu_uuid)
-            before = previous.get(key)
-            if before is not None and before[0] != scrape.at - step:
-                before = None  # not the window before: a gap (the counter's increase spans it)
-            if total is not None:
-                previous[key] = (scrape.at, total)
-            if since is not None and scrape.at < since:
+        # per GPU, its counter's reading of the window before (none across a gap: the
+        # counter's increase would span it)
+        before: dict[str, tuple[datetime, float]] = {}
+        for gpu in scrape.gpus:
+            if gpu.mig_parent:
                 continue
-            summary = with_window_energy(summary, total_joules=total, previous=before)
-            summaries.append(dataclasses.replace(summary, source=source))
+            key = (scrape.node, gpu.gpu_uuid)
+            reading = previous.get(key)
+            if reading is not None and reading[0] == scrape.at - step:
+                before[gpu.gpu_uuid] = reading
+            if gpu.energy_joules_total is not None:
+                previous[key] = (scrape.at, gpu.energy_joules_total)
+        if since is not None and scrape.at < since:
+            continue
+        summaries += dcgm_summaries(
+            scrape,
+            window_seconds=window_seconds,
+            idle_threshold_percent=idle_threshold_percent,
+            source=source,
+            previous=before,
+        )
     return summaries
 
 
