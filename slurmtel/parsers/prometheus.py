@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import math
+import operator
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -267,13 +268,18 @@ def scrape_summaries(
 def scrape_inventory(scrapes: Iterable[DcgmScrape], *, since: datetime | None = None) -> list[GpuInventory]:
     """The inventory SCRAPES show, each distinct GPU record at the first and the last instant it
     was seen (what storing every scrape's inventory would leave, in two rows instead of many)."""
-    first: dict[GpuInventory, GpuInventory] = {}
-    last: dict[GpuInventory, GpuInventory] = {}
+    # a record's fields but its time, as a tuple (a record without its time, made by
+    # dataclasses.replace, cost most of a source run's reading of its inventory)
+    same_record = operator.attrgetter(
+        *(f.name for f in dataclasses.fields(GpuInventory) if f.name != "observed_at")
+    )
+    first: dict[tuple[object, ...], GpuInventory] = {}
+    last: dict[tuple[object, ...], GpuInventory] = {}
     for scrape in scrapes:
         if since is not None and scrape.at < since:
             continue
         for gpu in dcgm_inventory(scrape):
-            key = dataclasses.replace(gpu, observed_at=_EPOCH)
+            key = same_record(gpu)
             if key not in first or gpu.observed_at < first[key].observed_at:
                 first[key] = gpu
             if key not in last or gpu.observed_at > last[key].observed_at:
