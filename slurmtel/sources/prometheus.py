@@ -34,13 +34,11 @@ from slurmtel.parsers.prometheus import (
     scrape_inventory,
     scrape_summaries,
 )
-from slurmtel.records import Rejected
+from slurmtel.records import GpuInventory, GpuSummary
 from slurmtel.sources.base import RunContext, RunResult, time_option
 from slurmtel.sources.promapi import PrometheusApi, _ceil, _floor, _span, time_chunks
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
-
     from slurmtel.store.telemetry import PartitionBudget
 
 NAME = "prometheus"
@@ -168,9 +166,14 @@ def store_matrix(
     origin: str,
     since: datetime | None,
 ) -> None:
-    """Parse one query_range answer and store its windows (from SINCE on) and inventory, each
-    node's in the one transaction of the answer."""
+    """Parse one query_range answer and store its windows (from SINCE on) and inventory, every
+    node's in the one transaction of the answer: the inventory in one statement, the windows
+    as one group per node, the allocations waiting for those nodes' GPU UUIDs in one."""
+    from slurmtel.sources.plausible import screen_telemetry
+    from slurmtel.store.checks import rejections
     from slurmtel.store.quarantine import quarantine
+    from slurmtel.store.samples import sample_store
+    from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory
 
     cfg = ctx.config.sources.prometheus
     matrix = parse_prometheus_matrix(raw, origin=origin)
@@ -180,62 +183,44 @@ def store_matrix(
     for scrape in scrapes:
         by_node.setdefault(scrape.node, []).append(scrape)
     result.rows_read += matrix.points
+    now = ctx.clock()
+    inventory: list[GpuInventory] = []
+    groups: list[tuple[str, Sequence[GpuSummary]]] = []
+    for node, node_scrapes in by_node.items():
+        summaries = scrape_summaries(
+            node_scrapes,
+            window_seconds=float(cfg.step_seconds),
+            idle_threshold_percent=ctx.config.attribution.idle_threshold_percent,
+            since=since,
+        )
+        kept = [s for s in node_scrapes if since is None or s.at >= since]
+        screened = screen_telemetry(
+            now=now,
+            telemetry=ctx.config.telemetry,
+            source=NAME,
+            origin=f"{origin} {node}",
+            summaries=summaries,
+            inventory=scrape_inventory(kept),
+        )
+        inventory += screened.inventory
+        groups.append((node, screened.summaries))
+        rejected += [r for s in kept for r in s.rejected]
+        rejected += screened.rejected
+        dropped: dict[str, int] = {}
+        for scrape in kept:
+            for name, count in scrape.dropped.items():
+                dropped[name] = dropped.get(name, 0) + count
+        if dropped:
+            text = ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
+            result.notes.append(f"{node}: impossible values dropped: {text}")
     with ctx.engine.begin() as conn:
-        for node, node_scrapes in by_node.items():
-            rejected += _store_node(ctx, conn, node, node_scrapes, result, budget, origin=origin, since=since)
+        write_inventory(conn, inventory, source=NAME)
+        stats = sample_store(ctx.config).write_groups(conn, groups, source=NAME, partition_budget=budget)
+        resolve_allocation_uuids(conn, nodes=[node for node, _ in groups])
+        for (node, _), node_stats in zip(groups, stats, strict=True):
+            result.rows_written += node_stats.inserted
+            rejected += rejections(node_stats.refused, source=NAME, origin=f"{origin} {node}")
         quarantine(conn, rejected)
     result.rows_quarantined += len(rejected)
     for warning in matrix.warnings:
         result.notes.append(f"{origin}: the server warns: {warning}")
-
-
-def _store_node(
-    ctx: RunContext,
-    conn: Connection,
-    node: str,
-    scrapes: Sequence[DcgmScrape],
-    result: RunResult,
-    budget: PartitionBudget,
-    *,
-    origin: str,
-    since: datetime | None,
-) -> list[Rejected]:
-    from slurmtel.sources.plausible import screen_telemetry
-    from slurmtel.store.checks import rejections
-    from slurmtel.store.samples import sample_store
-    from slurmtel.store.telemetry import resolve_allocation_uuids, write_inventory
-
-    cfg = ctx.config.sources.prometheus
-    summaries = scrape_summaries(
-        scrapes,
-        window_seconds=float(cfg.step_seconds),
-        idle_threshold_percent=ctx.config.attribution.idle_threshold_percent,
-        since=since,
-    )
-    kept = [s for s in scrapes if since is None or s.at >= since]
-    screened = screen_telemetry(
-        now=ctx.clock(),
-        telemetry=ctx.config.telemetry,
-        source=NAME,
-        origin=f"{origin} {node}",
-        summaries=summaries,
-        inventory=scrape_inventory(kept),
-    )
-    write_inventory(conn, screened.inventory, source=NAME)
-    stats = sample_store(ctx.config).write(
-        conn, screened.summaries, source=NAME, node=node, partition_budget=budget
-    )
-    resolve_allocation_uuids(conn, nodes=[node])
-    result.rows_written += stats.inserted
-    dropped: dict[str, int] = {}
-    for scrape in kept:
-        for name, count in scrape.dropped.items():
-            dropped[name] = dropped.get(name, 0) + count
-    if dropped:
-        text = ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
-        result.notes.append(f"{node}: impossible values dropped: {text}")
-    return [
-        *[r for s in kept for r in s.rejected],
-        *screened.rejected,
-        *rejections(stats.refused, source=NAME, origin=f"{origin} {node}"),
-    ]

@@ -231,21 +231,23 @@ class PrometheusSampleStore:
         from slurmtel.store import telemetry
         from slurmtel.store.telemetry import SummaryWriteStats
 
-        stats = []
-        for node, summaries in groups:
-            if not summaries:
-                stats.append(SummaryWriteStats(None, 0, 0))
-                continue
-            batch_id = telemetry.record_batch(
-                conn,
-                source=source,
-                node=node,
-                first=min(s.window_start_at for s in summaries),
-                last=max(s.window_start_at for s in summaries),
-                rows=len(summaries),
+        spans = [
+            (
+                node,
+                min(s.window_start_at for s in summaries),
+                max(s.window_start_at for s in summaries),
+                len(summaries),
             )
-            stats.append(SummaryWriteStats(batch_id, len(summaries), len(summaries)))
-        return stats
+            for node, summaries in groups
+            if summaries
+        ]
+        ids = iter(telemetry.record_batches(conn, spans, source=source))
+        return [
+            SummaryWriteStats(next(ids), len(summaries), len(summaries))
+            if summaries
+            else SummaryWriteStats(None, 0, 0)
+            for _, summaries in groups
+        ]
 
     def after_attribution(self, conn: Connection, *, now: datetime) -> int:
         return 0

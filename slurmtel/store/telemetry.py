@@ -696,20 +696,36 @@ def window_store_size(conn: Connection) -> tuple[int, int]:
 # ---------------------------------------------------------------- windows read from elsewhere
 
 
-def record_batch(
-    conn: Connection, *, source: str, node: str, first: datetime, last: datetime, rows: int
-) -> int:
-    """An ingest batch without windows (the windows stay in the site's store: samples.py): NODE's
-    windows starting FIRST..LAST are there now, for the next attribution run to fold in."""
-    return int(
-        conn.execute(
-            text(
-                "INSERT INTO ingest_batch (source, node, window_min_at, window_max_at, rows) "
-                "VALUES (:source, :node, :first, :last, :rows) RETURNING id"
-            ),
-            {"source": source, "node": node, "first": first, "last": last, "rows": rows},
-        ).scalar_one()
+def record_batches(
+    conn: Connection, spans: Sequence[tuple[str, datetime, datetime, int]], *, source: str
+) -> list[int]:
+    """Ingest batches without windows (the windows stay in the site's store: samples.py), one
+    per (node, first, last, rows) of SPANS, in one statement: each node's windows starting
+    FIRST..LAST are there now, for the next attribution run to fold in. Their ids, in order."""
+    if not spans:
+        return []
+    nodes, firsts, lasts, rows = zip(*spans, strict=True)
+    result = conn.execute(
+        text(
+            """
+            INSERT INTO ingest_batch (source, node, window_min_at, window_max_at, rows)
+            SELECT :source, s.node, s.first, s.last, s.rows
+            FROM unnest(CAST(:nodes AS text[]), CAST(:firsts AS timestamptz[]), CAST(:lasts AS timestamptz[]),
+                        CAST(:rows AS integer[])) WITH ORDINALITY AS s(node, first, last, rows, n)
+            ORDER BY s.n
+            RETURNING id
+            """
+        ),
+        {
+            "source": source,
+            "nodes": list(nodes),
+            "firsts": list(firsts),
+            "lasts": list(lasts),
+            "rows": list(rows),
+        },
     )
+    # ids come from the sequence in the order the rows are inserted: sorted, they are in order
+    return sorted(int(i) for i in result.scalars())
 
 
 def batch_spans(conn: Connection, batch_ids: Sequence[int]) -> list[tuple[int, str, datetime, datetime]]:
