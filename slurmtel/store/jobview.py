@@ -82,8 +82,10 @@ def read_attempts(
         text(
             """
             WITH matched AS (
+                -- job_attempt, not the view: no outcome is needed here, and the view's join
+                -- was planned for nothing (the statement's planning 0.43 -> 0.36 ms: issue 28)
                 SELECT DISTINCT cluster, job_id_raw, coalesce(job_submit_at, submit_at) AS job_submit_at
-                FROM job_attempt_outcome
+                FROM job_attempt
                 WHERE (job_id = :job_id OR job_id_raw = CAST(:raw AS bigint))
                   AND (cardinality(CAST(:clusters AS text[])) = 0 OR cluster = ANY(CAST(:clusters AS text[])))
                   AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
