@@ -600,7 +600,7 @@ def _found(conn: Connection, q: JobQuery) -> _Found | None:
     starts = [a.start_at for a in attempts if a.start_at is not None]
     ends = [a.end_at or q.now for a in attempts if a.start_at is not None]
     span = (min(starts), max(ends)) if starts else None
-    figures, causes = gpu_figures_and_causes(conn, [a.key for a in attempts], now=q.now, span=span)
+    figures, causes = gpu_figures_and_causes(conn, attempts, now=q.now, span=span)
     return _Found(
         attempts,
         figures,
