@@ -29,8 +29,8 @@ from slurmtel.reports.render import escape_controls, render
 from slurmtel.timeparse import month_bounds
 
 if TYPE_CHECKING:
+    from slurmtel.jobrows import GpuFigures
     from slurmtel.reports.plot import GpuSeries, SeriesPoint
-    from slurmtel.rows import GpuFigures
     from slurmtel.store.efficiency import AttemptEfficiency
     from slurmtel.store.jobview import AttemptView
     from slurmtel.store.samples import SampleStore

@@ -13,7 +13,7 @@ from typing import Any
 
 from slurmtel.access import Scope
 from slurmtel.filters import JOB_ID, JobFilter
-from slurmtel.rows import GpuFigures, UtilWindow
+from slurmtel.jobrows import GpuFigures, UtilWindow
 from slurmtel.store.efficiency import AttemptEfficiency, efficiency_from_row
 from slurmtel.store.sql import Connection, text
 
