@@ -5,7 +5,7 @@ The dataset is peers.py's (simulate_cluster, nodes of 8 GPUs, backfilled and att
 closed hours packed); the job is peers.py's too (the longest multi-GPU job that ended). Prints:
 
 - job_document: best wall of --repeat runs and their mean CPU seconds (this process and the
-  database backend: benchmarks/cputime.py), --rounds times;
+  database backend: benchmarks/cputime.py), --rounds times, in seconds and in milliseconds;
 - the statements one run sends, each with its wall milliseconds as the client saw them, then
   each one's planning and execution time (EXPLAIN ANALYZE, the third of three runs).
 
@@ -72,7 +72,11 @@ def main() -> int:
         meter = Meter(engine)
         for _ in range(args.rounds):
             usage, document = best(meter, args.repeat, sql)
-            print(f"  job_document: {usage}")
+            # the same in milliseconds: a few ms rounded to 0.001 s hides the changes measured
+            print(
+                f"  job_document: {usage}; {usage.wall * 1000:.2f} ms wall, {usage.cpu * 1000:.2f} ms CPU "
+                f"(client {usage.client * 1000:.2f} + backend {(usage.backend or 0) * 1000:.2f})"
+            )
         assert document
 
         sent: list[tuple[float, str, Any]] = []

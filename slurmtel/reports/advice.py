@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     # figures read from the store (slurmtel.rows): only annotated here, so that printing a job
     # the API sent does not build the store's row types
-    from slurmtel.rows import GpuFigures
+    from slurmtel.jobrows import GpuFigures
 
 # a GPU idle at least this share of its measured time counts as unused
 IDLE_GPU_SHARE = 0.90

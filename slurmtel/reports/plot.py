@@ -27,7 +27,7 @@ from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from slurmtel.rows import UtilWindow
+from slurmtel.jobrows import UtilWindow
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

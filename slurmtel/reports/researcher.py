@@ -29,8 +29,8 @@ from slurmtel.reports.render import escape_controls, render
 from slurmtel.timeparse import month_bounds
 
 if TYPE_CHECKING:
+    from slurmtel.jobrows import GpuFigures
     from slurmtel.reports.plot import GpuSeries, SeriesPoint
-    from slurmtel.rows import GpuFigures
     from slurmtel.store.efficiency import AttemptEfficiency
     from slurmtel.store.jobview import AttemptView
     from slurmtel.store.samples import SampleStore
@@ -600,7 +600,7 @@ def _found(conn: Connection, q: JobQuery) -> _Found | None:
     starts = [a.start_at for a in attempts if a.start_at is not None]
     ends = [a.end_at or q.now for a in attempts if a.start_at is not None]
     span = (min(starts), max(ends)) if starts else None
-    figures, causes = gpu_figures_and_causes(conn, [a.key for a in attempts], now=q.now, span=span)
+    figures, causes = gpu_figures_and_causes(conn, attempts, now=q.now, span=span)
     return _Found(
         attempts,
         figures,
@@ -636,8 +636,6 @@ def _reports(conn: Connection, q: JobQuery, found: _Found) -> list[dict[str, Any
 def _checkpoint_figures(conn: Connection, a: AttemptView, q: JobQuery, *, measured: bool) -> dict[str, Any]:
     """The attempt's checkpoint episodes and start-up estimate (None each: not measured, as
     for an attempt without a cgroup window: MEASURED false, nothing to read)."""
-    from slurmtel.store.hostside import CheckpointThresholds, checkpoint_estimate
-
     names = (
         "checkpoint_episodes",
         "checkpoint_gpu_seconds",
@@ -648,6 +646,10 @@ def _checkpoint_figures(conn: Connection, a: AttemptView, q: JobQuery, *, measur
     )
     estimate = None
     if a.start_at is not None and measured:
+        # imported only here: an attempt without a cgroup window reads nothing of it, and
+        # importing it is about 2 ms of the command's start (issue 28)
+        from slurmtel.store.hostside import CheckpointThresholds, checkpoint_estimate
+
         c = q.causes or IdleCausesConfig()
         estimate = checkpoint_estimate(
             conn,

@@ -13,7 +13,7 @@ from typing import Any
 
 from slurmtel.access import Scope
 from slurmtel.filters import JOB_ID, JobFilter
-from slurmtel.rows import GpuFigures, UtilWindow
+from slurmtel.jobrows import GpuFigures, UtilWindow
 from slurmtel.store.efficiency import AttemptEfficiency, efficiency_from_row
 from slurmtel.store.sql import Connection, text
 
@@ -82,8 +82,10 @@ def read_attempts(
         text(
             """
             WITH matched AS (
+                -- job_attempt, not the view: no outcome is needed here, and the view's join
+                -- was planned for nothing (the statement's planning 0.43 -> 0.36 ms: issue 28)
                 SELECT DISTINCT cluster, job_id_raw, coalesce(job_submit_at, submit_at) AS job_submit_at
-                FROM job_attempt_outcome
+                FROM job_attempt
                 WHERE (job_id = :job_id OR job_id_raw = CAST(:raw AS bigint))
                   AND (cardinality(CAST(:clusters AS text[])) = 0 OR cluster = ANY(CAST(:clusters AS text[])))
                   AND slurmtel_in_scope(user_name, account, :scope_all, :scope_users, :scope_accounts)
@@ -144,25 +146,34 @@ def gpu_figures(
     now: datetime | None = None,
     span: tuple[datetime, datetime] | None = None,
 ) -> dict[AttemptKey, list[GpuFigures]]:
-    """Per attempt, per GPU: see gpu_figures_and_causes."""
-    return _figures(conn, keys, now=now, span=span, causes=False)[0]
+    """Per attempt, per GPU: see _figures (each attempt's start and end read from job_attempt)."""
+    return _figures(conn, keys, None, now=now, span=span, causes=False)[0]
 
 
 def gpu_figures_and_causes(
     conn: Connection,
-    keys: Sequence[AttemptKey],
+    attempts: Sequence[AttemptView],
     *,
     now: datetime | None = None,
     span: tuple[datetime, datetime] | None = None,
 ) -> tuple[dict[AttemptKey, list[GpuFigures]], dict[AttemptKey, list[dict[str, Any]]]]:
-    """gpu_figures, and reports_idle.attempt_idle_causes of the same attempts, in one
-    statement (`slurmtel job`: issue 28)."""
-    return _figures(conn, keys, now=now, span=span, causes=True)
+    """gpu_figures of ATTEMPTS (as read_attempts read them: their start and end come with
+    them, so job_attempt is not read nor planned again), and reports_idle.attempt_idle_causes
+    of the same attempts, in one statement (`slurmtel job`: issue 28)."""
+    return _figures(
+        conn,
+        [a.key for a in attempts],
+        [(a.start_at, a.end_at) for a in attempts],
+        now=now,
+        span=span,
+        causes=True,
+    )
 
 
 def _figures(
     conn: Connection,
     keys: Sequence[AttemptKey],
+    times: Sequence[tuple[datetime | None, datetime | None]] | None,
     *,
     now: datetime | None,
     span: tuple[datetime, datetime] | None,
@@ -177,6 +188,8 @@ def _figures(
     attempts of KEYS, lets the power read be planned for the window partitions of that time
     only (power_max_sql's WITHIN).
 
+    TIMES, each attempt's start and end (in KEYS' order), else read from job_attempt.
+
     With CAUSES, also each attempt's idle time by cause as attempt_idle_causes gives it (an
     attempt with idle time has GPU rows: its cause columns come with them)."""
     if not keys:
@@ -187,28 +200,44 @@ def _figures(
     # the GPU's highest window mean power while the attempt ran (a running one: up to NOW)
     power_max = power_max_sql(
         "p.gpu_uuid",
-        "a.start_at",
-        "coalesce(a.end_at, CAST(:now AS timestamptz), now())",
+        "p.start_at",
+        "coalesce(p.end_at, CAST(:now AS timestamptz), now())",
         within=None if span is None else (":within_lo", ":within_hi"),
     )
-    within = {} if span is None else {"within_lo": span[0] - timedelta(hours=2), "within_hi": span[1]}
-    causes_ctes = f"{attempt_causes_sql('wanted', 'cause_')}," if causes else ""
+    within: dict[str, Any] = (
+        {} if span is None else {"within_lo": span[0] - timedelta(hours=2), "within_hi": span[1]}
+    )
+    # the attempts' causes computed once: joined to the GPU rows as a subquery, they were
+    # summed again for every GPU row (a nested loop over one estimated row)
+    causes_ctes = (
+        f"{attempt_causes_sql('wanted', 'cause_')}, causes_once AS MATERIALIZED (SELECT * FROM attempt_causes),"
+        if causes
+        else ""
+    )
     causes_columns = (
         ", ac.cluster IS NOT NULL AS cause_found, " + ", ".join(f"ac.cause_{c}" for c in ("idle", *CAUSES))
         if causes
         else ""
     )
-    causes_join = "LEFT JOIN attempt_causes ac USING (cluster, job_id_raw, submit_at)" if causes else ""
+    causes_join = "LEFT JOIN causes_once ac USING (cluster, job_id_raw, submit_at)" if causes else ""
+    # the attempts of KEYS with their start and end: given, or read from job_attempt (whose
+    # planning, seven indexes, was a sixth of the statement's: issue 28)
+    times_params: dict[str, Any] = {}
+    unnested = "unnest(CAST(:clusters AS text[]), CAST(:jobs AS bigint[]), CAST(:submits AS timestamptz[])"
+    if times is None:
+        wanted = f"""SELECT k.*, a.start_at, a.end_at FROM {unnested}) AS k(cluster, job_id_raw, submit_at)
+                     LEFT JOIN job_attempt a USING (cluster, job_id_raw, submit_at)"""
+    else:
+        wanted = f"""SELECT * FROM {unnested}, CAST(:starts AS timestamptz[]), CAST(:ends AS timestamptz[]))
+                     AS k(cluster, job_id_raw, submit_at, start_at, end_at)"""
+        times_params = {"starts": [t[0] for t in times], "ends": [t[1] for t in times]}
     rows = conn.execute(
         text(
             f"""
-            WITH wanted AS (
-                SELECT * FROM unnest(CAST(:clusters AS text[]), CAST(:jobs AS bigint[]),
-                                     CAST(:submits AS timestamptz[])) AS k(cluster, job_id_raw, submit_at)
-            ),
+            WITH wanted AS ({wanted}),
             {causes_ctes}
             per_gpu AS (
-                SELECT g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid,
+                SELECT g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid, wanted.start_at, wanted.end_at,
                        string_agg(DISTINCT g.mapping, '+') AS mapping,
                        sum(g.allocated_seconds) AS allocated, sum(g.covered_seconds) AS covered,
                        sum(g.idle_seconds) AS idle, sum(g.no_process_seconds) AS no_process,
@@ -216,10 +245,12 @@ def _figures(
                        max(g.util_max_percent) AS util_max, max(g.memory_used_max_bytes) AS memory_max,
                        sum(g.energy_joules) AS energy, max(g.gpu_fraction) AS gpu_fraction
                 FROM gpu_attribution g JOIN wanted USING (cluster, job_id_raw, submit_at)
-                GROUP BY g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid
+                GROUP BY g.cluster, g.job_id_raw, g.submit_at, g.node, g.gpu_uuid, wanted.start_at, wanted.end_at
             )
             SELECT p.*, inv.memory_total_bytes, coalesce(inv.model, '') AS model, inv.power_limit_watts,
-                   coalesce(al.gpu_index, inv.gpu_index) AS gpu_index, pw.power_max{causes_columns}
+                   coalesce(al.gpu_index, inv.gpu_index) AS gpu_index,
+                   CASE WHEN p.gpu_uuid <> '' AND p.start_at IS NOT NULL THEN {power_max} END AS power_max
+                   {causes_columns}
             FROM per_gpu p
             {causes_join}
             LEFT JOIN LATERAL (
@@ -233,12 +264,6 @@ def _figures(
                   AND x.node = p.node AND x.gpu_uuid = p.gpu_uuid AND p.gpu_uuid <> ''
                 ORDER BY x.last_seen_at DESC LIMIT 1
             ) al ON true
-            LEFT JOIN LATERAL (
-                SELECT {power_max} AS power_max
-                FROM job_attempt a
-                WHERE a.cluster = p.cluster AND a.job_id_raw = p.job_id_raw AND a.submit_at = p.submit_at
-                  AND p.gpu_uuid <> '' AND a.start_at IS NOT NULL
-            ) pw ON true
             -- per node, as nvidia-smi numbers its GPUs; a GPU whose index is unknown after them,
             -- the allocation no GPU could be mapped to last
             ORDER BY p.cluster, p.job_id_raw, p.submit_at, p.node, (p.gpu_uuid = ''),
@@ -251,6 +276,7 @@ def _figures(
             "submits": [k[2] for k in keys],
             "now": now,
             **within,
+            **times_params,
         },
     ).mappings()
     result: dict[AttemptKey, list[GpuFigures]] = {k: [] for k in keys}
