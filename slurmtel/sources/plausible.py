@@ -57,7 +57,7 @@ def split_plausible(
     # the windows of a page share few starts: each start is compared once
     plausible: dict[datetime, bool] = {}
     for record in records:
-        at = _when(record)
+        at = record.window_start_at if type(record) is GpuSummary else _when(record)
         if not isinstance(at, datetime) or at.tzinfo is None:
             kept.append(record)
             continue
@@ -112,16 +112,27 @@ def screen_telemetry(
     kept_summaries, rejected = split_plausible(
         summaries, now=now, telemetry=telemetry, source=source, origin=origin
     )
-    kept_events, skewed = split_plausible(events, now=now, telemetry=telemetry, source=source, origin=origin)
-    rejected += skewed
-    kept_inventory, skewed = split_plausible(
-        inventory, now=now, telemetry=telemetry, source=source, origin=origin
-    )
-    rejected += skewed
-    kept_events, refused = split_storable(kept_events, EVENT_COLUMNS, source=source, origin=origin)
-    rejected += refused
-    kept_inventory, refused = split_storable(kept_inventory, INVENTORY_COLUMNS, source=source, origin=origin)
-    rejected += refused
+    # (most pages hold windows alone: no passes over what a page does not hold)
+    kept_events: list[GpuEvent] = []
+    kept_inventory: list[GpuInventory] = []
+    if events:
+        kept_events, skewed = split_plausible(
+            events, now=now, telemetry=telemetry, source=source, origin=origin
+        )
+        rejected += skewed
+    if inventory:
+        kept_inventory, skewed = split_plausible(
+            inventory, now=now, telemetry=telemetry, source=source, origin=origin
+        )
+        rejected += skewed
+    if kept_events:
+        kept_events, refused = split_storable(kept_events, EVENT_COLUMNS, source=source, origin=origin)
+        rejected += refused
+    if kept_inventory:
+        kept_inventory, refused = split_storable(
+            kept_inventory, INVENTORY_COLUMNS, source=source, origin=origin
+        )
+        rejected += refused
     return Screened(kept_summaries, kept_events, kept_inventory, rejected)
 
 

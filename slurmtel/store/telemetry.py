@@ -234,16 +234,21 @@ def write_summary_groups(
         kept, refused = _storable_windows(summaries)
         kept_by_group.append(kept)
         refused_by_group.append(refused)
+    # each group's window starts (a page's windows share a few) and their days, found once
+    starts_by_group = [{s.window_start_at for s in kept} for kept in kept_by_group]
+    day_of = {start: start.astimezone(UTC).date() for start in set().union(*starts_by_group)}
     existing: set[str] | None = None
     if any(kept_by_group):
         existing = set(existing_partitions(conn))
-        if partition_budget is not None:
+        missing = {day for day in set(day_of.values()) if partition_name(day) not in existing}
+        if partition_budget is not None and missing:
             for k, kept in enumerate(kept_by_group):
-                if kept:
+                if kept and any(day_of[start] in missing for start in starts_by_group[k]):
                     kept_by_group[k], refused_days = _within_partition_budget(
                         kept, partition_budget, existing
                     )
                     refused_by_group[k] += refused_days
+                    starts_by_group[k] = {s.window_start_at for s in kept_by_group[k]}
     received = [
         len(kept) + len(refused) for kept, refused in zip(kept_by_group, refused_by_group, strict=True)
     ]
@@ -251,15 +256,15 @@ def write_summary_groups(
     stats = [SummaryWriteStats(None, received[k], 0, tuple(refused_by_group[k])) for k in range(len(groups))]
     if not stored:
         return stats
-    bounds = [
-        (min(s.window_start_at for s in kept), max(s.window_start_at for s in kept)) for _, kept in stored
-    ]
+    bounds = [(min(starts_by_group[k]), max(starts_by_group[k])) for k, _ in stored]
     every = [s for _, kept in stored for s in kept]
     # the partitions first, before this transaction reads or writes a table they belong to:
     # their creator holds the partition lock and waits for every lock on gpu_window and
     # gpu_window_hour, so a transaction holding one while it waits for the partition lock
     # deadlocks with it
-    ensure_day_partitions(conn, _days(every).values(), existing=existing)
+    ensure_day_partitions(
+        conn, {day_of[start] for k, _ in stored for start in starts_by_group[k]}, existing=existing
+    )
     batch_ids, packed = _new_batches(
         conn,
         source,
@@ -316,23 +321,31 @@ def _new_batches(
     their ids in the order given, and whether any hour of these GPUs that SUMMARIES (the
     batches' windows) fall in has packed windows already: asked in the same statement, as each
     round trip of a group's transaction is a wait for the GIL on a busy head."""
-    nodes, los, his, counts = (list(column) for column in zip(*batches, strict=True))
-    uuids = sorted(uuid for uuid in {s.gpu_uuid for s in summaries} if _plain_text(uuid))
-    starts = {s.window_start_at for s in summaries}
-    # the ids come from the sequence in the order the rows are inserted; each row says which it is
+    uuids = sorted(
+        uuid
+        for uuid in {s.gpu_uuid for s in summaries}
+        # (an ASCII str without NUL is plain text: the full check only for the others)
+        if (type(uuid) is str and uuid.isascii() and "\x00" not in uuid) or _plain_text(uuid)
+    )
+    # the ids come from the sequence in the order the rows are inserted; each row says which it is.
+    # the batches and the GPUs as JSON documents, parsed by the server: psycopg dumps a bound
+    # list a value at a time in Python, and at the 60 s pull (a thousand GPUs, a hundred nodes
+    # a group) those arrays cost more client CPU than the COPY (measured)
     made = conn.execute(
         text(
             f"""
             WITH made AS (
                 INSERT INTO ingest_batch (source, node, window_min_at, window_max_at, rows)
                 SELECT :source, u.node, u.lo, u.hi, u.rows
-                FROM unnest(CAST(:nodes AS text[]), CAST(:los AS timestamptz[]), CAST(:his AS timestamptz[]),
-                            CAST(:counts AS integer[])) WITH ORDINALITY AS u(node, lo, hi, rows, k)
+                FROM ROWS FROM (json_to_recordset(CAST(:batches AS json))
+                                AS (node text, lo timestamptz, hi timestamptz, rows integer))
+                     WITH ORDINALITY AS u(node, lo, hi, rows, k)
                 ORDER BY u.k
                 RETURNING id, node, window_min_at, window_max_at, rows
             )
             SELECT made.*,
-                   EXISTS (SELECT 1 FROM {PACKED_TABLE} WHERE gpu_uuid = ANY (CAST(:uuids AS text[]))
+                   EXISTS (SELECT 1 FROM {PACKED_TABLE}
+                           WHERE gpu_uuid = ANY (ARRAY(SELECT json_array_elements_text(CAST(:uuids AS json))))
                            AND hour_at >= {utc_hour("CAST(:lo AS timestamptz)")}
                            AND hour_at <= CAST(:hi AS timestamptz)) AS packed
             FROM made
@@ -340,13 +353,12 @@ def _new_batches(
         ),
         {
             "source": source,
-            "nodes": nodes,
-            "los": los,
-            "his": his,
-            "counts": counts,
-            "uuids": uuids,
-            "lo": min(starts),
-            "hi": max(starts),
+            "batches": orjson.dumps(
+                [{"node": node, "lo": lo, "hi": hi, "rows": rows} for node, lo, hi, rows in batches]
+            ).decode(),
+            "uuids": orjson.dumps(uuids).decode(),
+            "lo": min(lo for _, lo, _, _ in batches),
+            "hi": max(hi for _, _, hi, _ in batches),
         },
     ).all()
     by_key: dict[tuple[str, datetime, datetime, int], list[int]] = {}
@@ -1098,28 +1110,31 @@ def set_agent_cursors(conn: Connection, updates: Sequence[AgentCursorUpdate]) ->
     statement."""
     if not updates:
         return
-    columns = list(
-        zip(
-            *((u.node, u.spool_id, u.cursor, u.evicted_total, u.spool_items, u.spool_bytes) for u in updates),
-            strict=True,
-        )
-    )
+    # one JSON document, parsed by the server: psycopg dumps bound lists a value at a time
+    rows = orjson.dumps(
+        [
+            {
+                "node": u.node,
+                "spool_id": u.spool_id,
+                "cursor": u.cursor,
+                "evicted_total": u.evicted_total,
+                "spool_items": u.spool_items,
+                "spool_bytes": u.spool_bytes,
+            }
+            for u in updates
+        ]
+    ).decode()
     conn.execute(
         text(
             """
             INSERT INTO agent_cursor (node, spool_id, cursor, evicted_total, spool_items, spool_bytes)
-            SELECT * FROM unnest(CAST(:nodes AS text[]), CAST(:spools AS text[]), CAST(:cursors AS bigint[]),
-                                 CAST(:evicted AS bigint[]), CAST(:items AS bigint[]), CAST(:bytes AS bigint[]))
+            SELECT * FROM json_to_recordset(CAST(:rows AS json))
+                AS u(node text, spool_id text, cursor bigint, evicted_total bigint, spool_items bigint,
+                     spool_bytes bigint)
             ON CONFLICT (node) DO UPDATE SET spool_id = EXCLUDED.spool_id, cursor = EXCLUDED.cursor,
                 evicted_total = EXCLUDED.evicted_total, spool_items = EXCLUDED.spool_items,
                 spool_bytes = EXCLUDED.spool_bytes, updated_at = now()
             """
         ),
-        dict(
-            zip(
-                ("nodes", "spools", "cursors", "evicted", "items", "bytes"),
-                (list(c) for c in columns),
-                strict=True,
-            )
-        ),
+        {"rows": rows},
     )
