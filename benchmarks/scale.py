@@ -19,12 +19,12 @@ Simulated time moves in steps of the attribution interval (config attribution.in
 Printed: per step the ingest rate, attribution seconds and attempts recomputed, and whether
 the step kept up with real time x --speedup; ingest rows/s against binary COPY of the same
 rows into the same table (measured in the same run, before the replay); attribution seconds
-per run early vs late in the day; lag from a window's end to the attribution run that folded
-it in; storage bytes per GPU-day after VACUUM; and each admin report's seconds over the month
+per run early vs late in the day; the oldest window not packed yet; lag from a window's end to
+the attribution run that folded it in; storage bytes per GPU-day after VACUUM; and each admin report's seconds over the month
 (slurmtel.reports.catalog REPORTS through run_report).
 
 Targets: ingest >= 0.5x COPY; a steady-state attribution run < 10 s for 5 minutes of new data;
-reports < 1 s.
+no window unpacked for 2 hours or more; reports < 1 s.
 
     python benchmarks/scale.py [--gpus 10000] [--hours 24] [--step-minutes 5] [--speedup 1]
                                [--pull-seconds 60] [--dsn URL] [--keep]
@@ -440,6 +440,8 @@ class Step:
     lag_max: float
     ingest_usage: Usage
     attribution_usage: Usage
+    # the age of the oldest window not packed yet at the step's end (None: every one packed)
+    unpacked_age_seconds: float | None = None
 
     @property
     def busy_seconds(self) -> float:
@@ -532,6 +534,7 @@ def replay(
                     "AND NOT EXISTS (SELECT 1 FROM attribution_batch a WHERE a.batch_id = b.id)"
                 )
             ).scalar_one()
+            oldest = conn.execute(text("SELECT min(window_start_at) FROM gpu_window")).scalar_one()
         assert left == 0, f"{left} batches not folded in"
         # lag: a window [t, t + 30 s) ending in (step_start, step_end] is folded in by this run
         processing = sacct_seconds + ingest_seconds + attribution_seconds
@@ -550,6 +553,7 @@ def replay(
             lag_max=max(sim_lags) + processing,
             ingest_usage=ingest_usage,
             attribution_usage=attribution_usage,
+            unpacked_age_seconds=None if oldest is None else (step_end - oldest).total_seconds(),
         )
 
 
@@ -693,6 +697,12 @@ def main() -> int:
         slow = [s for s in done if s.busy_seconds >= budget]
         print(f"  keeps up with real time x {args.speedup:g} ({budget:.0f} s per step): "
               f"{'every step' if not slow else f'NOT in {len(slow)} of {len(done)} steps'}")  # fmt: skip
+
+        ages = [(s.unpacked_age_seconds, s.index) for s in done if s.unpacked_age_seconds is not None]
+        if ages:
+            age, at_step = max(ages)
+            print(f"  oldest window not packed yet: {age / 3600:.2f} h (step {at_step}); target < 2 h: "
+                  f"{'met' if age < 2 * 3600 else 'NOT met'}")  # fmt: skip
 
         print("\nlag from a window's end to the attribution run that folded it in "
               "(simulated time to the run + sacct, ingest and attribution seconds of the step)")  # fmt: skip
