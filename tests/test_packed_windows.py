@@ -17,7 +17,16 @@ from slurmtel.simulate import sampled_windows
 from slurmtel.store.attribution import mark_batches
 from slurmtel.store.jobs import write_attempts
 from slurmtel.store.jobview import gpu_figures, util_windows
-from slurmtel.store.telemetry import pack_windows, window_store_size, write_inventory, write_summaries
+from slurmtel.store.telemetry import (
+    PACK_DELAY,
+    PACK_GPUS_PER_RUN,
+    PACK_RUNS,
+    pack_budget,
+    pack_windows,
+    window_store_size,
+    write_inventory,
+    write_summaries,
+)
 from tests.factories import attempt, inventory, windows
 
 HOUR = datetime(2026, 11, 3, 10, 0, tzinfo=UTC)
@@ -92,12 +101,11 @@ def test_closed_attributed_hours_are_packed_and_read_back_the_same(engine: Engin
 
 
 def test_the_current_hour_and_unattributed_windows_stay_unpacked(engine: Engine, config: Config) -> None:
-    now = HOUR + timedelta(hours=1, minutes=30)
     with engine.begin() as conn:
         write_summaries(conn, windows("GPU-q", HOUR, 180), source="agent", node="gpu01")
-    # the hour 10:00 ended only 30 minutes before now: PACK_DELAY keeps it for late data
-    assert fold_and_pack(engine, config, now) == 0
-    assert fold_and_pack(engine, config, now + timedelta(minutes=30)) == 120
+    # the hour 10:00 ended less than PACK_DELAY before: kept for late data
+    assert fold_and_pack(engine, config, HOUR + timedelta(hours=1) + PACK_DELAY / 2) == 0
+    assert fold_and_pack(engine, config, HOUR + timedelta(hours=1) + PACK_DELAY) == 120
     assert packed_rows(engine) == [("GPU-q", HOUR, 120)]
     # windows no attribution run has folded in are never packed
     with engine.begin() as conn:
@@ -364,6 +372,18 @@ def test_a_run_packs_at_most_so_many_gpus_and_the_next_runs_take_the_rest(
             packed.append(pack_windows(conn, now=LATER, max_gpus=2))
     assert packed == [240, 240, 120, 0]
     assert packed_rows(engine) == [(f"GPU-w{g}", HOUR, 120) for g in range(5)]
+
+
+def test_a_run_packs_a_sixth_of_a_large_clusters_gpus(engine: Engine) -> None:
+    """The budget is PACK_GPUS_PER_RUN, or the GPUs seen in the last day over PACK_RUNS when
+    that is more: a closed hour is packed within PACK_RUNS runs however many GPUs there are."""
+    gpus = PACK_GPUS_PER_RUN * PACK_RUNS + 7
+    with engine.begin() as conn:
+        assert pack_budget(conn, now=LATER) == PACK_GPUS_PER_RUN
+        write_inventory(conn, inventory("gpu01", [f"GPU-x{g}" for g in range(gpus)], LATER), source="agent")
+        # seen more than a day ago: not counted
+        write_inventory(conn, inventory("gpu02", ["GPU-old"], LATER - timedelta(days=2)), source="agent")
+        assert pack_budget(conn, now=LATER) == PACK_GPUS_PER_RUN + 2  # ceil((6,000 + 7) / 6)
 
 
 def test_runs_take_the_oldest_day_first_and_step_over_gpus_that_cannot_be_packed(

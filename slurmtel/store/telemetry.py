@@ -469,13 +469,17 @@ def _plain_text(value: object) -> bool:
 _HOUR_OF_WINDOW = utc_hour("s.window_start_at")
 _OFFSET_MS = f"CAST(round(extract(epoch FROM s.window_start_at - {_HOUR_OF_WINDOW}) * 1000) AS integer)"
 
-# GPUs packed per attribution run at most: at 10,000 GPUs an hour of windows (1.2 million) is
-# packed over 10 of the hour's 12 runs, about 2 s each, rather than 20 s in one
+# GPUs packed per attribution run at most: 1,000, or the cluster's GPUs over PACK_RUNS when that
+# is more, so that a closed hour is packed over at most PACK_RUNS runs (half an hour at the
+# default interval) whatever the cluster's size: at 10,000 GPUs an hour of windows (1.2
+# million) over 6 runs of about 3 s rather than 20 s in one, and no window stays unpacked for
+# more than about 1 h 40 min (1 h, the delay, the runs)
 PACK_GPUS_PER_RUN = 1_000
+PACK_RUNS = 6
 
-# An hour is packed once it ended this long ago (a late window after that is merged into its
-# packed row by a later run).
-PACK_DELAY = timedelta(hours=1)
+# An hour is packed once it ended this long ago, by when the attribution run after its end has
+# folded it in (a late window after that is merged into its packed row by a later run).
+PACK_DELAY = timedelta(minutes=10)
 
 # What the packed types hold (migration 0012); a window beyond them stays one row in
 # gpu_window (nothing is lost; it just is not packed).
@@ -552,14 +556,24 @@ def _gpus_to_pack(conn: Connection, horizon: datetime, max_gpus: int) -> list[st
     return sorted(set(gpus))
 
 
-def pack_windows(conn: Connection, *, now: datetime, max_gpus: int = PACK_GPUS_PER_RUN) -> int:
+def pack_budget(conn: Connection, *, now: datetime) -> int:
+    """The GPUs a run packs at most: PACK_GPUS_PER_RUN, or the GPUs (and MIG instances) seen in
+    the day before NOW over PACK_RUNS when that is more."""
+    seen = conn.execute(
+        text("SELECT count(DISTINCT gpu_uuid) FROM gpu_inventory WHERE last_seen_at > :since"),
+        {"since": now - timedelta(days=1)},
+    ).scalar_one()
+    return max(PACK_GPUS_PER_RUN, -(-int(seen) // PACK_RUNS))
+
+
+def pack_windows(conn: Connection, *, now: datetime, max_gpus: int | None = None) -> int:
     """Move the windows of hours that ended PACK_DELAY before NOW, and that an attribution run
-    has folded in, from gpu_window into gpu_window_hour, for at most MAX_GPUS GPUs (the rest
-    in later runs); a packed row that gets late windows is rewritten with them. Returns the
-    windows moved. In the caller's transaction; idempotent (a run with nothing to move writes
-    nothing)."""
+    has folded in, from gpu_window into gpu_window_hour, for at most MAX_GPUS GPUs (pack_budget
+    when None; the rest in later runs); a packed row that gets late windows is rewritten with
+    them. Returns the windows moved. In the caller's transaction; idempotent (a run with
+    nothing to move writes nothing)."""
     horizon = datetime.fromtimestamp((now - PACK_DELAY).timestamp() // 3600 * 3600, UTC)
-    gpus = _gpus_to_pack(conn, horizon, max_gpus)
+    gpus = _gpus_to_pack(conn, horizon, pack_budget(conn, now=now) if max_gpus is None else max_gpus)
     if not gpus:
         return 0
     columns = ", ".join(c for c, _ in _COPY_COLUMNS)
