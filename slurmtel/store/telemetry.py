@@ -470,12 +470,12 @@ _HOUR_OF_WINDOW = utc_hour("s.window_start_at")
 _OFFSET_MS = f"CAST(round(extract(epoch FROM s.window_start_at - {_HOUR_OF_WINDOW}) * 1000) AS integer)"
 
 # GPUs packed per attribution run at most: 1,000, or the cluster's GPUs over PACK_RUNS when that
-# is more, so that a closed hour is packed over at most PACK_RUNS runs (half an hour at the
+# is more, so that a closed hour is packed over at most PACK_RUNS runs (40 minutes at the
 # default interval) whatever the cluster's size: at 10,000 GPUs an hour of windows (1.2
-# million) over 6 runs of about 3 s rather than 20 s in one, and no window stays unpacked for
-# more than about 1 h 40 min (1 h, the delay, the runs)
+# million) over 8 runs rather than in one (6 runs cost 7-8 s of CPU each there), and no window
+# stays unpacked for more than about 1 h 45 min (the hour, the delay, the runs)
 PACK_GPUS_PER_RUN = 1_000
-PACK_RUNS = 6
+PACK_RUNS = 8
 
 # An hour is packed once it ended this long ago, by when the attribution run after its end has
 # folded it in (a late window after that is merged into its packed row by a later run).
