@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Engine, text
 
 from slurmtel.attribution import run_attribution
 from slurmtel.config import Config
+from slurmtel.records import GpuSummary
 from slurmtel.simulate import sampled_windows
 from slurmtel.store.attribution import mark_batches
 from slurmtel.store.jobs import write_attempts
@@ -346,6 +347,66 @@ def attribution(engine: Engine) -> dict[tuple, dict]:
 
 def _plain(value: object) -> object:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+def test_a_read_takes_a_packed_hour_only_when_its_windows_reach_the_read(
+    engine: Engine, config: Config
+) -> None:
+    """slurmtel_gpu_windows leaves out a packed hour none of whose windows can end after the
+    read's start (migration 0028: each starts in the hour and lasts the row's window_seconds)
+    and keeps one whose last window reaches into it: windows of half an hour and of an hour,
+    packed, read from moments of the next hour."""
+
+    def long(uuid: str, start: datetime, seconds: float) -> GpuSummary:
+        (w,) = windows(uuid, start, 1)
+        return replace(w, window_seconds=seconds, covered_seconds=seconds, idle_seconds=seconds)
+
+    half = [long("GPU-h", HOUR, 1800.0), long("GPU-h", HOUR + timedelta(minutes=30), 1800.0)]
+    whole = [long("GPU-o", HOUR + timedelta(minutes=30), 3600.0)]
+    with engine.begin() as conn:
+        write_summaries(conn, half + whole, source="agent", node="gpu01")
+    assert fold_and_pack(engine, config) == 3
+
+    def read(uuid: str, lo: datetime) -> list[datetime]:
+        with engine.connect() as conn:
+            return list(
+                conn.execute(
+                    text(
+                        "SELECT window_start_at FROM slurmtel_gpu_windows(ARRAY[CAST(:uuid AS text)], :lo, :hi) "
+                        "ORDER BY window_start_at"
+                    ),
+                    {"uuid": uuid, "lo": lo, "hi": lo + timedelta(hours=1)},
+                ).scalars()
+            )
+
+    def packed_rows_read(uuid: str, lo: datetime) -> int:
+        with engine.connect() as conn:
+            (plan,) = conn.execute(
+                text(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM "
+                    "slurmtel_gpu_windows(ARRAY[CAST(:uuid AS text)], :lo, :hi)"
+                ),
+                {"uuid": uuid, "lo": lo, "hi": lo + timedelta(hours=1)},
+            ).scalar_one()
+
+        def rows(node: dict) -> int:  # type: ignore[type-arg]
+            own = node["Actual Rows"] * node["Actual Loops"]
+            packed = node.get("Relation Name", "").startswith("gpu_window_hour")
+            return (own if packed else 0) + sum(rows(n) for n in node.get("Plans", ()))
+
+        return rows(plan["Plan"])
+
+    eleven = HOUR + timedelta(hours=1)
+    assert read("GPU-h", eleven - timedelta(seconds=1)) == [HOUR + timedelta(minutes=30)]
+    assert read("GPU-h", eleven) == []
+    # a row of half-hour windows can reach 11:30 (one starting at 10:59): from then on it is
+    # not even read, let alone unpacked
+    assert packed_rows_read("GPU-h", eleven + timedelta(minutes=29)) == 1
+    assert packed_rows_read("GPU-h", eleven + timedelta(minutes=30)) == 0
+    assert read("GPU-o", eleven + timedelta(minutes=29, seconds=59)) == [HOUR + timedelta(minutes=30)]
+    assert read("GPU-o", eleven + timedelta(minutes=30)) == []
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM gpu_window")).scalar_one() == 0
 
 
 def test_hours_are_utc_whatever_the_session_time_zone(engine: Engine) -> None:
