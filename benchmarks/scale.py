@@ -722,7 +722,7 @@ def main() -> int:
             print(f"  {table:<16} {_fmt_mb(size):>12}  {size / gpu_days:12,.0f} bytes per GPU-day"
                   + (f"  ({size / stored_windows:.0f} bytes per window)" if table == "window store" else ""))  # fmt: skip
         print(f"  windows stored: {stored_windows:,} ({gpu_days:,.1f} GPU-days), {packed:,} of them packed "
-              "(hours that ended an hour before the last run)")  # fmt: skip
+              "(hours that ended PACK_DELAY before a run)")  # fmt: skip
 
         seconds = time_reports(engine, config, end)
         print(f"\nreports over {end:%Y-%m} (best of 2), target < {TARGET_REPORT_SECONDS:g} s")
