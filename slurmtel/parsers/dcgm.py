@@ -40,6 +40,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from slurmtel.errors import ParseError
 from slurmtel.parsers.gres import mig_slices
@@ -252,30 +253,12 @@ class _Identity:
     key: tuple[str, str] | None
     labels: dict[str, str]
     job_id: str
-    # the sample fields the labels give (_labelled), read once per identity: a Prometheus
-    # answer repeats a series' labels at every instant
-    fields: _Labelled | None = None
+    # whether it is a MIG instance, and the DcgmGpuSample fields its labels give (_labelled),
+    # read once per identity: a Prometheus answer repeats a series' labels at every instant
+    fields: tuple[bool, dict[str, Any]] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class _Labelled:
-    gpu_uuid: str
-    is_mig: bool
-    parent_gpu_uuid: str
-    gpu_instance_id: int | None
-    mig_profile: str
-    gpu_index: int | None
-    model: str
-    hostname: str
-    device: str
-    pci_bus_id: str
-    driver_version: str
-    cuda_version: str
-    vbios_version: str
-    minor_number: int | None
-
-
-def _labelled(key: tuple[str, str], labels: dict[str, str]) -> _Labelled:
+def _labelled(key: tuple[str, str], labels: dict[str, str]) -> tuple[bool, dict[str, Any]]:
     uuid, gi = key
     mig_profile = _label(labels, "gpu_i_profile")
     is_mig = bool(gi) or uuid.startswith("MIG-") or bool(mig_profile)
@@ -287,22 +270,21 @@ def _labelled(key: tuple[str, str], labels: dict[str, str]) -> _Labelled:
     minor = _int_or_none(_label(labels, "dcgm_fi_dev_minor_number"))
     if minor is None and device.startswith("nvidia"):
         minor = _int_or_none(device[len("nvidia") :])
-    return _Labelled(
-        gpu_uuid=gpu_uuid,
-        is_mig=is_mig,
-        parent_gpu_uuid=parent,
-        gpu_instance_id=_int_or_none(gi),
-        mig_profile=mig_profile,
-        gpu_index=_int_or_none(_label(labels, "gpu")),
-        model=_label(labels, "modelname", "dcgm_fi_dev_name"),
-        hostname=_label(labels, "hostname"),
-        device=device,
-        pci_bus_id=_label(labels, "pci_bus_id", "dcgm_fi_dev_pci_busid"),
-        driver_version=_label(labels, "dcgm_fi_driver_version", "dcgm_fi_system_driver_version"),
-        cuda_version=_cuda_version(_label(labels, "dcgm_fi_cuda_driver_version")),
-        vbios_version=_label(labels, "dcgm_fi_dev_vbios_version"),
-        minor_number=minor,
-    )
+    return is_mig, {
+        "gpu_uuid": gpu_uuid,
+        "gpu_index": _int_or_none(_label(labels, "gpu")),
+        "model": _label(labels, "modelname", "dcgm_fi_dev_name"),
+        "hostname": _label(labels, "hostname"),
+        "device": device,
+        "pci_bus_id": _label(labels, "pci_bus_id", "dcgm_fi_dev_pci_busid"),
+        "driver_version": _label(labels, "dcgm_fi_driver_version", "dcgm_fi_system_driver_version"),
+        "cuda_version": _cuda_version(_label(labels, "dcgm_fi_cuda_driver_version")),
+        "vbios_version": _label(labels, "dcgm_fi_dev_vbios_version"),
+        "minor_number": minor,
+        "parent_gpu_uuid": parent,
+        "gpu_instance_id": _int_or_none(gi),
+        "mig_profile": mig_profile,
+    }
 
 
 def _label(labels: dict[str, str], *names: str) -> str:
@@ -549,7 +531,7 @@ def _sample(
     labelled = gpu.identity.fields
     if labelled is None:  # (the GPU's key is its identity's)
         labelled = gpu.identity.fields = _labelled(key, gpu.identity.labels)
-    is_mig = labelled.is_mig
+    is_mig, fields = labelled
 
     # the readings within their field's bounds; one beyond them is dropped and counted
     values: dict[str, float] = {}
@@ -582,20 +564,8 @@ def _sample(
 
     return DcgmGpuSample(
         node=node,
-        gpu_uuid=labelled.gpu_uuid,
         observed_at=at,
-        gpu_index=labelled.gpu_index,
-        model=labelled.model,
-        hostname=labelled.hostname,
-        device=labelled.device,
-        pci_bus_id=labelled.pci_bus_id,
-        driver_version=labelled.driver_version,
-        cuda_version=labelled.cuda_version,
-        vbios_version=labelled.vbios_version,
-        minor_number=labelled.minor_number,
-        parent_gpu_uuid=labelled.parent_gpu_uuid,
-        gpu_instance_id=labelled.gpu_instance_id,
-        mig_profile=labelled.mig_profile,
+        **fields,
         util_metric=util_metric,
         util_percent=util,
         memory_used_bytes=used,
