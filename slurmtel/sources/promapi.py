@@ -17,6 +17,7 @@ import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -29,12 +30,52 @@ from slurmtel.parsers.prometheus import (
     node_name,
     parse_label_values,
     parse_prometheus_matrix,
+    scrape_inventory,
     scrape_summaries,
 )
 from slurmtel.records import GpuSummary
 from slurmtel.sources.io import http_request
 
+if TYPE_CHECKING:
+    from slurmtel.sources.plausible import Screened
+
 NAME = "prometheus"
+
+
+def screened_nodes(
+    scrapes: Sequence[DcgmScrape],
+    config: Config,
+    *,
+    since: datetime | None,
+    now: datetime,
+    origin: str,
+    inventory: bool = False,
+) -> Iterator[tuple[str, list[DcgmScrape], Screened]]:
+    """Per node of SCRAPES (one query_range answer's): its scrapes from SINCE on, and its
+    windows from SINCE on summarised and screened as the prometheus source stores them (with
+    their inventory, INVENTORY): one rule for the source and for the sample store's reads."""
+    from slurmtel.sources.plausible import screen_telemetry
+
+    by_node: dict[str, list[DcgmScrape]] = {}
+    for scrape in scrapes:
+        by_node.setdefault(scrape.node, []).append(scrape)
+    for node, node_scrapes in by_node.items():
+        kept = [s for s in node_scrapes if since is None or s.at >= since]
+        summaries = scrape_summaries(
+            node_scrapes,
+            window_seconds=float(config.sources.prometheus.step_seconds),
+            idle_threshold_percent=config.attribution.idle_threshold_percent,
+            since=since,
+        )
+        screened = screen_telemetry(
+            now=now,
+            telemetry=config.telemetry,
+            source=NAME,
+            origin=f"{origin} {node}",
+            summaries=summaries,
+            inventory=scrape_inventory(kept) if inventory else (),
+        )
+        yield node, kept, screened
 
 
 def time_chunks(
@@ -195,8 +236,6 @@ class WindowReader:
     ) -> Iterator[list[GpuSummary]]:
         """The windows of NODES (short node names) starting FIRST..LAST (multiples of the step),
         a query's at a time (a whole cluster's hour would not fit in memory at once)."""
-        from slurmtel.sources.plausible import screen_telemetry
-
         step = timedelta(seconds=self.step)
         known = self._node_values(first - step, last, now)
         values = sorted(v for node in set(nodes) for v in known.get(node, ()))
@@ -212,22 +251,9 @@ class WindowReader:
                 scrapes, _ = matrix_scrapes(
                     parse_prometheus_matrix(raw, origin=origin), node_label=self.cfg.node_label, origin=origin
                 )
-                by_node: dict[str, list[DcgmScrape]] = {}
-                for scrape in scrapes:
-                    by_node.setdefault(scrape.node, []).append(scrape)
                 summaries: list[GpuSummary] = []
-                for node, node_scrapes in by_node.items():
-                    windows = scrape_summaries(
-                        node_scrapes,
-                        window_seconds=float(self.step),
-                        idle_threshold_percent=self.config.attribution.idle_threshold_percent,
-                        since=chunk_start,
-                    )
-                    summaries += screen_telemetry(
-                        now=now,
-                        telemetry=self.config.telemetry,
-                        source=NAME,
-                        origin=f"{origin} {node}",
-                        summaries=windows,
-                    ).summaries
+                for _, _, screened in screened_nodes(
+                    scrapes, self.config, since=chunk_start, now=now, origin=origin
+                ):
+                    summaries += screened.summaries
                 yield summaries

@@ -27,16 +27,13 @@ from typing import TYPE_CHECKING
 
 from slurmtel.config import Config
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
-from slurmtel.parsers.dcgm import DcgmScrape
 from slurmtel.parsers.prometheus import (
     matrix_scrapes,
     parse_prometheus_matrix,
-    scrape_inventory,
-    scrape_summaries,
 )
 from slurmtel.records import GpuInventory, GpuSummary
 from slurmtel.sources.base import RunContext, RunResult, time_option
-from slurmtel.sources.promapi import PrometheusApi, _ceil, _floor, _span, time_chunks
+from slurmtel.sources.promapi import PrometheusApi, _ceil, _floor, _span, screened_nodes, time_chunks
 
 if TYPE_CHECKING:
     from slurmtel.store.telemetry import PartitionBudget
@@ -169,7 +166,6 @@ def store_matrix(
     """Parse one query_range answer and store its windows (from SINCE on) and inventory, every
     node's in the one transaction of the answer: the inventory in one statement, the windows
     as one group per node, the allocations waiting for those nodes' GPU UUIDs in one."""
-    from slurmtel.sources.plausible import screen_telemetry
     from slurmtel.store.checks import rejections
     from slurmtel.store.quarantine import quarantine
     from slurmtel.store.samples import sample_store
@@ -179,29 +175,12 @@ def store_matrix(
     matrix = parse_prometheus_matrix(raw, origin=origin)
     scrapes, rejected = matrix_scrapes(matrix, node_label=cfg.node_label, origin=origin)
     rejected = [*matrix.rejected, *rejected]
-    by_node: dict[str, list[DcgmScrape]] = {}
-    for scrape in scrapes:
-        by_node.setdefault(scrape.node, []).append(scrape)
     result.rows_read += matrix.points
-    now = ctx.clock()
     inventory: list[GpuInventory] = []
     groups: list[tuple[str, Sequence[GpuSummary]]] = []
-    for node, node_scrapes in by_node.items():
-        summaries = scrape_summaries(
-            node_scrapes,
-            window_seconds=float(cfg.step_seconds),
-            idle_threshold_percent=ctx.config.attribution.idle_threshold_percent,
-            since=since,
-        )
-        kept = [s for s in node_scrapes if since is None or s.at >= since]
-        screened = screen_telemetry(
-            now=now,
-            telemetry=ctx.config.telemetry,
-            source=NAME,
-            origin=f"{origin} {node}",
-            summaries=summaries,
-            inventory=scrape_inventory(kept),
-        )
+    for node, kept, screened in screened_nodes(
+        scrapes, ctx.config, since=since, now=ctx.clock(), origin=origin, inventory=True
+    ):
         inventory += screened.inventory
         groups.append((node, screened.summaries))
         rejected += [r for s in kept for r in s.rejected]
