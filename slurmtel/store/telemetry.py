@@ -726,32 +726,12 @@ def record_batches(
     conn: Connection, spans: Sequence[tuple[str, datetime, datetime, int]], *, source: str
 ) -> list[int]:
     """Ingest batches without windows (the windows stay in the site's store: samples.py), one
-    per (node, first, last, rows) of SPANS, in one statement: each node's windows starting
-    FIRST..LAST are there now, for the next attribution run to fold in. Their ids, in order."""
+    per (node, first, last, rows) of SPANS, by one INSERT (_new_batches, with no GPU to ask
+    about): each node's windows starting FIRST..LAST are there now, for the next attribution run
+    to fold in. Their ids, in order."""
     if not spans:
         return []
-    nodes, firsts, lasts, rows = zip(*spans, strict=True)
-    result = conn.execute(
-        text(
-            """
-            INSERT INTO ingest_batch (source, node, window_min_at, window_max_at, rows)
-            SELECT :source, s.node, s.first, s.last, s.rows
-            FROM unnest(CAST(:nodes AS text[]), CAST(:firsts AS timestamptz[]), CAST(:lasts AS timestamptz[]),
-                        CAST(:rows AS integer[])) WITH ORDINALITY AS s(node, first, last, rows, n)
-            ORDER BY s.n
-            RETURNING id
-            """
-        ),
-        {
-            "source": source,
-            "nodes": list(nodes),
-            "firsts": list(firsts),
-            "lasts": list(lasts),
-            "rows": list(rows),
-        },
-    )
-    # ids come from the sequence in the order the rows are inserted: sorted, they are in order
-    return sorted(int(i) for i in result.scalars())
+    return _new_batches(conn, source, spans, ())[0]
 
 
 def batch_spans(conn: Connection, batch_ids: Sequence[int]) -> list[tuple[int, str, datetime, datetime]]:
