@@ -548,52 +548,44 @@ def _decode_well_formed(raw: bytes | str, origin: str) -> SummariesPage:
         raise _SlowPath from None
     if wire.protocol_version != PROTOCOL_VERSION:
         raise _SlowPath
-    # most pages: window summaries alone, dated in UTC, in order: one tight loop
-    known_kinds = type(wire) is _KnownPage
-    fast = _summary_items(wire.items) if known_kinds else None
+    items: list[PageItem] = []
     rejected: list[Rejected] = []
     last_seq: int | None = None
-    items: list[PageItem]
-    if fast is not None:
-        items = fast
-        last_seq = fast[-1].seq if fast else None
-    else:
-        items = []
-        for item in wire.items:
-            seq = item.seq
-            if last_seq is not None and seq <= last_seq:
-                raise _SlowPath
-            last_seq = seq
-            record: AgentRecord | None
-            if isinstance(item, _WireItem):
-                kind = item.kind
-                decoder = _RECORD_DECODERS.get(kind)
+    for item in wire.items:
+        seq = item.seq
+        if last_seq is not None and seq <= last_seq:
+            raise _SlowPath
+        last_seq = seq
+        record: AgentRecord | None
+        if isinstance(item, _WireItem):
+            kind = item.kind
+            decoder = _RECORD_DECODERS.get(kind)
+            try:
+                record = _utc_datetimes(decoder.decode(item.record)) if decoder else None
+            except msgspec.DecodeError:
+                record = None
+            if record is None:
                 try:
-                    record = _utc_datetimes(decoder.decode(item.record)) if decoder else None
-                except msgspec.DecodeError:
-                    record = None
+                    data = {"seq": seq, "kind": kind, "record": _loads(memoryview(item.record))}
+                except (ValueError, RecursionError) as exc:
+                    rejected.append(
+                        _rejected_item(item, seq, wire.node, origin, f"record is not JSON: {exc}")
+                    )
+                    continue
+                decoded = _decode_item(data, seq, wire.node, origin)
+                if isinstance(decoded, Rejected):
+                    rejected.append(decoded)
+                    continue
+                record = decoded
+        else:
+            kind = _KNOWN_ITEMS[type(item)]
+            record = item.record
+            # a summary's one datetime, in UTC as agents send it: nothing to convert
+            if not (type(record) is GpuSummary and record.window_start_at.tzinfo is UTC):
+                record = _utc_datetimes(record)
                 if record is None:
-                    try:
-                        data = {"seq": seq, "kind": kind, "record": _loads(memoryview(item.record))}
-                    except (ValueError, RecursionError) as exc:
-                        rejected.append(
-                            _rejected_item(item, seq, wire.node, origin, f"record is not JSON: {exc}")
-                        )
-                        continue
-                    decoded = _decode_item(data, seq, wire.node, origin)
-                    if isinstance(decoded, Rejected):
-                        rejected.append(decoded)
-                        continue
-                    record = decoded
-            else:
-                kind = _KNOWN_ITEMS[type(item)]
-                record = item.record
-                # a summary's one datetime, in UTC as agents send it: nothing to convert
-                if not (type(record) is GpuSummary and record.window_start_at.tzinfo is UTC):
-                    record = _utc_datetimes(record)
-                    if record is None:
-                        raise _SlowPath  # a datetime without a time zone: the checking path names it
-            items.append(PageItem(seq, kind, record))
+                    raise _SlowPath  # a datetime without a time zone: the checking path names it
+        items.append(PageItem(seq, kind, record))
     if last_seq is not None and wire.next_cursor < last_seq:
         raise _SlowPath
     if any(not 0 <= getattr(wire, name) <= _INT8_MAX for name in _COUNTERS):
@@ -601,28 +593,6 @@ def _decode_well_formed(raw: bytes | str, origin: str) -> SummariesPage:
     return SummariesPage(
         **{f.name: getattr(wire, f.name) for f in _ENVELOPE}, items=tuple(items), rejected=tuple(rejected)
     )
-
-
-_SUMMARY_ITEM: Any = next(cls for cls, kind in _KNOWN_ITEMS.items() if kind == "summary")
-
-
-def _summary_items(wire_items: list[Any]) -> list[PageItem] | None:
-    """The items of a page that holds window summaries alone, each dated in UTC, their
-    sequence numbers increasing (every page of a well-behaved agent but its first); None for
-    any other page, which the general loop reads (and raises _SlowPath for, where it must)."""
-    items: list[PageItem] = []
-    append = items.append
-    last: int | None = None
-    for item in wire_items:
-        if type(item) is not _SUMMARY_ITEM:
-            return None
-        record = item.record
-        seq = item.seq
-        if record.window_start_at.tzinfo is not UTC or (last is not None and seq <= last):
-            return None
-        last = seq
-        append(PageItem(seq, "summary", record))
-    return items
 
 
 _INT8_MAX = 2**63 - 1
