@@ -135,11 +135,6 @@ class SummariesPage:
             by_type.setdefault(type(item.record), []).append(item.record)
         object.__setattr__(self, "_by_type", by_type)
 
-    @property
-    def summaries_only(self) -> bool:
-        """Whether the page holds window summaries and nothing else (most pages), nothing refused."""
-        return not self.rejected and all(cls is GpuSummary for cls in self._by_type)
-
     def records(self, kind: str) -> list[AgentRecord]:
         return [item.record for item in self.items if item.kind == kind]
 

@@ -517,16 +517,6 @@ def _store_pages(
         spans = {b: (lo, hi) for b, _, lo, hi in batch_spans(conn, ids)} if ids else {}
     for (page, origin, s), stats, result in zip(pages, all_stats, results, strict=True):
         summaries, events, inventory = s.summaries, s.events, s.inventory
-        if page.summaries_only and not s.rejected and not stats.refused:
-            # windows alone, all stored (most pages): no writer to ask about what it does not hold
-            result.rows_read += _served(page)
-            result.rows_written += stats.inserted
-            if page.items:
-                result.notes.append(
-                    f"{page.node}: {len(summaries)} windows ({stats.inserted} new), 0 events, 0 inventory; "
-                    f"spool {page.spool_items} items, {page.evicted_total} evicted"
-                )
-            continue
         rejected = [*page.rejected, *s.rejected]
         events_written = write_events(conn, events)
         ports = write_port_counters(conn, page.port_counters)
