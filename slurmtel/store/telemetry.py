@@ -321,12 +321,7 @@ def _new_batches(
     their ids in the order given, and whether any hour of these GPUs that SUMMARIES (the
     batches' windows) fall in has packed windows already: asked in the same statement, as each
     round trip of a group's transaction is a wait for the GIL on a busy head."""
-    uuids = sorted(
-        uuid
-        for uuid in {s.gpu_uuid for s in summaries}
-        # (an ASCII str without NUL is plain text: the full check only for the others)
-        if (type(uuid) is str and uuid.isascii() and "\x00" not in uuid) or _plain_text(uuid)
-    )
+    uuids = sorted(uuid for uuid in {s.gpu_uuid for s in summaries} if _plain_text(uuid))
     # the ids come from the sequence in the order the rows are inserted; each row says which it is.
     # the batches and the GPUs as JSON documents, parsed by the server: psycopg dumps a bound
     # list a value at a time in Python, and at the 60 s pull (a thousand GPUs, a hundred nodes
@@ -461,6 +456,9 @@ def _insert_new_summaries(
 
 def _plain_text(value: object) -> bool:
     """VALUE is text PostgreSQL takes as a parameter (the COPY names what is not)."""
+    if type(value) is str and value.isascii():
+        # (every GPU's UUID: the full check only for the others)
+        return "\x00" not in value
     return value_problem(value, "text") is None and "\x00" not in str(value)
 
 
