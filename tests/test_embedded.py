@@ -93,6 +93,18 @@ def wait_for(condition: Callable[[], bool], what: str, proc: subprocess.Popen[st
         time.sleep(0.05)
 
 
+def threads_taking(pid: int, signum: int) -> list[int]:
+    """The threads of PID that do not block SIGNUM (/proc's SigBlk: bit signum - 1)."""
+    taking = []
+    for task in sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda path: int(path.name)):
+        status = dict(
+            line.split(":\t", 1) for line in (task / "status").read_text().splitlines() if ":\t" in line
+        )
+        if not int(status["SigBlk"], 16) & (1 << (signum - 1)):
+            taking.append(int(task.name))
+    return taking
+
+
 def assert_server_gone(site: Site) -> None:
     """No process uses the server, and it has stopped: none running, no handle left."""
     wait_for(lambda: site.postmaster_pid() is None, "the embedded PostgreSQL stopped")
@@ -139,6 +151,9 @@ def test_a_signal_ends_a_command_and_its_embedded_server(embedded_site: Site, si
         # the command has started the server, recorded its run and waits on sacct
         wait_for(site.sacct_started.exists, "the command waits on sacct", proc)
         assert site.handles() == [proc.pid] and site.postmaster_pid() is not None
+        # the kernel gives a process's signal to any thread not blocking it, and Python's
+        # handler waits for the main thread (asleep on sacct): only the main thread may take it
+        assert threads_taking(proc.pid, signum) == [proc.pid]
         t0 = time.monotonic()
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=SAFETY_SECONDS)

@@ -433,6 +433,35 @@ def test_the_collector_is_off_for_the_whole_pull_and_back_on_after_it(
     assert gc.isenabled()
 
 
+def test_the_pulls_threads_leave_sigint_and_sigterm_to_the_main_thread(
+    ctx: RunContext, agent: RunningAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The HTTP workers and the store writers block SIGINT and SIGTERM: a signal one of them
+    took would leave the main thread asleep on the pull and ^C unanswered (slurmtel.threads)."""
+    import signal
+
+    import slurmtel.sources.agent as agent_source
+
+    backlog(agent, minutes=2)
+    held = {signal.SIGINT, signal.SIGTERM}
+    masks: dict[str, list[bool]] = {"http": [], "store": []}
+    real_request, real_store = agent_source.http_request, agent_source._store_group
+
+    def fetching(url: str, **kw: object) -> bytes:
+        masks["http"].append(held <= signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        return real_request(url, **kw)  # type: ignore[arg-type]
+
+    def storing(*args: object) -> object:
+        masks["store"].append(held <= signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        return real_store(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(agent_source, "http_request", fetching)
+    monkeypatch.setattr(agent_source, "_store_group", storing)
+    assert pull(ctx, f"gpu01=127.0.0.1:{agent.port}").status == "ok"
+    assert masks["http"] and all(masks["http"]) and masks["store"] and all(masks["store"])
+    assert not held & signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
 def test_a_page_the_head_cannot_use_is_quarantined_acked_and_passed(
     ctx: RunContext, agent: RunningAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:

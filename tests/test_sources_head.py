@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import signal
 import stat
 import threading
 from collections.abc import Iterator
@@ -430,3 +431,23 @@ def test_targets_are_worked_on_concurrently_and_their_results_added_up() -> None
 
     with pytest.raises(SourceUnavailable, match="no agent answered"):
         for_each_target(targets, dead, RunResult(), "agent", concurrency=2)
+
+
+def test_target_workers_leave_sigint_and_sigterm_to_the_main_thread() -> None:
+    """A worker taking the process's SIGINT would leave the main thread asleep on the pool, and
+    ^C unanswered until every node has answered (slurmtel.threads)."""
+    from slurmtel.sources.base import RunResult
+    from slurmtel.sources.targets import for_each_target
+
+    masks: list[set[signal.Signals]] = []
+
+    def work(target: Target, part: RunResult) -> None:
+        masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+    for_each_target(
+        [Target(f"n{i}", f"http://n{i}:1") for i in range(3)], work, RunResult(), "agent", concurrency=3
+    )
+    assert len(masks) == 3
+    assert all({signal.SIGINT, signal.SIGTERM} <= mask for mask in masks)
+    # the caller's own mask is as it was
+    assert not {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, [])

@@ -30,6 +30,7 @@ from slurmtel.gcpause import gc_paused
 from slurmtel.sources.base import RunContext, RunResult
 from slurmtel.sources.io import http_request
 from slurmtel.sources.targets import Target, add_target_argument, add_up, targets_for
+from slurmtel.threads import signals_held, start_thread
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -185,7 +186,7 @@ def _pull_agents(
         for k in range(workers)
     ]
     for thread in threads:
-        thread.start()
+        start_thread(thread)
     try:
         # while a group's transaction waits for PostgreSQL, another is prepared, and the HTTP
         # workers fetch, decode and screen the next pages
@@ -209,7 +210,9 @@ def _pull_agents(
                         size += ready[0].items
                         group.append(ready.popleft())
                     ready_items -= size
-                    writer.submit(_store_group, ctx, group, budget).add_done_callback(finished.put)
+                    with signals_held():  # (the writers' threads start in submit)
+                        group_stored = writer.submit(_store_group, ctx, group, budget)
+                    group_stored.add_done_callback(finished.put)
                     storing += 1
                 if not (fetching or storing):
                     continue

@@ -28,6 +28,7 @@ from slurmtel.config import Config, SacctSourceConfig
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
 from slurmtel.sources.base import RunContext, RunResult, time_option
 from slurmtel.sources.io import run_command
+from slurmtel.threads import start_thread
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -398,7 +399,7 @@ class _Writer:
         self._queue: queue.Queue[_Parsed | None] = queue.Queue(maxsize=1)
         # a daemon thread: an exiting process rolls back the transaction it is in
         self._thread = threading.Thread(target=self._run, name="sacct-store", daemon=True)
-        self._thread.start()
+        start_thread(self._thread)
 
     def put(self, parsed: _Parsed) -> None:
         if self.error is not None:

@@ -17,6 +17,7 @@ from slurmtel.config import ScrapeTargetsConfig
 from slurmtel.errors import ConfigError, SlurmtelError, SourceUnavailable
 from slurmtel.sources.base import RunResult
 from slurmtel.sources.io import run_command
+from slurmtel.threads import signals_held
 
 if TYPE_CHECKING:
     pass
@@ -110,7 +111,9 @@ def for_each_target(
         outcomes = [attempt(target) for target in targets]
     else:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"slurmtel-{what}") as pool:
-            outcomes = list(pool.map(attempt, targets))
+            with signals_held():  # (the workers start as map submits)
+                running = pool.map(attempt, targets)
+            outcomes = list(running)
     add_up(outcomes, result, what)
 
 

@@ -11,19 +11,17 @@ back: a signal in the middle would leave a server running that no handle knows o
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import pwd
-import signal
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlparse
 
 from slurmtel.errors import ConfigError, DatabaseUnavailable
+from slurmtel.threads import signals_held
 
 if TYPE_CHECKING:
     from slurmtel.config import Config
@@ -72,7 +70,7 @@ def embedded_url(state_dir: Path, why: str = "") -> str:
         ) from exc
     log.debug("starting embedded PostgreSQL in %s", pgdata)
     try:
-        with warnings.catch_warnings(), _signals_held():
+        with warnings.catch_warnings(), signals_held():
             warnings.simplefilter("ignore")
             with pgserver.PostgresServer._lock:
                 forget_gone_handles(pgdata)
@@ -119,22 +117,6 @@ def process_running(pid: object) -> bool:
     except (OSError, IndexError):
         return True
     return state != "Z"
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM wait until the block is done (delivered then): starting the server
-    and recording this process as its user is one step."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    try:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    except (AttributeError, OSError, ValueError):  # no pthread_sigmask: as before
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _check_owner(pgdata: Path, uid: int | None = None) -> None:
