@@ -5,7 +5,10 @@ The dataset is peers.py's (simulate_cluster, nodes of 8 GPUs, backfilled and att
 closed hours packed); the job is peers.py's too (the longest multi-GPU job that ended). Prints:
 
 - job_document: best wall of --repeat runs and their mean CPU seconds (this process and the
-  database backend: benchmarks/cputime.py), --rounds times, in seconds and in milliseconds;
+  database backend: benchmarks/cputime.py), --rounds times, in seconds and in milliseconds: on
+  a pooled connection whose read ends in a rollback, and as the read API serves it (the reader
+  role, its scope proven, a committed transaction: benchmarks/served.py), where psycopg keeps
+  the statements it prepared;
 - the statements one run sends, each with its wall milliseconds as the client saw them, then
   each one's planning and execution time (EXPLAIN ANALYZE, the third of three runs).
 
@@ -26,9 +29,11 @@ from typing import Any
 from cputime import Meter
 from peers import START, backfill_slurmtel, best, generate
 from scratch import scratch_database
+from served import served_api
 from sqlalchemy import event
 
 from slurmtel.access import EVERYTHING
+from slurmtel.config import Config
 from slurmtel.reports.researcher import JobQuery, job_document
 from slurmtel.store.telemetry import ensure_partitions
 
@@ -70,14 +75,20 @@ def main() -> int:
                 return job_document(conn, JobQuery(job_id, (), end, UTC, EVERYTHING))
 
         meter = Meter(engine)
-        for _ in range(args.rounds):
-            usage, document = best(meter, args.repeat, sql)
-            # the same in milliseconds: a few ms rounded to 0.001 s hides the changes measured
-            print(
-                f"  job_document: {usage}; {usage.wall * 1000:.2f} ms wall, {usage.cpu * 1000:.2f} ms CPU "
-                f"(client {usage.client * 1000:.2f} + backend {(usage.backend or 0) * 1000:.2f})"
-            )
-        assert document
+        with served_api(engine, Config(), end) as api:
+
+            def served() -> Any:
+                return api.job_document(JobQuery(job_id, (), end, UTC, EVERYTHING))
+
+            for _ in range(args.rounds):
+                for label, run in (("job_document, rolled back", sql), ("as the API serves it", served)):
+                    usage, document = best(meter, args.repeat, run)
+                    # the same in milliseconds: a few ms rounded to 0.001 s hides the changes measured
+                    print(
+                        f"  {label}: {usage}; {usage.wall * 1000:.2f} ms wall, {usage.cpu * 1000:.2f} ms CPU "
+                        f"(client {usage.client * 1000:.2f} + backend {(usage.backend or 0) * 1000:.2f})"
+                    )
+                    assert document
 
         sent: list[tuple[float, str, Any]] = []
         started: dict[int, float] = {}

@@ -19,7 +19,9 @@ process and its children, the PostgreSQL backends, the Prometheus server's proce
   interpreter, as a user types it) against a jobstats-like CLI (a fresh interpreter that asks
   Prometheus the three PromQL queries jobstats asks, max memory, mean utilisation and mean
   power over the job's GPUs and time, and prints them); and in process, the SQL behind
-  `slurmtel job` (job_document) against the three PromQL queries;
+  `slurmtel job` (job_document) against the three PromQL queries, read on a pooled connection
+  and rolled back (a command's one-off read) and as the read API serves it (benchmarks/served.py:
+  the reader role, a committed transaction, the job's statements prepared and planned once);
 - `slurmtel report idle` over the dataset end to end, and its store function in process,
   against the PromQL query of idle GPU-hours per job over the same time (in process, and end to
   end through `promtool query instant`);
@@ -53,6 +55,7 @@ from typing import Any
 
 from cputime import Meter, Usage, ratios
 from scratch import scratch_database
+from served import served_api
 from sqlalchemy import Engine, text
 
 from slurmtel.access import EVERYTHING
@@ -336,13 +339,22 @@ def main() -> int:
                 ]
 
             sql_usage, document = best(pg, args.repeat, sql)
+            with served_api(engine, Config(), end) as api:
+                served_usage, served_document = best(
+                    pg, args.repeat, lambda: api.job_document(JobQuery(job_id, (), end, UTC, EVERYTHING))
+                )
             three_usage, answers = best(prom, args.repeat, three)
             assert document and all(answers), (document, answers)
             assert len(answers[1]) == job.job.gpus, answers[1]
-            print(f"  SQL behind slurmtel job (job_document): {sql_usage}")
-            print(f"  the three PromQL queries:               {three_usage}")
+            assert served_document == document
+            print(f"  SQL behind slurmtel job (job_document, rolled back): {sql_usage}")
+            print(f"  the same as the API serves it:                       {served_usage}")
+            print(f"  the three PromQL queries:                            {three_usage}")
             print(
                 f"  {ratios('ratio job SQL / three PromQL queries', sql_usage, three_usage)} (target <= {TARGET_QUERY_RATIO:g})"
+            )
+            print(
+                f"  {ratios('ratio job SQL as the API serves it / three PromQL queries', served_usage, three_usage)} (target <= {TARGET_QUERY_RATIO:g})"
             )
 
             config_file = work / "slurmtel.toml"

@@ -67,6 +67,7 @@ CASES = {
             "promtool backfill",
             "ratio backfill",
             "ratio job SQL",
+            "ratio job SQL as the API serves it",
             "ratio job end to end",
             "ratio report idle",
             "target",
@@ -74,7 +75,7 @@ CASES = {
     ),
     "job_sql.py": (
         ["--nodes", "1", "--hours", "2", "--repeat", "1", "--rounds", "1", "--partitions", "3"],
-        ["job_document", "statements", "planning", "execution"],
+        ["job_document", "as the API serves it", "statements", "planning", "execution"],
     ),
     "sacct_store_statements.py": (
         ["--jobs", "2000", "--batch", "1000"],
@@ -121,6 +122,7 @@ def test_the_benchmark_runs_and_prints_its_measures(script: str, server_url: str
 
 def test_every_benchmark_is_run_here() -> None:
     helpers = {"scratch.py", "cputime.py", "dcgm_parse.py", "agent_cpu.py"}  # run by telemetry_ingest.py
+    helpers.add("served.py")  # run by job_sql.py and peers.py
     # needs the Slurm lab: run by tests/integration/test_slurm_freshness.py
     helpers.add("freshness.py")
     assert {p.name for p in BENCHMARKS.glob("*.py")} - helpers == set(CASES)
