@@ -686,6 +686,39 @@ def test_concurrent_callers_each_get_their_own_rows(
         assert {owner.get(j["job_id"], "other") for j in jobs} == {user}
 
 
+def test_a_jobs_reads_keep_one_plan_per_connection(
+    engine: Engine, login_roles: LoginRoles, site: munge_lab.Munged, people: People
+) -> None:
+    """The job's statements, once psycopg has prepared them on a connection, keep one generic
+    plan (planning them cost more than running them); the same answer every time, and the
+    setting ends with the job's transaction: the reports that follow are planned per call."""
+    from sqlalchemy import text
+
+    from slurmtel.access import EVERYTHING
+    from slurmtel.reports.researcher import JobQuery
+
+    config = api_config(site, people)
+    load_data(engine, config, people)
+    reader = login_roles.reader_engine()
+    try:
+        api = ReadApi(config, reader, AuthSettings(), lambda: NOW)
+        # one connection: the pool gives it back to each read in turn
+        documents = [api.job_document(JobQuery("101", (), NOW, UTC, EVERYTHING)) for _ in range(8)]
+        assert documents[0] and all(d == documents[0] for d in documents)
+        with reader.connect() as conn:
+            prepared = conn.execute(
+                text("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
+            ).all()
+            after = conn.execute(text("SHOW plan_cache_mode")).scalar_one()
+        job_statements = [p for p in prepared if "job_attempt" in p.statement]
+        assert job_statements, prepared
+        # prepared at the fifth run, planned generically from then on, never per call again
+        assert all(p.generic_plans >= 3 and p.custom_plans == 0 for p in job_statements), job_statements
+        assert after == "auto"
+    finally:
+        reader.dispose()
+
+
 # --- `slurmtel serve` itself, over TLS ------------------------------------------------------
 
 

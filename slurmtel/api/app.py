@@ -205,6 +205,19 @@ class ReadApi:
             set_transaction_scope(conn, scope)
             yield conn
 
+    @contextmanager
+    def job_transaction(self, scope: Scope) -> Iterator[Connection]:
+        """transaction(SCOPE) for the reads of one job, planned once per connection: a statement
+        psycopg has prepared (run five times on the connection) keeps one generic plan. The
+        job's statements plan their partitions and lateral reads for 2-4 ms, more than they
+        take to run, and every job gives them the same shape (a few attempts, their GPUs); its
+        span still leaves out partitions, when the plan starts (benchmarks/job_sql.py)."""
+        from slurmtel.store.sql import plan_once
+
+        with self.transaction(scope) as conn:
+            plan_once(conn)
+            yield conn
+
     # --- endpoints
 
     def whoami(self, request: Request) -> Response:
@@ -303,7 +316,7 @@ class ReadApi:
         found or not yours" (the same for a job outside the caller's scope)."""
         from slurmtel.reports.researcher import job_document
 
-        with self.transaction(query.scope) as conn:
+        with self.job_transaction(query.scope) as conn:
             document = job_document(conn, query)
         if not document:
             raise ApiError(HTTPStatus.NOT_FOUND, f"job {query.jobid} not found or not yours")
@@ -320,7 +333,7 @@ class ReadApi:
         (researcher.job_timeline), or 404."""
         from slurmtel.reports.researcher import job_timeline
 
-        with self.transaction(query.scope) as conn:
+        with self.job_transaction(query.scope) as conn:
             document = job_timeline(conn, query, points=points)
         if document is None:
             raise ApiError(HTTPStatus.NOT_FOUND, f"job {query.jobid} not found or not yours")
@@ -330,7 +343,7 @@ class ReadApi:
         """job_document and timeline_document(POINTS) read in one transaction (the job page)."""
         from slurmtel.reports.researcher import job_page_documents
 
-        with self.transaction(query.scope) as conn:
+        with self.job_transaction(query.scope) as conn:
             found = job_page_documents(conn, query, points)
         if found is None:
             raise ApiError(HTTPStatus.NOT_FOUND, f"job {query.jobid} not found or not yours")
@@ -343,7 +356,7 @@ class ReadApi:
         if fmt not in PLOT_TYPES:
             raise ApiError(HTTPStatus.NOT_FOUND, f"plots are {', '.join(PLOT_TYPES)}, not {fmt}")
         query = self._job_query(request)
-        with self.transaction(query.scope) as conn:
+        with self.job_transaction(query.scope) as conn:
             plot = job_plot(conn, query, fmt)
         if plot is None:
             raise ApiError(HTTPStatus.NOT_FOUND, f"job {query.jobid} not found or not yours")

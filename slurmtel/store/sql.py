@@ -38,6 +38,14 @@ def session_arguments(config: Config) -> dict[str, Any]:
     }
 
 
+def plan_once(conn: Connection) -> None:
+    """For the rest of CONN's transaction, a statement prepared on the connection (psycopg
+    prepares one it has run five times) keeps a generic plan instead of being planned again
+    with each call's values: for the reads whose planning costs more than their running and
+    whose best plan does not depend on the values (one job's)."""
+    conn.execute(_PLAN_ONCE)
+
+
 class Rows(Protocol):
     """What the read functions use of a statement's result (SQLAlchemy's CursorResult, or
     Result below)."""
@@ -201,3 +209,6 @@ class ReadConnection:
 
     def close(self) -> None:
         self._connection.close()
+
+
+_PLAN_ONCE = text("SET LOCAL plan_cache_mode = force_generic_plan")
