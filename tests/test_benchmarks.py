@@ -30,8 +30,21 @@ CASES = {
     ),
     "agent_host_cpu.py": (["--seconds", "60"], ["us CPU per GPU-second", "ratio after/before", "target"]),
     "scale.py": (
-        ["--gpus", "16", "--hours", "1"],
-        ["rows/s", "ratio to COPY", "early", "late", "lag", "bytes per GPU-day", "usage", "target"],
+        # two and a half hours: the runs at 01:10 and 02:10 pack the hour before
+        ["--gpus", "16", "--hours", "2.5"],
+        [
+            "rows/s",
+            "ratio to COPY",
+            "early",
+            "late",
+            "runs that pack nothing (",
+            "runs that pack (",
+            "windows packed a run",
+            "lag",
+            "bytes per GPU-day",
+            "usage",
+            "target",
+        ],  # fmt: skip
     ),
     "reports.py": (["--jobs", "3000", "--batch", "1000", "--pending", "50", "--repeat", "1"], ["target"]),
     "chargeback.py": (["--jobs", "3000", "--batch", "1000", "--repeat", "1"], ["target"]),
