@@ -887,6 +887,37 @@ def test_the_typed_path_reads_generated_jobs_as_the_general_path_does(
             job["name"] = 12
         else:
             job["state"] = {"current": "CANCELLED by 0", "reason": None}
+    # the steps' shapes: those the typed steps take (number objects, nulls, a TRES list without
+    # memory, an unset count) and those they leave to the general path (a float, a step that
+    # is not an object, usage as a list, a type that is not text)
+    with_steps = [job for job in odd["jobs"][3::7] if job.get("steps")]
+    assert len(with_steps) >= 9
+    for i, job in enumerate(with_steps):
+        step = job["steps"][0]
+        variant = i % 9
+        if variant == 0:
+            step["time"]["total"]["seconds"] = {"set": True, "infinite": False, "number": 4000}
+        elif variant == 1:
+            step["time"]["total"] = {"seconds": {"set": False, "infinite": False, "number": 0}}
+        elif variant == 2:
+            step["time"] = None
+            step["tres"]["requested"]["max"] = [
+                t for t in step["tres"]["requested"]["max"] if t["type"] != "mem"
+            ]
+        elif variant == 3:
+            mem = next(t for t in step["tres"]["requested"]["total"] if t["type"] == "mem")
+            mem["count"] = {"set": False, "infinite": False, "number": 0}
+        elif variant == 4:
+            for each in job["steps"]:  # a peak of 0 bytes, in every step
+                each["tres"] = {"requested": {"max": None, "total": [{"type": "mem", "count": 0}]}}
+        elif variant == 5:
+            step["time"]["total"]["microseconds"] = 0.5
+        elif variant == 6:
+            job["steps"].append("a step that is not an object")
+        elif variant == 7:
+            step["tres"]["requested"] = [step["tres"]["requested"]]
+        else:
+            step["tres"]["requested"]["max"][0]["type"] = None if i % 2 else 7
     counts = {"typed": 0}
     fast = sacct_json._fast_attempt
 

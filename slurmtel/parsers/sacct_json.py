@@ -223,6 +223,37 @@ class _ExitCode(msgspec.Struct):
     signal: _Signal | None = None
 
 
+class _StepTotal(msgspec.Struct):
+    seconds: _Int = None
+    microseconds: _Int = None
+
+
+class _StepTime(msgspec.Struct):
+    total: _StepTotal | None = None
+
+
+class _StepTresItem(msgspec.Struct):
+    type: str | None = None
+    count: _Int = None
+
+
+class _StepUsage(msgspec.Struct):
+    max: list[_StepTresItem] | None = None
+    total: list[_StepTresItem] | None = None
+
+
+class _StepTres(msgspec.Struct):
+    requested: _StepUsage | None = None
+
+
+class _Step(msgspec.Struct):
+    """What _step_usage reads of a step; the rest of it (nodes, tasks, the other TRES figures,
+    statistics: most of a job's JSON with steps) is skipped without being built."""
+
+    time: _StepTime | None = None
+    tres: _StepTres | None = None
+
+
 class _Job(msgspec.Struct):
     """The fields of a sacct job that an attempt reads, in the shapes of v0.0.40+ (plain epochs,
     number objects, state lists); unknown fields are skipped without being built."""
@@ -247,8 +278,7 @@ class _Job(msgspec.Struct):
     submit_line: str | None = None
     stdout_expanded: str | None = None
     stdout: str | None = None
-    # steps as the general path reads them (their shapes vary more): dicts and lists
-    steps: Any = None
+    steps: list[_Step] | None = None
 
 
 _JOB = msgspec.json.Decoder(_Job)
@@ -337,7 +367,7 @@ def _fast_attempt(job: _Job, default_cluster: str) -> JobAttempt:
         wckey = wckey.wckey
     nodelist, nodes = attempt_nodes(job.nodes or "")
     steps = job.steps
-    cpu_time, mem_task, mem_step, steps_read = _step_usage(steps) if steps else (None, None, None, None)
+    cpu_time, mem_task, mem_step, steps_read = _typed_step_usage(steps) if steps else (None, None, None, None)
     limit = _number(time.limit)
 
     # positional, in JobAttempt's field order (faster than 38 keywords; the tests compare
@@ -730,6 +760,39 @@ def _step_usage(steps: Any) -> tuple[float | None, int | None, int | None, int |
     if not read:
         return None, None, None, None
     return (round(cpu, 6) if cpu is not None else None), task_peak, step_peak, read
+
+
+def _typed_step_usage(steps: list[_Step]) -> tuple[float | None, int | None, int | None, int | None]:
+    """_step_usage for steps in the typed shapes (the tests compare both)."""
+    cpu: float | None = None
+    task_peak: int | None = None
+    step_peak: int | None = None
+    for step in steps:
+        time = step.time
+        total = time.total if time is not None else None
+        if total is not None:
+            seconds = _number(total.seconds)
+            micros = _number(total.microseconds)
+            if seconds is not None or micros is not None:
+                cpu = (cpu or 0.0) + (seconds or 0) + (micros or 0) / 1e6
+        tres = step.tres
+        usage = tres.requested if tres is not None else None
+        if usage is not None:
+            task = _typed_tres_mem(usage.max)
+            if task is not None:
+                task_peak = task if task_peak is None else max(task_peak, task)
+            whole = _typed_tres_mem(usage.total)
+            if whole is not None:
+                step_peak = whole if step_peak is None else max(step_peak, whole)
+    return (round(cpu, 6) if cpu is not None else None), task_peak, step_peak, len(steps)
+
+
+def _typed_tres_mem(items: list[_StepTresItem] | None) -> int | None:
+    for item in items or ():
+        if item.type == "mem":
+            count = _number(item.count)
+            return count if count is not None and count >= 0 else None
+    return None
 
 
 def _tres_mem(items: Any) -> int | None:
