@@ -20,7 +20,9 @@ import pytest
 from sqlalchemy import Engine, text
 
 from slurmtel.access import EVERYTHING, Identity, Role
+from slurmtel.api.app import ReadApi
 from slurmtel.attribution import run_attribution
+from slurmtel.auth.identity import AuthSettings
 from slurmtel.chargeback import build_statement, render_csv
 from slurmtel.cli import main
 from slurmtel.config import Config, config_from_dict
@@ -345,7 +347,13 @@ def test_the_read_api_role_reads_a_job_from_the_server(
         with reader.begin() as conn:
             set_transaction_scope(conn, EVERYTHING)
             as_reader = job_document(conn, query)
+        # through the API's own reads, more than five times on one connection: the job's
+        # statements prepared with one plan (ReadApi.job_transaction) while each transaction
+        # makes its temporary table anew
+        api = ReadApi(remote, reader, AuthSettings(), lambda: NOW)
+        served = [api.job_document(query) for _ in range(8)]
     finally:
         reader.dispose()
     assert as_reader == owner
+    assert all(document == owner for document in served)
     assert any(g.get("power_max_watts") for g in as_reader[0]["gpu_figures"])
