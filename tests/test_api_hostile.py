@@ -279,6 +279,27 @@ def test_every_endpoint_and_parameter_refuses_hostile_values_with_a_4xx(
     assert not tracebacks, "\n".join(tracebacks[:20])
 
 
+def test_a_head_h11_refuses_is_answered_and_drained_not_reset(served: Server) -> None:
+    """A request head over h11's limit is answered 400 before it is all in. A server that then
+    closes at once, with the rest of the request still arriving, makes the kernel answer that
+    rest with a reset, which can throw away the 400 the client has not read yet (a client that
+    sends its whole request before reading, as http.client does, saw "connection reset" at
+    times). The server ends its side after the answer and reads and drops the rest until the
+    client closes: the rest meets no reset."""
+    with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
+        # more than h11 holds of an unfinished head: refused once it is in
+        sock.sendall(b"GET /v1/reports/usage?start=" + b"a" * 70_000)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+        assert b"Invalid HTTP request" in answer
+        # the rest of the request, sent after the answer: read and dropped, not reset
+        sock.sendall(b"a" * 30_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.3)
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+
+
 # --- the node agent's endpoints ------------------------------------------------------------
 
 

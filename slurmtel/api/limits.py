@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 # the loggers whose repeated lines a flood could make (uvicorn's "Invalid HTTP request received.");
 # not uvicorn.access: one line per request answered is the access log's purpose
 UVICORN_LOGGERS = ("uvicorn.error", "asyncio")
+# how long a connection whose request h11 refused is read and drained after its 400
+LINGER_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,7 @@ def bounded_protocol(state: ListenerState) -> type[H11Protocol]:
         _peer = ""
         _counted = False
         _deadline: asyncio.TimerHandle | None = None
+        _lingering = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -151,7 +154,34 @@ def bounded_protocol(state: ListenerState) -> type[H11Protocol]:
                 state.release(self._peer)
             super().connection_lost(exc)
 
+        def send_400_response(self, msg: str) -> None:
+            """uvicorn's 400 for a request h11 refuses (a head over its limit, a malformed one),
+            then a staged close (RFC 9112 9.6): our side ends after the answer, and what the
+            client still sends of its request is read and dropped until it closes (at most
+            LINGER_SECONDS). Closing with its data unread makes the kernel reset the connection,
+            and the reset can throw away the 400 the client has not read yet."""
+            for event in (
+                h11.Response(
+                    status_code=400,
+                    reason=b"Bad Request",
+                    headers=[(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")],
+                ),
+                h11.Data(data=msg.encode("ascii")),
+                h11.EndOfMessage(),
+            ):
+                self.transport.write(self.conn.send(event))
+            self._disarm()
+            if not self.transport.can_write_eof():  # TLS: the client reads to our close
+                self.transport.close()
+                return
+            self._lingering = True
+            self.transport.write_eof()
+            # the client's end closes it sooner (uvicorn's eof_received)
+            self._deadline = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
         def data_received(self, data: bytes) -> None:
+            if self._lingering:
+                return  # the rest of a refused request
             if self._deadline is None and self.conn.their_state is h11.IDLE:
                 self._arm()  # the first bytes of the next request on a kept-alive connection
             super().data_received(data)
