@@ -106,6 +106,15 @@ class Usage:
             self.no_database and other.no_database,
         )
 
+    def in_ms(self) -> str:
+        """The same figures in milliseconds: a few ms rounded to 0.001 s hides what is measured."""
+        parts = [f"client {self.client * 1000:.2f}"]
+        if self.backend is not None:
+            parts.append(f"backend {self.backend * 1000:.2f}")
+        if self.server is not None:
+            parts.append(f"server {self.server * 1000:.2f}")
+        return f"{self.wall * 1000:.2f} ms wall, {self.cpu * 1000:.2f} ms CPU ({' + '.join(parts)})"
+
     def __str__(self) -> str:
         parts = [f"client {self.client:.2f}"]
         if self.backend is not None:

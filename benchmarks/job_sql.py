@@ -83,11 +83,7 @@ def main() -> int:
             for _ in range(args.rounds):
                 for label, run in (("job_document, rolled back", sql), ("as the API serves it", served)):
                     usage, document = best(meter, args.repeat, run)
-                    # the same in milliseconds: a few ms rounded to 0.001 s hides the changes measured
-                    print(
-                        f"  {label}: {usage}; {usage.wall * 1000:.2f} ms wall, {usage.cpu * 1000:.2f} ms CPU "
-                        f"(client {usage.client * 1000:.2f} + backend {(usage.backend or 0) * 1000:.2f})"
-                    )
+                    print(f"  {label}: {usage}; {usage.in_ms()}")
                     assert document
 
         sent: list[tuple[float, str, Any]] = []

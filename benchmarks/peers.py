@@ -347,9 +347,9 @@ def main() -> int:
             assert document and all(answers), (document, answers)
             assert len(answers[1]) == job.job.gpus, answers[1]
             assert served_document == document
-            print(f"  SQL behind slurmtel job (job_document, rolled back): {sql_usage}")
-            print(f"  the same as the API serves it:                       {served_usage}")
-            print(f"  the three PromQL queries:                            {three_usage}")
+            print(f"  SQL behind slurmtel job (job_document, rolled back): {sql_usage.in_ms()}")
+            print(f"  the same as the API serves it:                       {served_usage.in_ms()}")
+            print(f"  the three PromQL queries:                            {three_usage.in_ms()}")
             print(
                 f"  {ratios('ratio job SQL / three PromQL queries', sql_usage, three_usage)} (target <= {TARGET_QUERY_RATIO:g})"
             )
