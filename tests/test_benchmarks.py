@@ -44,7 +44,7 @@ CASES = {
             "bytes per GPU-day",
             "usage",
             "target",
-        ],  # fmt: skip
+        ],
     ),
     "reports.py": (["--jobs", "3000", "--batch", "1000", "--pending", "50", "--repeat", "1"], ["target"]),
     "chargeback.py": (["--jobs", "3000", "--batch", "1000", "--repeat", "1"], ["target"]),
