@@ -108,21 +108,20 @@ class Usage:
 
     def in_ms(self) -> str:
         """The same figures in milliseconds: a few ms rounded to 0.001 s hides what is measured."""
-        parts = [f"client {self.client * 1000:.2f}"]
-        if self.backend is not None:
-            parts.append(f"backend {self.backend * 1000:.2f}")
-        if self.server is not None:
-            parts.append(f"server {self.server * 1000:.2f}")
-        return f"{self.wall * 1000:.2f} ms wall, {self.cpu * 1000:.2f} ms CPU ({' + '.join(parts)})"
+        return f"{self.wall * 1000:.2f} ms wall, {self.cpu * 1000:.2f} ms CPU ({self._parts(1000)})"
 
     def __str__(self) -> str:
-        parts = [f"client {self.client:.2f}"]
-        if self.backend is not None:
-            parts.append(f"backend {self.backend:.2f}")
-        if self.server is not None:
-            parts.append(f"server {self.server:.2f}")
         tail = "" if self.backend is not None or self.no_database else f"; {NOT_MEASURED}"
-        return f"{self.wall:.3f} s wall, {self.cpu:.3f} s CPU ({' + '.join(parts)}{tail})"
+        return f"{self.wall:.3f} s wall, {self.cpu:.3f} s CPU ({self._parts(1)}{tail})"
+
+    def _parts(self, scale: int) -> str:
+        """'client C + backend B + server S' (those measured), each times SCALE."""
+        parts = [f"client {self.client * scale:.2f}"]
+        if self.backend is not None:
+            parts.append(f"backend {self.backend * scale:.2f}")
+        if self.server is not None:
+            parts.append(f"server {self.server * scale:.2f}")
+        return " + ".join(parts)
 
 
 def ratios(label: str, a: Usage, b: Usage) -> str:
