@@ -236,7 +236,7 @@ def write_summary_groups(
         refused_by_group.append(refused)
     # each group's window starts (a page's windows share a few) and their days, found once
     starts_by_group = [{s.window_start_at for s in kept} for kept in kept_by_group]
-    day_of = {start: start.astimezone(UTC).date() for start in set().union(*starts_by_group)}
+    day_of = _days(set().union(*starts_by_group))
     existing: set[str] | None = None
     if any(kept_by_group):
         existing = set(existing_partitions(conn))
@@ -245,7 +245,7 @@ def write_summary_groups(
             for k, kept in enumerate(kept_by_group):
                 if kept and any(day_of[start] in missing for start in starts_by_group[k]):
                     kept_by_group[k], refused_days = _within_partition_budget(
-                        kept, partition_budget, existing
+                        kept, partition_budget, existing, day_of
                     )
                     refused_by_group[k] += refused_days
                     starts_by_group[k] = {s.window_start_at for s in kept_by_group[k]}
@@ -374,16 +374,17 @@ def _insert_new_windows(
     return inserted, [*refused, *((kept[i], _refusal(kept[i], error)) for i, error in failed)]
 
 
-def _days(summaries: Iterable[GpuSummary]) -> dict[datetime, date]:
-    """The UTC day of each window start among SUMMARIES (many windows share a start)."""
-    return {start: start.astimezone(UTC).date() for start in {s.window_start_at for s in summaries}}
+def _days(starts: Iterable[datetime]) -> dict[datetime, date]:
+    """The UTC day of each window start of STARTS (distinct: many windows share a start)."""
+    return {start: start.astimezone(UTC).date() for start in starts}
 
 
 def _within_partition_budget(
-    summaries: list[GpuSummary], budget: PartitionBudget, existing: set[str]
+    summaries: list[GpuSummary], budget: PartitionBudget, existing: set[str], day_of: dict[datetime, date]
 ) -> tuple[list[GpuSummary], list[tuple[GpuSummary, str]]]:
-    day_of = _days(summaries)
-    days = set(day_of.values())
+    """SUMMARIES whose day has a partition or gets one within BUDGET, and the others with the
+    reason; DAY_OF gives each window start's day (the caller's _days)."""
+    days = {day_of[s.window_start_at] for s in summaries}
     missing = sorted((day for day in days if partition_name(day) not in existing), reverse=True)
     if not missing:
         return summaries, []
